@@ -1,0 +1,50 @@
+# chatstream — the front door. `make test` and `make local` set up everything they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export SAM_CLI_TELEMETRY := 0
+export AWS_DEFAULT_REGION ?= us-east-1
+
+.PHONY: help venv lint typecheck unit pytest validate build test local deploy clean
+
+help:
+	@echo "make local     run the whole pipeline on this machine (http://127.0.0.1:3000)"
+	@echo "make test      lint, type-check, tests, sam validate --lint, sam build"
+	@echo "make build     sam build"
+	@echo "make deploy    sam deploy --guided"
+
+venv: $(STAMP)
+
+$(STAMP): requirements/dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+validate: $(STAMP)
+	$(BIN)/sam validate --lint --region $(AWS_DEFAULT_REGION)
+
+build: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
+
+test: lint typecheck pytest validate build
+
+deploy: build
+	$(BIN)/sam deploy --guided
+
+clean:
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
