@@ -1,0 +1,1 @@
+"""The local stack: chatstream on one machine, without AWS or Docker."""

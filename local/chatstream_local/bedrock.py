@@ -1,0 +1,477 @@
+"""The local Bedrock model: ``ConverseStream`` over HTTP with real event stream framing.
+
+boto3's ``bedrock-runtime`` client, pointed here with ``endpoint_url=`` or
+``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``, calls ``converse_stream`` and reads the reply with its own
+event stream parser (prelude, headers, CRC32s; see :mod:`chatstream_local.eventstream`).
+
+Route: ``POST /model/{modelId}/converse-stream`` (``modelId`` URL-encoded; any model id,
+inference profile id or ARN is accepted). The reply depends only on the text of the LAST
+message (its text content blocks joined), which must come from the user:
+
+=====================  ======================================================================
+message                reply
+=====================  ======================================================================
+anything else          ``You said: <message>``, one delta per word (see :func:`split_deltas`)
+``/long N``            ``w1 w2 … wN``, one delta per word (``w1``, `` w2``, …); 1 ≤ N ≤ 100,000
+``/error-after N``     the first N deltas of ``/long N`` (0 ≤ N ≤ 100,000), then a mid-stream
+                       ``modelStreamErrorException``
+``/throttle``          ``ThrottlingException`` (HTTP 429) before the stream starts
+=====================  ======================================================================
+
+A command word (``/long``, ``/error-after``, ``/throttle``) with a missing, extra or
+out-of-range argument is a ``ValidationException``, as is a request without messages, one whose
+roles do not alternate user/assistant starting and ending with the user, or a blank text block.
+``inferenceConfig.maxTokens`` cuts the reply after that many deltas (``stopReason: max_tokens``).
+
+Events, in Bedrock's order: ``messageStart``, ``contentBlockDelta``…, ``contentBlockStop``,
+``messageStop`` (``end_turn`` or ``max_tokens``), ``metadata`` (usage, latency). Usage:
+``inputTokens`` = whitespace-separated words in the text of every message and system block,
+``outputTokens`` = deltas sent.
+
+Deltas are spaced by ``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` milliseconds (default 20; 0 = as fast
+as possible), or the ``delay_ms`` constructor argument. Each event is written as its own HTTP
+chunk and flushed, so a client sees the deltas arrive one after another. A client that
+disconnects ends its generation quietly.
+
+Standalone: ``python -m chatstream_local.bedrock --port 4010``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from chatstream_local.eventstream import encode_event, encode_exception
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from io import BufferedIOBase
+    from types import FrameType, TracebackType
+
+logger = logging.getLogger(__name__)
+
+DELAY_ENV = "CHATSTREAM_LOCAL_MODEL_DELAY_MS"
+DEFAULT_DELAY_MS = 20
+MAX_LONG = 100_000
+EVENT_STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
+
+_ROUTE = re.compile(r"^/model/(?P<model_id>[^/]+)/converse-stream$")
+_DIGITS = re.compile(r"[0-9]+")
+# A delta is a run of whitespace followed by a run of non-whitespace; whitespace that ends the
+# text rides on the last delta. Consecutive matches tile the text, so "".join(deltas) == text.
+_DELTA = re.compile(r"\s*\S+(?:\s+\Z)?")
+
+Ending = Literal["end_turn", "max_tokens", "model_stream_error", "throttled"]
+
+_DISCONNECTED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+
+
+class InvalidRequest(ValueError):
+    """The request is one Bedrock would reject with a ``ValidationException``."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the model does for one request: the deltas it streams, then how the stream ends.
+
+    ``ending`` is ``end_turn`` or ``max_tokens`` (a normal ``messageStop``), ``model_stream_error``
+    (a ``modelStreamErrorException`` frame after the deltas) or ``throttled`` (HTTP 429 before
+    the stream; ``deltas`` is empty).
+    """
+
+    deltas: tuple[str, ...]
+    ending: Ending
+
+    @property
+    def text(self) -> str:
+        return "".join(self.deltas)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The ``messageStop`` stop reason, or ``None`` when the reply ends in an error."""
+        return self.ending if self.ending in ("end_turn", "max_tokens") else None
+
+
+def split_deltas(text: str) -> tuple[str, ...]:
+    """Split ``text`` into one delta per word, joining back to exactly ``text``.
+
+    Each delta is the whitespace before a word plus the word, so every word after the first keeps
+    its leading space (or newline, or tab, or run of them); trailing whitespace is appended to the
+    last delta. Leading whitespace goes with the first word. Text without any word is one delta
+    (or none when empty).
+    """
+    deltas = tuple(_DELTA.findall(text))
+    if not deltas:
+        return (text,) if text else ()
+    return deltas
+
+
+def _long_deltas(count: int) -> tuple[str, ...]:
+    return tuple(f"w{i}" if i == 1 else f" w{i}" for i in range(1, count + 1))
+
+
+def _command_argument(words: Sequence[str], lowest: int) -> int:
+    command = words[0]
+    if len(words) != 2 or not _DIGITS.fullmatch(words[1]):
+        raise InvalidRequest(f"{command} takes one whole number N, {lowest} <= N <= {MAX_LONG}")
+    value = int(words[1])
+    if not lowest <= value <= MAX_LONG:
+        raise InvalidRequest(f"{command} N must be between {lowest} and {MAX_LONG}, got {value}")
+    return value
+
+
+def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None) -> Reply:
+    if max_tokens is not None and max_tokens < len(deltas):
+        return Reply(deltas[:max_tokens], "max_tokens")
+    return Reply(deltas, ending)
+
+
+def plan_reply(message: str, max_tokens: int | None = None) -> Reply:
+    """The reply to the user's ``message`` (the last user message's text), without any HTTP.
+
+    Raises :class:`InvalidRequest` for a malformed command or a ``max_tokens`` below 1.
+    """
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequest(f"maxTokens must be at least 1, got {max_tokens}")
+    words = message.split()
+    command = words[0] if words else ""
+    if command == "/throttle":
+        if len(words) != 1:
+            raise InvalidRequest("/throttle takes no argument")
+        return Reply((), "throttled")
+    if command == "/long":
+        return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens)
+    if command == "/error-after":
+        return _cut(_long_deltas(_command_argument(words, 0)), "model_stream_error", max_tokens)
+    return _cut(split_deltas(f"You said: {message}"), "end_turn", max_tokens)
+
+
+@dataclass(frozen=True)
+class ConverseRequest:
+    """The parts of a ``ConverseStream`` request the local model uses."""
+
+    model_id: str
+    user_text: str
+    input_tokens: int
+    max_tokens: int | None
+
+
+def _texts(blocks: Any, where: str) -> list[str]:
+    if not isinstance(blocks, list):
+        raise InvalidRequest(f"{where} must be a list of content blocks")
+    texts = []
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            raise InvalidRequest(f"{where}.{index} must be a content block object")
+        text = block.get("text")
+        if text is None:
+            continue
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequest(
+                f"The text field in the ContentBlock object at {where}.{index} is blank. "
+                "Add text to the text field, and try again."
+            )
+        texts.append(text)
+    return texts
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    config = body.get("inferenceConfig") or {}
+    if not isinstance(config, dict):
+        raise InvalidRequest("inferenceConfig must be an object")
+    value = config.get("maxTokens")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(f"inferenceConfig.maxTokens must be a whole number of at least 1, got {value!r}")
+    return value
+
+
+def parse_request(model_id: str, raw_body: bytes) -> ConverseRequest:
+    """Validate a ``ConverseStream`` JSON body as Bedrock would; raise :class:`InvalidRequest` if not."""
+    if not model_id:
+        raise InvalidRequest("modelId must not be empty")
+    try:
+        body = json.loads(raw_body or b"{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidRequest(f"The request body is not valid JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages must contain at least one message")
+    input_words = sum(len(text.split()) for text in _texts(body.get("system", []), "system"))
+    user_text = ""
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"messages.{index} must be a message object")
+        expected = "user" if index % 2 == 0 else "assistant"
+        if message.get("role") != expected:
+            raise InvalidRequest(
+                "A conversation must start with a user message and alternate between user and "
+                f"assistant roles: messages.{index} should have role {expected!r}"
+            )
+        texts = _texts(message.get("content"), f"messages.{index}.content")
+        input_words += sum(len(text.split()) for text in texts)
+        user_text = "".join(texts)
+    if len(messages) % 2 == 0:
+        raise InvalidRequest("A conversation must end with a user message. Try again with a user message last.")
+    if not user_text:
+        raise InvalidRequest(f"messages.{len(messages) - 1} has no text content block")
+    return ConverseRequest(model_id, user_text, input_words, _max_tokens(body))
+
+
+def delay_from_env() -> int:
+    """``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` as whole milliseconds (default 20)."""
+    raw = os.environ.get(DELAY_ENV, "").strip()
+    if not raw:
+        return DEFAULT_DELAY_MS
+    if not _DIGITS.fullmatch(raw):
+        raise ValueError(f"{DELAY_ENV} must be a whole number of milliseconds >= 0, got {raw!r}")
+    return int(raw)
+
+
+class _ClientGone(Exception):
+    """The client disconnected, or the server is stopping: end this stream without a word."""
+
+
+class _ChunkedWriter:
+    """HTTP/1.1 chunked transfer encoding; every chunk goes to the socket at once."""
+
+    def __init__(self, wfile: BufferedIOBase) -> None:
+        self._wfile = wfile
+
+    def chunk(self, data: bytes) -> None:
+        try:
+            self._wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self._wfile.flush()
+        except _DISCONNECTED as err:
+            raise _ClientGone from err
+
+    def end(self) -> None:
+        try:
+            self._wfile.write(b"0\r\n\r\n")
+            self._wfile.flush()
+        except _DISCONNECTED as err:
+            raise _ClientGone from err
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], model: LocalModelServer) -> None:
+        super().__init__(address, _Handler)
+        self.model = model
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Disconnects are expected (clients cancel); anything else is a bug worth one log line.
+        logger.exception("local model: error serving %s", client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    server_version = "chatstream-local-bedrock"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        logger.debug("local model: " + format, *args)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except _DISCONNECTED:
+            self.close_connection = True
+
+    def do_POST(self) -> None:  # noqa: N802 - the base class's naming
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_body = self.rfile.read(length) if length else b""
+        match = _ROUTE.match(urlsplit(self.path).path)
+        if match is None:
+            self._send_error(404, "UnknownOperationException", f"No route for POST {self.path}")
+            return
+        model = self.server.model
+        model._count_request(unquote(match["model_id"]))
+        started = time.monotonic()
+        try:
+            request = parse_request(unquote(match["model_id"]), raw_body)
+            reply = plan_reply(request.user_text, request.max_tokens)
+        except InvalidRequest as err:
+            self._send_error(400, "ValidationException", str(err))
+            return
+        if reply.ending == "throttled":
+            self._send_error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+            return
+        try:
+            self._stream(request, reply, started)
+        except _ClientGone:
+            self.close_connection = True
+            logger.debug("local model: stream for %s ended early (client gone or server stopping)", request.model_id)
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's naming
+        self._send_error(404, "UnknownOperationException", f"No route for GET {self.path}")
+
+    def _send_error(self, status: int, code: str, message: str) -> None:
+        body = json.dumps({"message": message}).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("x-amzn-ErrorType", code)
+        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _stream(self, request: ConverseRequest, reply: Reply, started: float) -> None:
+        model = self.server.model
+        self.send_response(200)
+        self.send_header("Content-Type", EVENT_STREAM_CONTENT_TYPE)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
+        self.end_headers()
+        writer = _ChunkedWriter(self.wfile)
+        writer.chunk(encode_event("messageStart", {"role": "assistant"}))
+        delay = model.delay_ms / 1000
+        for index, delta in enumerate(reply.deltas):
+            stopping = model._stopping.wait(delay) if index and delay else model._stopping.is_set()
+            if stopping:
+                raise _ClientGone
+            writer.chunk(encode_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": delta}}))
+            model._count_delta()
+        if reply.ending == "model_stream_error":
+            writer.chunk(
+                encode_exception(
+                    "modelStreamErrorException",
+                    {
+                        "message": f"The model stream failed after {len(reply.deltas)} deltas (local /error-after).",
+                        "originalStatusCode": 500,
+                        "originalMessage": "Local model: injected stream error.",
+                    },
+                )
+            )
+        else:
+            output_tokens = len(reply.deltas)
+            writer.chunk(encode_event("contentBlockStop", {"contentBlockIndex": 0}))
+            writer.chunk(encode_event("messageStop", {"stopReason": reply.stop_reason}))
+            usage = {
+                "inputTokens": request.input_tokens,
+                "outputTokens": output_tokens,
+                "totalTokens": request.input_tokens + output_tokens,
+            }
+            latency_ms = int((time.monotonic() - started) * 1000)
+            writer.chunk(encode_event("metadata", {"usage": usage, "metrics": {"latencyMs": latency_ms}}))
+        writer.end()
+
+
+class LocalModelServer:
+    """The local Bedrock endpoint on ``host:port`` (port 0 picks a free one; see :attr:`url`)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, delay_ms: int | None = None) -> None:
+        if delay_ms is not None and delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, got {delay_ms}")
+        self.delay_ms = delay_from_env() if delay_ms is None else delay_ms
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._requests = 0
+        self._deltas_sent = 0
+        self._model_ids: list[str] = []
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("LocalModelServer is not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def requests(self) -> int:
+        """ConverseStream requests received (valid or not)."""
+        with self._lock:
+            return self._requests
+
+    @property
+    def deltas_sent(self) -> int:
+        """``contentBlockDelta`` events written to clients, over all requests."""
+        with self._lock:
+            return self._deltas_sent
+
+    @property
+    def model_ids(self) -> tuple[str, ...]:
+        """The (URL-decoded) model ids of the requests received, in order."""
+        with self._lock:
+            return tuple(self._model_ids)
+
+    def _count_request(self, model_id: str) -> None:
+        with self._lock:
+            self._requests += 1
+            self._model_ids.append(model_id)
+
+    def _count_delta(self) -> None:
+        with self._lock:
+            self._deltas_sent += 1
+
+    def start(self) -> None:
+        if self._httpd is not None:
+            raise RuntimeError("LocalModelServer is already started")
+        self._stopping.clear()
+        self._httpd = _HTTPServer(self._address, self)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="local-bedrock", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop accepting requests and end the streams in flight; idempotent."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if thread is not None:
+            thread.join()
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> LocalModelServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chatstream_local.bedrock", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--delay-ms", type=int, default=None, help=f"default: ${DELAY_ENV} or {DEFAULT_DELAY_MS}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    done = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    with LocalModelServer(args.host, args.port, args.delay_ms) as server:
+        logger.info("chatstream local model ready at %s (delay %d ms)", server.url, server.delay_ms)
+        done.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
