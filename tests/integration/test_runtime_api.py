@@ -1,0 +1,300 @@
+"""The local Runtime API: execution environments on awslambdaric and a streaming runtime, over loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from chatstream_local.functions import FunctionSpec, environment_variables, runtime_command
+from chatstream_local.runtime_api import LocalLambda, UnknownFunction
+from tests.fixtures.local_handlers.specs import HANDLERS, buffered, streamed, wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+SPECS = [
+    buffered("echo", "echo", memory_mb=256),
+    buffered("fail", "fail"),
+    buffered("crash", "crash"),
+    buffered("broken", "broken_import.handler"),
+    buffered("slow", "sleep_if_asked", timeout_s=1.0),
+    buffered("hold", "hold"),
+    buffered("big", "big"),
+    buffered("noisy", "noisy"),
+    streamed("gated", "gated"),
+    streamed("fail-mid", "fail_mid"),
+    streamed("fail-before", "fail_before"),
+    streamed("broken-stream", "nope"),
+]
+
+
+@pytest.fixture
+def log_lines() -> list[tuple[str, str]]:
+    return []
+
+
+@pytest.fixture
+def local(log_lines: list[tuple[str, str]]) -> Iterator[LocalLambda]:
+    with LocalLambda(SPECS, log_sink=lambda label, line: log_lines.append((label, line))) as running:
+        yield running
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_buffered_invoke_gives_the_handler_its_event_context_and_environment(local: LocalLambda) -> None:
+    # GIVEN a function on awslambdaric that echoes what it sees
+    # WHEN it is invoked with an event and a client context
+    result = local.invoke("echo", b'{"hello": "world"}', client_context='{"custom": {"caller": "test"}}')
+
+    # THEN the caller gets the handler's return value, and the handler saw a Lambda-like context
+    assert result.function_error is None
+    seen = json.loads(result.payload)
+    assert seen["event"] == {"hello": "world"}
+    assert seen["request_id"] == result.request_id
+    assert seen["function_name"] == "echo"
+    assert seen["invoked_function_arn"].endswith(":function:echo")
+    assert 0 < seen["remaining_ms"] <= 10_000
+    assert seen["memory_limit_in_mb"] == "256"
+    assert seen["log_group_name"] == "/aws/lambda/echo"
+    assert seen["client_context"] == {"caller": "test"}
+    assert seen["env"]["GREETING"] == "hello from the spec"
+    assert seen["env"]["LAMBDA_TASK_ROOT"] == str(HANDLERS)
+
+
+def test_a_warm_environment_is_reused(local: LocalLambda) -> None:
+    # GIVEN a function invoked once
+    first = json.loads(local.invoke("echo", b"{}").payload)
+
+    # WHEN it is invoked again after the first invocation ended
+    second = json.loads(local.invoke("echo", b"{}").payload)
+
+    # THEN the same process served both, and only one environment was started
+    assert first["pid"] == second["pid"]
+    assert local.stats()["echo"].environments_started == 1
+
+
+def test_a_handler_error_is_reported_as_an_unhandled_function_error(local: LocalLambda) -> None:
+    # WHEN the handler raises
+    result = local.invoke("fail", b"{}")
+
+    # THEN the caller gets Lambda's error document, and the environment survives for the next invocation
+    assert result.function_error == "Unhandled"
+    assert result.error_type == "ValueError"
+    document = json.loads(result.payload)
+    assert document["errorMessage"] == "the handler failed on purpose"
+    assert document["errorType"] == "ValueError"
+    local.invoke("fail", b"{}")
+    assert local.stats()["fail"].environments_started == 1
+
+
+def test_the_handler_output_goes_to_the_log_sink(local: LocalLambda, log_lines: list[tuple[str, str]]) -> None:
+    # WHEN a handler prints
+    result = local.invoke("noisy", b"{}")
+
+    # THEN its line reaches the log sink, labelled with the function and environment
+    assert json.loads(result.payload) == "ok"
+    wait_until(lambda: ("noisy#1", "a line the handler printed") in log_lines, what="the printed line")
+
+
+def test_an_init_error_fails_the_invocation_and_discards_the_environment(local: LocalLambda) -> None:
+    # GIVEN a handler module whose import raises
+    # WHEN it is invoked
+    result = local.invoke("broken", b"{}")
+
+    # THEN the caller gets the runtime's init error, and no environment is left running
+    assert result.function_error == "Unhandled"
+    assert result.error_type == "Runtime.ImportModuleError"
+    assert "cannot be imported (on purpose)" in json.loads(result.payload)["errorMessage"]
+    wait_until(lambda: local.stats()["broken"].environments_alive == 0, what="the environment to go")
+
+
+def test_an_init_error_of_a_streaming_runtime_is_reported(local: LocalLambda) -> None:
+    # WHEN the streaming runtime cannot load its handler
+    handle = local.invoke_stream("broken-stream", b"{}")
+
+    # THEN nothing is streamed and the error is the init error it reported
+    assert handle.read_all() == b""
+    assert handle.error is not None
+    assert handle.error.error_type == "Runtime.ImportModuleError"
+    assert handle.response_start() is None
+
+
+def test_a_process_that_exits_mid_invocation_gives_an_exit_error_and_is_replaced(local: LocalLambda) -> None:
+    # WHEN the handler's process exits during the invocation
+    result = local.invoke("crash", b"{}")
+
+    # THEN the caller gets Runtime.ExitError with the exit status
+    assert result.error_type == "Runtime.ExitError"
+    assert "exit status 3" in json.loads(result.payload)["errorMessage"]
+
+    # AND the next invocation runs on a new environment
+    again = local.invoke("crash", b"{}")
+    assert again.error_type == "Runtime.ExitError"
+    assert local.stats()["crash"].environments_started == 2
+
+
+def test_the_deadline_kills_the_environment_and_the_next_invocation_gets_a_fresh_one(local: LocalLambda) -> None:
+    # GIVEN a function with a 1 s timeout, warmed up
+    warm_pid = json.loads(local.invoke("slow", b"{}").payload)["pid"]
+
+    # WHEN an invocation runs past its deadline
+    result = local.invoke("slow", b'{"sleep": true}')
+
+    # THEN the caller gets Lambda's timeout error and the environment's process is killed
+    assert result.function_error == "Unhandled"
+    assert result.error_type == "Sandbox.Timedout"
+    assert "Task timed out after 1.00 seconds" in json.loads(result.payload)["errorMessage"]
+    wait_until(lambda: not _alive(warm_pid), what="the timed-out process to die")
+
+    # AND the next invocation works, on a new environment
+    fresh = local.invoke("slow", b"{}")
+    assert fresh.function_error is None
+    assert json.loads(fresh.payload)["pid"] != warm_pid
+    assert local.stats()["slow"].environments_started == 2
+
+
+def test_concurrent_invocations_are_served_by_separate_environments(local: LocalLambda, tmp_path: Path) -> None:
+    # GIVEN two invocations that each hold until released
+    payload = json.dumps({"dir": str(tmp_path)}).encode()
+    first = local.invoke_stream("hold", payload)
+    second = local.invoke_stream("hold", payload)
+
+    # WHEN both have started (only possible if they run at the same time)
+    wait_until(lambda: len(list(tmp_path.glob("started-*"))) == 2, what="both invocations to start")
+    (tmp_path / "release").touch()
+
+    # THEN two processes served them, and a later invocation reuses a warm one
+    pids = {json.loads(first.read_all())["pid"], json.loads(second.read_all())["pid"]}
+    assert len(pids) == 2
+    third = json.loads(local.invoke("hold", payload).payload)["pid"]
+    assert third in pids
+    assert local.stats()["hold"].environments_started == 2
+
+
+def test_a_buffered_response_over_6_mb_is_a_function_error(local: LocalLambda) -> None:
+    # WHEN the handler returns more than the synchronous payload quota
+    result = local.invoke("big", json.dumps({"size": 7 * 1024 * 1024}).encode())
+
+    # THEN the caller gets Function.ResponseSizeTooLarge
+    assert result.error_type == "Function.ResponseSizeTooLarge"
+    assert "6291556 bytes" in json.loads(result.payload)["errorMessage"]
+
+
+def test_a_streamed_chunk_reaches_the_caller_before_the_handler_produces_the_next(
+    local: LocalLambda, tmp_path: Path
+) -> None:
+    # GIVEN a streaming handler that yields, then waits for a signal file, then yields again
+    signal = tmp_path / "signal"
+    event = {"queryStringParameters": {"signal": str(signal)}}
+    handle = local.invoke_stream("gated", json.dumps(event).encode())
+
+    # WHEN the caller reads the stream
+    received = b""
+    chunks = iter(handle)
+    while b"first\n" not in received:
+        received += next(chunks)
+
+    # THEN "first" arrived while the handler still waits, before any "second"
+    assert b"second" not in received
+    assert not handle.done
+    start = handle.response_start()
+    assert start is not None and start.streaming
+    assert start.content_type == "application/vnd.awslambda.http-integration-response"
+
+    # AND once signalled, the rest follows and the stream ends without error
+    signal.touch()
+    received += b"".join(chunks)
+    assert received.endswith(b"first\nsecond\n")
+    assert handle.error is None
+
+
+def test_an_error_mid_stream_arrives_in_the_trailers(local: LocalLambda) -> None:
+    # WHEN a streaming handler fails after its first bytes
+    handle = local.invoke_stream("fail-mid", b"{}")
+    body = handle.read_all()
+
+    # THEN the bytes sent so far arrive, and the error type and body come from the trailers
+    assert body.endswith(b"partial ")
+    assert handle.error is not None
+    assert handle.error.error_type == "RuntimeError"
+    assert handle.error.document()["errorMessage"] == "the stream broke"
+
+    # AND the buffered view of the same invocation reports it as the Invoke API would
+    result = local.invoke("fail-mid", b"{}")
+    assert result.function_error == "Unhandled"
+    assert json.loads(result.payload)["errorType"] == "RuntimeError"
+
+
+def test_an_error_before_the_first_byte_is_reported_without_a_response(local: LocalLambda) -> None:
+    # WHEN a streaming handler fails before returning a response
+    handle = local.invoke_stream("fail-before", b"{}")
+
+    # THEN there is no response, only the error it posted
+    assert handle.read_all() == b""
+    assert handle.response_start() is None
+    assert handle.error is not None
+    assert handle.error.error_type == "KeyError"
+
+
+def test_stop_kills_every_environment(log_lines: list[tuple[str, str]], tmp_path: Path) -> None:
+    # GIVEN environments, one of them busy
+    local = LocalLambda(SPECS).start()
+    pid = json.loads(local.invoke("echo", b"{}").payload)["pid"]
+    busy = local.invoke_stream("hold", json.dumps({"dir": str(tmp_path)}).encode())
+    wait_until(lambda: any(tmp_path.glob("started-*")), what="the busy invocation to start")
+    busy_pid = int(next(tmp_path.glob("started-*")).read_text())
+
+    # WHEN the local Lambda stops
+    local.stop()
+
+    # THEN no process is left, and the busy invocation ended with an error
+    assert not _alive(pid)
+    assert not _alive(busy_pid)
+    busy.read_all()
+    assert busy.error is not None
+
+
+def test_an_unknown_function_is_refused(local: LocalLambda) -> None:
+    with pytest.raises(UnknownFunction):
+        local.invoke("nope", b"{}")
+
+
+def test_the_process_gets_lambdas_reserved_variables(tmp_path: Path) -> None:
+    # GIVEN a spec whose own variables try to override reserved ones
+    spec = FunctionSpec(
+        name="fn",
+        handler="app.handler",
+        code_dirs=[tmp_path / "code", tmp_path / "layer"],
+        environment={"TABLE": "t", "AWS_LAMBDA_FUNCTION_NAME": "spoofed"},
+        timeout_s=30,
+        memory_mb=512,
+        runtime="streaming",
+        exec_wrapper=tmp_path / "wrapper",
+    )
+
+    # WHEN its process environment and command are built
+    env = environment_variables(spec, "127.0.0.1:9001", "stream", parent={"PATH": "/bin", "AWS_REGION": "eu-west-1"})
+    command = runtime_command(spec, python="/py")
+
+    # THEN Lambda's variables win, the code dirs are on PYTHONPATH, and the wrapper starts the runtime
+    assert env["TABLE"] == "t"
+    assert env["AWS_LAMBDA_FUNCTION_NAME"] == "fn"
+    assert env["AWS_LAMBDA_RUNTIME_API"] == "127.0.0.1:9001"
+    assert env["LAMBDA_TASK_ROOT"] == str(tmp_path / "code")
+    assert env["PYTHONPATH"] == f"{tmp_path / 'code'}{os.pathsep}{tmp_path / 'layer'}"
+    assert env["AWS_DEFAULT_REGION"] == env["AWS_REGION"] == "eu-west-1"
+    assert env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "512"
+    assert env["PATH"] == "/bin"
+    assert command == [str(tmp_path / "wrapper"), "/py", "-m", "streaming_runtime"]
