@@ -1,0 +1,164 @@
+"""Serve one invocation: call the handler, then stream, buffer or report what it produced.
+
+What a handler may produce:
+
+* a ``StreamingResponse`` -> streamed as an HTTP integration response (prelude, 8 NULs, body);
+* an iterator (e.g. the handler is a generator function) of ``str``/``bytes`` -> for a Function URL
+  event an HTTP 200 ``application/octet-stream`` stream, otherwise the raw bytes, streamed;
+* anything else -> for a Function URL event, a dict with ``statusCode`` becomes prelude + body;
+  otherwise the value is marshalled as the managed runtime does and posted as one buffered response.
+
+An exception before the first body byte is posted to ``/invocation/{id}/error``; after it, the stream
+ends with the error trailers. Either way the runtime goes on to the next invocation.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from awslambdaric.lambda_runtime_exception import FaultException
+
+from streaming_runtime.context import make_context
+from streaming_runtime.errors import ErrorReport
+from streaming_runtime.marshalling import (
+    HTTP_INTEGRATION_RESPONSE,
+    OCTET_STREAM,
+    buffered_result,
+    decode_event,
+    encode_chunks,
+    http_prelude,
+    http_result_from_dict,
+    is_function_url_event,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from streaming_runtime.client import RuntimeClient
+    from streaming_runtime.context import Invocation
+    from streaming_runtime.response import StreamingResponse
+
+    Handler = Callable[[object, object], object]
+
+TRACE_ID_ENV = "_X_AMZN_TRACE_ID"
+
+
+class _Buffered:
+    __slots__ = ("body", "content_type")
+
+    def __init__(self, body: bytes, content_type: str) -> None:
+        self.body = body
+        self.content_type = content_type
+
+
+class _Streamed:
+    """A stream whose first body chunk has been produced (so the handler got past its first byte)."""
+
+    __slots__ = ("content_type", "prelude", "first", "rest", "source")
+
+    def __init__(self, content_type: str, prelude: bytes, first: bytes, rest: Iterator[bytes], source: object) -> None:
+        self.content_type = content_type
+        self.prelude = prelude
+        self.first = first
+        self.rest = rest
+        self.source = source
+
+
+def handle_invocation(client: RuntimeClient, handler: Handler, invocation: Invocation) -> None:
+    """Run the handler for one invocation and deliver its result (or its error) to the Runtime API."""
+    _set_trace_id(invocation.trace_id)
+    request_id = invocation.request_id
+    try:
+        reply = _produce(handler, invocation)
+    except FaultException as fault:
+        _report_error(client, ErrorReport.from_fault(fault, request_id))
+        return
+    except Exception as exc:
+        _report_error(client, ErrorReport.from_exception(exc, request_id))
+        return
+    if isinstance(reply, _Buffered):
+        client.post_response(request_id, reply.body, reply.content_type)
+    else:
+        _stream(client, request_id, reply)
+
+
+def _report_error(client: RuntimeClient, report: ErrorReport) -> None:
+    sys.stderr.write(report.log_line())
+    client.post_error(report.request_id, report)
+
+
+def _produce(handler: Handler, invocation: Invocation) -> _Buffered | _Streamed:
+    context = make_context(invocation)
+    event = decode_event(invocation.body, invocation.content_type)
+    result = handler(event, context)
+    streaming_response = _streaming_response_type()
+    if streaming_response is not None and isinstance(result, streaming_response):
+        prelude = http_prelude(result.status_code, result.headers, result.cookies)
+        return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, result.body)
+    if isinstance(result, Iterator):
+        if is_function_url_event(event):
+            prelude = http_prelude(200, {"Content-Type": OCTET_STREAM}, ())
+            return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, result)
+        return _start_stream(OCTET_STREAM, b"", result)
+    if is_function_url_event(event) and isinstance(result, dict) and "statusCode" in result:
+        status, headers, cookies, body = http_result_from_dict(result)
+        return _start_stream(HTTP_INTEGRATION_RESPONSE, http_prelude(status, headers, cookies), [body])
+    body, content_type = buffered_result(result)
+    return _Buffered(body, content_type)
+
+
+def _streaming_response_type() -> type[StreamingResponse] | None:
+    # A handler that returns a StreamingResponse has imported it; the runtime does not need to.
+    module = sys.modules.get("streaming_runtime.response")
+    return None if module is None else module.StreamingResponse
+
+
+def _start_stream(content_type: str, prelude: bytes, body: Iterable[object]) -> _Streamed:
+    """Pull the first non-empty chunk: until it exists, a failure is still an ordinary invocation error."""
+    source = iter(body)
+    chunks = encode_chunks(source)
+    try:
+        first = next(chunks, b"")
+    except BaseException:
+        _close(source)
+        raise
+    return _Streamed(content_type, prelude, first, chunks, source)
+
+
+def _stream(client: RuntimeClient, request_id: str, reply: _Streamed) -> None:
+    body = client.begin_stream(request_id, reply.content_type)
+    trailers = None
+    try:
+        body.write(reply.prelude)
+        body.write(reply.first)
+        while True:
+            try:
+                chunk = next(reply.rest)
+            except StopIteration:
+                break
+            except Exception as exc:
+                report = ErrorReport.from_exception(exc, request_id)
+                sys.stderr.write(report.log_line())
+                trailers = report.trailers()
+                break
+            body.write(chunk)
+    finally:
+        _close(reply.source)
+    body.close(trailers)
+    client.end_stream()
+
+
+def _close(source: object) -> None:
+    close = getattr(source, "close", None)
+    if callable(close):
+        close()
+
+
+def _set_trace_id(trace_id: str | None) -> None:
+    if trace_id:
+        os.environ[TRACE_ID_ENV] = trace_id
+    else:
+        os.environ.pop(TRACE_ID_ENV, None)
