@@ -313,11 +313,14 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.ending == "throttled":
             self._send_error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
             return
+        model._stream_opened()
         try:
             self._stream(request, reply, started)
         except _ClientGone:
             self.close_connection = True
             logger.debug("local model: stream for %s ended early (client gone or server stopping)", request.model_id)
+        finally:
+            model._stream_closed()
 
     def do_GET(self) -> None:  # noqa: N802 - the base class's naming
         self._send_error(404, "UnknownOperationException", f"No route for GET {self.path}")
@@ -382,6 +385,8 @@ class LocalModelServer:
         self.delay_ms = delay_from_env() if delay_ms is None else delay_ms
         self._address = (host, port)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._open_streams = 0
         self._stopping = threading.Event()
         self._requests = 0
         self._deltas_sent = 0
@@ -414,6 +419,26 @@ class LocalModelServer:
         with self._lock:
             return tuple(self._model_ids)
 
+    @property
+    def open_streams(self) -> int:
+        """Streams being written right now."""
+        with self._lock:
+            return self._open_streams
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no stream is being written (e.g. after a client hung up); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._open_streams == 0, timeout)
+
+    def _stream_opened(self) -> None:
+        with self._lock:
+            self._open_streams += 1
+
+    def _stream_closed(self) -> None:
+        with self._idle:
+            self._open_streams -= 1
+            self._idle.notify_all()
+
     def _count_request(self, model_id: str) -> None:
         with self._lock:
             self._requests += 1
@@ -428,7 +453,9 @@ class LocalModelServer:
             raise RuntimeError("LocalModelServer is already started")
         self._stopping.clear()
         self._httpd = _HTTPServer(self._address, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="local-bedrock", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="local-bedrock", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
