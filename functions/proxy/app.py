@@ -1,0 +1,89 @@
+"""ProxyFunction: invoked asynchronously with one turn to generate (see events/proxy-generate.json).
+
+Calls Bedrock ConverseStream and writes the reply to the Kinesis token stream as ordered,
+coalesced token records; the logic lives in ``chatstream.generation``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.config import Config
+
+from chatstream.config import ProxyConfig
+from chatstream.generation import GenerateRequest, Generation
+from chatstream.kinesis import TokenStreamWriter
+from chatstream.table import ChatTable
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+
+CONFIG = ProxyConfig.from_env(os.environ)
+_session = boto3.session.Session()
+# Bedrock: a stalled model stream fails after 60 s instead of hanging until the function times out.
+BEDROCK = _session.client(
+    "bedrock-runtime", config=Config(read_timeout=60, retries={"mode": "standard", "max_attempts": 3})
+)
+# Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
+KINESIS = _session.client("kinesis", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+DYNAMODB = _session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    request = GenerateRequest.from_event(event)
+    logger.append_keys(session_id=request.session_id, turn=request.turn)
+    logger.debug("generating", extra={"message_text": request.message})
+    table = ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days)
+    writer = TokenStreamWriter(KINESIS, CONFIG.stream_name, max_attempts=CONFIG.put_max_attempts)
+    result = Generation(
+        request=request,
+        bedrock=BEDROCK,
+        writer=writer,
+        table=table,
+        model_id=CONFIG.model_id,
+        system_prompt=CONFIG.system_prompt,
+        flush_interval_ms=CONFIG.flush_interval_ms,
+        flush_max_chars=CONFIG.flush_max_chars,
+        cancel_check_interval_ms=CONFIG.cancel_check_interval_ms,
+        remaining_ms=context.get_remaining_time_in_millis,
+    ).run()
+
+    terminal = result.terminal
+    metrics.add_metric(name="Deltas", unit=MetricUnit.Count, value=result.deltas)
+    metrics.add_metric(name="RecordsWritten", unit=MetricUnit.Count, value=result.records_written)
+    metrics.add_metric(name="PutRecordsCalls", unit=MetricUnit.Count, value=result.put_calls)
+    metrics.add_metric(name="KinesisThrottleRetries", unit=MetricUnit.Count, value=result.throttle_retries)
+    if result.ttft_ms is not None:
+        metrics.add_metric(name="TimeToFirstToken", unit=MetricUnit.Milliseconds, value=result.ttft_ms)
+    if terminal.error is not None:
+        metrics.add_metric(name="GenerationErrors", unit=MetricUnit.Count, value=1)
+    logger.info(
+        "turn ended",
+        extra={
+            "type": terminal.type.value,
+            "stop_reason": terminal.stop_reason,
+            "error_code": terminal.error.code if terminal.error else None,
+            "deltas": result.deltas,
+            "records": result.records_written,
+            "ttft_ms": result.ttft_ms,
+        },
+    )
+    return {
+        "session_id": request.session_id,
+        "turn": request.turn,
+        "type": terminal.type.value,
+        "stop_reason": terminal.stop_reason,
+        "error": terminal.error.to_dict() if terminal.error else None,
+        "records": result.records_written,
+    }

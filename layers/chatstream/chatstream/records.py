@@ -1,0 +1,226 @@
+"""The token record: one JSON object per Kinesis record, the contract on the stream.
+
+Fields (ARCHITECTURE.md): ``v`` (schema version, 1), ``session_id``, ``turn`` (from 1),
+``seq`` (from 0, contiguous within a turn), ``type`` (start, delta, stop, error), ``text``
+(delta), ``stop_reason`` and ``usage`` (stop), ``error`` (error) and ``ts`` (producer time, epoch
+milliseconds). Readers order and de-duplicate by ``(session_id, turn, seq)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from chatstream.errors import InvalidRecord
+
+SCHEMA_VERSION = 1
+MAX_TURN = 999_999
+MAX_SEQ = 99_999_999
+SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class RecordType(StrEnum):
+    START = "start"
+    DELTA = "delta"
+    STOP = "stop"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    latency_ms: int | None = None
+
+    def to_dict(self) -> dict[str, int]:
+        out = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.latency_ms is not None:
+            out["latency_ms"] = self.latency_ms
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: object) -> Usage:
+        if not isinstance(raw, dict):
+            raise InvalidRecord("usage must be an object")
+        latency = raw.get("latency_ms")
+        return cls(
+            input_tokens=_non_negative_int(raw.get("input_tokens"), "usage.input_tokens"),
+            output_tokens=_non_negative_int(raw.get("output_tokens"), "usage.output_tokens"),
+            latency_ms=None if latency is None else _non_negative_int(latency, "usage.latency_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    code: str
+    message: str
+    retryable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+
+    @classmethod
+    def from_dict(cls, raw: object) -> ErrorInfo:
+        if not isinstance(raw, dict):
+            raise InvalidRecord("error must be an object")
+        retryable = raw.get("retryable")
+        if not isinstance(retryable, bool):
+            raise InvalidRecord("error.retryable must be a boolean")
+        return cls(
+            code=_non_empty_str(raw.get("code"), "error.code"),
+            message=_str(raw.get("message"), "error.message"),
+            retryable=retryable,
+        )
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    session_id: str
+    turn: int
+    seq: int
+    type: RecordType
+    ts: int
+    text: str | None = None
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    error: ErrorInfo | None = None
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.type in (RecordType.STOP, RecordType.ERROR)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.session_id, self.turn, self.seq)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": SCHEMA_VERSION,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "seq": self.seq,
+            "type": self.type.value,
+            "ts": self.ts,
+        }
+        if self.text is not None:
+            out["text"] = self.text
+        if self.stop_reason is not None:
+            out["stop_reason"] = self.stop_reason
+        if self.usage is not None:
+            out["usage"] = self.usage.to_dict()
+        if self.error is not None:
+            out["error"] = self.error.to_dict()
+        return out
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> TokenRecord:
+        """Parse and validate one record; anything off raises :class:`InvalidRecord`."""
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as err:
+            raise InvalidRecord(f"not JSON: {err}") from err
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: object) -> TokenRecord:
+        if not isinstance(raw, dict):
+            raise InvalidRecord("a token record must be a JSON object")
+        if raw.get("v") != SCHEMA_VERSION or isinstance(raw.get("v"), bool):
+            raise InvalidRecord(f"unsupported schema version {raw.get('v')!r}")
+        try:
+            kind = RecordType(str(raw.get("type")))
+        except ValueError as err:
+            raise InvalidRecord(f"unknown record type {raw.get('type')!r}") from err
+        usage = raw.get("usage")
+        error = raw.get("error")
+        text = raw.get("text")
+        stop_reason = raw.get("stop_reason")
+        return cls(
+            session_id=_str(raw.get("session_id"), "session_id"),
+            turn=_non_negative_int(raw.get("turn"), "turn"),
+            seq=_non_negative_int(raw.get("seq"), "seq"),
+            type=kind,
+            ts=_non_negative_int(raw.get("ts"), "ts"),
+            text=None if text is None else _str(text, "text"),
+            stop_reason=None if stop_reason is None else _str(stop_reason, "stop_reason"),
+            usage=None if usage is None else Usage.from_dict(usage),
+            error=None if error is None else ErrorInfo.from_dict(error),
+        )
+
+    # Constructors for the four kinds, so producers never assemble invalid combinations.
+    @classmethod
+    def start(cls, session_id: str, turn: int, ts: int) -> TokenRecord:
+        return cls(session_id, turn, 0, RecordType.START, ts)
+
+    @classmethod
+    def delta(cls, session_id: str, turn: int, seq: int, text: str, ts: int) -> TokenRecord:
+        return cls(session_id, turn, seq, RecordType.DELTA, ts, text=text)
+
+    @classmethod
+    def stop(cls, session_id: str, turn: int, seq: int, stop_reason: str, usage: Usage, ts: int) -> TokenRecord:
+        return cls(session_id, turn, seq, RecordType.STOP, ts, stop_reason=stop_reason, usage=usage)
+
+    @classmethod
+    def failure(cls, session_id: str, turn: int, seq: int, error: ErrorInfo, ts: int) -> TokenRecord:
+        return cls(session_id, turn, seq, RecordType.ERROR, ts, error=error)
+
+
+def validate_session_id(value: object) -> str:
+    if not isinstance(value, str) or not SESSION_ID_PATTERN.match(value):
+        raise InvalidRecord("session_id must be 1-128 characters of A-Z, a-z, 0-9, '_' or '-'")
+    return value
+
+
+def _validate(record: TokenRecord) -> None:
+    validate_session_id(record.session_id)
+    if not 1 <= record.turn <= MAX_TURN:
+        raise InvalidRecord(f"turn must be between 1 and {MAX_TURN}")
+    if not 0 <= record.seq <= MAX_SEQ:
+        raise InvalidRecord(f"seq must be between 0 and {MAX_SEQ}")
+    if not isinstance(record.type, RecordType):
+        raise InvalidRecord("type must be a RecordType")
+    if record.type is RecordType.START and record.seq != 0:
+        raise InvalidRecord("a start record has seq 0")
+    if record.type is not RecordType.START and record.seq == 0:
+        raise InvalidRecord("seq 0 is the start record")
+    expected = {
+        RecordType.START: set(),
+        RecordType.DELTA: {"text"},
+        RecordType.STOP: {"stop_reason", "usage"},
+        RecordType.ERROR: {"error"},
+    }[record.type]
+    present = {name for name in ("text", "stop_reason", "usage", "error") if getattr(record, name) is not None}
+    if present != expected:
+        raise InvalidRecord(
+            f"a {record.type.value} record carries {sorted(expected) or 'no payload'}, got {sorted(present)}"
+        )
+    if record.type is RecordType.DELTA and not record.text:
+        raise InvalidRecord("a delta record carries non-empty text")
+
+
+def _str(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRecord(f"{name} must be a string")
+    return value
+
+
+def _non_empty_str(value: object, name: str) -> str:
+    text = _str(value, name)
+    if not text:
+        raise InvalidRecord(f"{name} must not be empty")
+    return text
+
+
+def _non_negative_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRecord(f"{name} must be a non-negative integer")
+    return value

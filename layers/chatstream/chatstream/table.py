@@ -1,0 +1,456 @@
+"""ChatTable access layer: the only module that knows the table's keys.
+
+Single table, partition key ``pk`` and sort key ``sk`` (both strings), TTL on ``expires_at``:
+
+==========================  ==============================  =====================================
+item                        key (pk / sk)                   attributes
+==========================  ==============================  =====================================
+session                     ``S#<session_id>`` / ``SESSION``  owner, turn_count, active_turn (while a
+                                                            turn generates), active_since, created_at
+turn                        ``S#<id>`` / ``T#<turn:06d>``     user, status, cancel_requested, stop_reason,
+                                                            usage, error, assistant, max_tokens,
+                                                            temperature, created_at, updated_at
+token record                ``S#<id>`` / ``R#<turn:06d>#<seq:08d>``  record (the record's JSON), ts
+==========================  ==============================  =====================================
+
+Every read a function makes is a key lookup or a key-range Query in one partition: history is
+``begins_with(sk, "T#")``; following a turn is ``sk BETWEEN R#<turn>#<after+1> AND R#<turn>#<max>``.
+Token items are written idempotently (a redelivered record rewrites its own item). The session's
+``active_turn`` enforces one generating turn per session with conditional writes.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.records import MAX_SEQ, RecordType, TokenRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+SESSION_SK = "SESSION"
+STATUS_IN_PROGRESS = "in_progress"
+STATUS_COMPLETE = "complete"
+STATUS_CANCELLED = "cancelled"
+STATUS_ERROR = "error"
+STOP_REASON_CANCELLED = "cancelled"
+BATCH_WRITE_MAX = 25
+THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+    }
+)
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def new_session_id() -> str:
+    """128 random bits, URL-safe: session ids act as capabilities when the URL has no auth."""
+    return secrets.token_hex(16)
+
+
+def _pk(session_id: str) -> str:
+    return f"S#{session_id}"
+
+
+def _turn_sk(turn: int) -> str:
+    return f"T#{turn:06d}"
+
+
+def _record_sk(turn: int, seq: int) -> str:
+    return f"R#{turn:06d}#{seq:08d}"
+
+
+def status_for(record: TokenRecord) -> str:
+    """The turn status a terminal record leads to."""
+    if record.type is RecordType.ERROR:
+        return STATUS_ERROR
+    return STATUS_CANCELLED if record.stop_reason == STOP_REASON_CANCELLED else STATUS_COMPLETE
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    owner: str
+    turn_count: int
+    active_turn: int | None
+    active_since: int | None
+
+
+@dataclass(frozen=True)
+class Turn:
+    session_id: str
+    turn: int
+    user: str
+    status: str
+    cancel_requested: bool = False
+    stop_reason: str | None = None
+    usage: Mapping[str, int] | None = None
+    error: Mapping[str, Any] | None = None
+    assistant: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    created_at: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status != STATUS_IN_PROGRESS
+
+
+@dataclass
+class ChatTable:
+    """Typed operations on ChatTable. ``client`` is a boto3 DynamoDB client."""
+
+    client: DynamoDBClient
+    table_name: str
+    ttl_days: int = 30
+    now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    sleep: Callable[[float], None] = time.sleep
+    max_attempts: int = 6
+
+    # ----------------------------------------------------------------- sessions and turns
+
+    def create_session(self, owner: str) -> str:
+        session_id = new_session_id()
+        now = self.now_ms()
+        item = {
+            "pk": _pk(session_id),
+            "sk": SESSION_SK,
+            "owner": owner,
+            "turn_count": 0,
+            "created_at": now,
+            "expires_at": self._expires_at(now),
+        }
+        self._call(
+            self.client.put_item,
+            TableName=self.table_name,
+            Item=_ser(item),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+        return session_id
+
+    def get_session(self, session_id: str) -> Session | None:
+        raw = self._call(
+            self.client.get_item,
+            TableName=self.table_name,
+            Key=_ser({"pk": _pk(session_id), "sk": SESSION_SK}),
+            ConsistentRead=True,
+        ).get("Item")
+        if raw is None:
+            return None
+        item = _deser(raw)
+        return Session(
+            session_id=session_id,
+            owner=str(item.get("owner", "")),
+            turn_count=int(item.get("turn_count", 0)),
+            active_turn=None if item.get("active_turn") is None else int(item["active_turn"]),
+            active_since=None if item.get("active_since") is None else int(item["active_since"]),
+        )
+
+    def owned_session(self, session_id: str, owner: str) -> Session:
+        """The session, if it exists and ``owner`` owns it; :class:`SessionNotFound` otherwise."""
+        session = self.get_session(session_id)
+        if session is None or session.owner != owner:
+            raise SessionNotFound(session_id)
+        return session
+
+    def start_turn(
+        self,
+        session_id: str,
+        owner: str,
+        message: str,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stale_after_ms: int | None = None,
+        max_turns: int | None = None,
+    ) -> int:
+        """Allocate the session's next turn; one generating turn per session.
+
+        Raises :class:`SessionNotFound` (unknown or foreign session) or :class:`TurnInProgress`
+        (a turn is generating, or another request allocated one concurrently). An active turn
+        older than ``stale_after_ms`` (its generator died without a terminal record) is taken over.
+        """
+        session = self.owned_session(session_id, owner)
+        now = self.now_ms()
+        stale = (
+            session.active_turn is not None
+            and stale_after_ms is not None
+            and session.active_since is not None
+            and now - session.active_since > stale_after_ms
+        )
+        if session.active_turn is not None and not stale:
+            raise TurnInProgress(f"turn {session.active_turn} of session {session_id} is still generating")
+        if max_turns is not None and session.turn_count >= max_turns:
+            raise TurnInProgress(f"session {session_id} reached its limit of {max_turns} turns")
+        turn = session.turn_count + 1
+        condition = "turn_count = :prev AND "
+        condition += "active_turn = :stale" if stale else "attribute_not_exists(active_turn)"
+        values: dict[str, Any] = {":prev": session.turn_count, ":n": turn, ":now": now}
+        if stale:
+            values[":stale"] = session.active_turn
+        turn_item: dict[str, Any] = {
+            "pk": _pk(session_id),
+            "sk": _turn_sk(turn),
+            "turn": turn,
+            "user": message,
+            "status": STATUS_IN_PROGRESS,
+            "cancel_requested": False,
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": self._expires_at(now),
+        }
+        if max_tokens is not None:
+            turn_item["max_tokens"] = max_tokens
+        if temperature is not None:
+            turn_item["temperature"] = _decimal(temperature)
+        try:
+            self._call(
+                self.client.transact_write_items,
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": _ser({"pk": _pk(session_id), "sk": SESSION_SK}),
+                            "UpdateExpression": "SET turn_count = :n, active_turn = :n, active_since = :now",
+                            "ConditionExpression": condition,
+                            "ExpressionAttributeValues": _ser(values),
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": _ser(turn_item),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ],
+            )
+        except ClientError as err:
+            if err.response["Error"]["Code"] == "TransactionCanceledException":
+                raise TurnInProgress(f"another turn of session {session_id} was started concurrently") from err
+            raise
+        return turn
+
+    def get_turn(self, session_id: str, turn: int) -> Turn | None:
+        raw = self._call(
+            self.client.get_item,
+            TableName=self.table_name,
+            Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+            ConsistentRead=True,
+        ).get("Item")
+        return None if raw is None else _turn_from_item(session_id, _deser(raw))
+
+    def list_turns(self, session_id: str) -> list[Turn]:
+        """Every turn of the session, oldest first (one Query, paginated)."""
+        items = self._query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues=_ser({":pk": _pk(session_id), ":prefix": "T#"}),
+        )
+        return [_turn_from_item(session_id, item) for item in items]
+
+    def request_cancel(self, session_id: str, turn: int) -> None:
+        """Set the turn's cancel flag; :class:`TurnFinished` if it ended, :class:`TurnNotFound` if none."""
+        try:
+            self._call(
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+                UpdateExpression="SET cancel_requested = :yes, updated_at = :now",
+                ConditionExpression="attribute_exists(pk) AND #status = :in_progress",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues=_ser(
+                    {":yes": True, ":now": self.now_ms(), ":in_progress": STATUS_IN_PROGRESS}
+                ),
+            )
+        except ClientError as err:
+            if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            if self.get_turn(session_id, turn) is None:
+                raise TurnNotFound(f"session {session_id} has no turn {turn}") from err
+            raise TurnFinished(f"turn {turn} of session {session_id} already ended") from err
+
+    def cancel_requested(self, session_id: str, turn: int) -> bool:
+        raw = self._call(
+            self.client.get_item,
+            TableName=self.table_name,
+            Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+            ConsistentRead=True,
+            ProjectionExpression="cancel_requested",
+        ).get("Item")
+        return bool(raw and _deser(raw).get("cancel_requested"))
+
+    def complete_turn(self, record: TokenRecord, assistant: str) -> None:
+        """Record a turn's outcome from its terminal record, then free the session for the next turn.
+
+        Idempotent: a redelivered terminal record rewrites the same values.
+        """
+        if not record.is_terminal:
+            raise ValueError("complete_turn takes the turn's stop or error record")
+        fields: dict[str, Any] = {"status": status_for(record), "assistant": assistant, "updated_at": self.now_ms()}
+        if record.stop_reason is not None:
+            fields["stop_reason"] = record.stop_reason
+        if record.usage is not None:
+            fields["usage"] = record.usage.to_dict()
+        if record.error is not None:
+            fields["error"] = record.error.to_dict()
+        self._call(
+            self.client.update_item,
+            TableName=self.table_name,
+            Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
+            UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in fields),
+            ExpressionAttributeNames={f"#{name}": name for name in fields},
+            ExpressionAttributeValues=_ser({f":{name}": value for name, value in fields.items()}),
+        )
+        try:
+            self._call(
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_ser({"pk": _pk(record.session_id), "sk": SESSION_SK}),
+                UpdateExpression="REMOVE active_turn, active_since",
+                ConditionExpression="active_turn = :turn",
+                ExpressionAttributeValues=_ser({":turn": record.turn}),
+            )
+        except ClientError as err:
+            # Already freed (a redelivery), or a newer turn took over a stale one: nothing to do.
+            if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+
+    # ---------------------------------------------------------------------- token records
+
+    def put_records(self, records: Sequence[TokenRecord]) -> None:
+        """Write token items idempotently (BatchWriteItem, unprocessed items retried with backoff).
+
+        Raises :class:`Throttled` when items are still unprocessed after ``max_attempts``.
+        """
+        unique: dict[tuple[str, int, int], TokenRecord] = {record.key: record for record in records}
+        items = [self._record_item(record) for record in unique.values()]
+        for start in range(0, len(items), BATCH_WRITE_MAX):
+            self._batch_write(items[start : start + BATCH_WRITE_MAX])
+
+    def query_records(
+        self, session_id: str, turn: int, after_seq: int = -1, limit: int | None = None
+    ) -> list[TokenRecord]:
+        """The turn's token records with ``seq > after_seq``, in seq order (strongly consistent)."""
+        if after_seq >= MAX_SEQ:
+            return []
+        params: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": _ser(
+                {
+                    ":pk": _pk(session_id),
+                    ":lo": _record_sk(turn, max(after_seq + 1, 0)),
+                    ":hi": _record_sk(turn, MAX_SEQ),
+                }
+            ),
+        }
+        if limit is not None:
+            params["Limit"] = limit
+        items = self._query(single_page=limit is not None, **params)
+        return [TokenRecord.decode(str(item["record"])) for item in items]
+
+    def assemble_text(self, session_id: str, turn: int) -> str:
+        """The assistant text of a turn: its delta texts in seq order."""
+        records = self.query_records(session_id, turn)
+        return "".join(record.text or "" for record in records if record.type is RecordType.DELTA)
+
+    # -------------------------------------------------------------------------- internals
+
+    def _record_item(self, record: TokenRecord) -> dict[str, Any]:
+        return _ser(
+            {
+                "pk": _pk(record.session_id),
+                "sk": _record_sk(record.turn, record.seq),
+                "record": record.encode().decode("utf-8"),
+                "ts": record.ts,
+                "expires_at": self._expires_at(record.ts),
+            }
+        )
+
+    def _batch_write(self, items: list[dict[str, Any]]) -> None:
+        pending: list[Any] = [{"PutRequest": {"Item": item}} for item in items]
+        for attempt in range(self.max_attempts):
+            response = self._call(self.client.batch_write_item, RequestItems={self.table_name: pending})
+            pending = list(response.get("UnprocessedItems", {}).get(self.table_name, []))
+            if not pending:
+                return
+            self.sleep(_backoff(attempt))
+        raise Throttled(f"{len(pending)} token items still unprocessed after {self.max_attempts} attempts")
+
+    def _query(self, single_page: bool = False, **params: Any) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True, **params}
+        while True:
+            page = self._call(self.client.query, **kwargs)
+            for raw in page.get("Items", []):
+                yield _deser(raw)
+            last = page.get("LastEvaluatedKey")
+            if single_page or not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+
+    def _call(self, method: Callable[..., Any], **kwargs: Any) -> Any:
+        """Call DynamoDB, translating throttling and transient errors into :class:`Throttled`."""
+        try:
+            return method(**kwargs)
+        except ClientError as err:
+            if err.response["Error"]["Code"] in THROTTLE_CODES:
+                raise Throttled(f"DynamoDB {err.response['Error']['Code']}") from err
+            raise
+
+    def _expires_at(self, now_ms: int) -> int:
+        return now_ms // 1000 + self.ttl_days * 86_400
+
+
+def _backoff(attempt: int, base: float = 0.05, cap: float = 2.0) -> float:
+    """Full-jitter exponential backoff (seconds)."""
+    return random.uniform(0, min(cap, base * 2**attempt))
+
+
+def _decimal(value: float) -> Any:
+    from decimal import Decimal
+
+    return Decimal(str(value))
+
+
+def _ser(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _serializer.serialize(value) for key, value in item.items()}
+
+
+def _deser(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _deserializer.deserialize(value) for key, value in raw.items()}
+
+
+def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
+    usage = item.get("usage")
+    temperature = item.get("temperature")
+    max_tokens = item.get("max_tokens")
+    return Turn(
+        session_id=session_id,
+        turn=int(item["turn"]),
+        user=str(item.get("user", "")),
+        status=str(item.get("status", STATUS_IN_PROGRESS)),
+        cancel_requested=bool(item.get("cancel_requested", False)),
+        stop_reason=item.get("stop_reason"),
+        usage=None if usage is None else {key: int(value) for key, value in usage.items()},
+        error=item.get("error"),
+        assistant=item.get("assistant"),
+        max_tokens=None if max_tokens is None else int(max_tokens),
+        temperature=None if temperature is None else float(temperature),
+        created_at=int(item.get("created_at", 0)),
+    )

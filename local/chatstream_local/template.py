@@ -1,0 +1,190 @@
+"""template.yaml as the single source of configuration for the local stack and the tests.
+
+Reads the SAM template (with its short-form intrinsics), resolves the intrinsics the local
+stack needs (``Ref``, ``Fn::Sub``, ``Fn::GetAtt``, ``Fn::If``/``Fn::Equals``, ``Fn::Join``) against
+parameter defaults (or overrides) and local physical names, and exposes what other modules need:
+resource properties, each function's merged Globals + own settings, and the event source
+mapping settings. Nothing here repeats a value that the template holds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from samtranslator.yaml_helper import yaml_parse
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = REPO_ROOT / "template.yaml"
+ACCOUNT_ID = "123456789012"
+_SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
+
+
+class TemplateError(ValueError):
+    """The template lacks something the local stack needs, or uses an intrinsic it cannot resolve."""
+
+
+@dataclass
+class Template:
+    """A parsed template with a resolver for one local deployment (region, names, parameters)."""
+
+    raw: dict[str, Any]
+    region: str = "us-east-1"
+    stack_name: str = "chatstream-local"
+    parameter_overrides: dict[str, str] = field(default_factory=dict)
+    physical_names: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path = TEMPLATE_PATH, **kwargs: Any) -> Template:
+        return cls(raw=yaml_parse(path.read_text(encoding="utf-8")), **kwargs)
+
+    # ---------------------------------------------------------------------------- lookups
+
+    def resource(self, logical_id: str) -> dict[str, Any]:
+        try:
+            resource: dict[str, Any] = self.raw["Resources"][logical_id]
+        except KeyError as err:
+            raise TemplateError(f"template.yaml has no resource {logical_id}") from err
+        return resource
+
+    def properties(self, logical_id: str) -> dict[str, Any]:
+        """The resource's properties with every intrinsic resolved."""
+        resolved = self.resolve(self.resource(logical_id).get("Properties", {}))
+        assert isinstance(resolved, dict)
+        return resolved
+
+    def resources_of_type(self, resource_type: str) -> list[str]:
+        return [name for name, res in self.raw["Resources"].items() if res.get("Type") == resource_type]
+
+    def parameter(self, name: str) -> str:
+        if name in self.parameter_overrides:
+            return self.parameter_overrides[name]
+        try:
+            return str(self.raw["Parameters"][name]["Default"])
+        except KeyError as err:
+            raise TemplateError(f"parameter {name} has no default and no override") from err
+
+    def physical_name(self, logical_id: str) -> str:
+        """The local name of a resource (what ``Ref`` gives): overridable, else stack-logicalid."""
+        return self.physical_names.get(logical_id, f"{self.stack_name}-{logical_id}")
+
+    def arn(self, logical_id: str) -> str:
+        kind = self.resource(logical_id)["Type"]
+        name = self.physical_name(logical_id)
+        service = {
+            "AWS::Kinesis::Stream": f"arn:aws:kinesis:{self.region}:{ACCOUNT_ID}:stream/{name}",
+            "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{self.region}:{ACCOUNT_ID}:table/{name}",
+            "AWS::SQS::Queue": f"arn:aws:sqs:{self.region}:{ACCOUNT_ID}:{name}",
+            "AWS::Serverless::Function": f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{name}",
+            "AWS::SNS::Topic": f"arn:aws:sns:{self.region}:{ACCOUNT_ID}:{name}",
+        }.get(kind)
+        if service is None:
+            return f"arn:aws:local:{self.region}:{ACCOUNT_ID}:{name}"
+        return service
+
+    def function_settings(self, logical_id: str) -> dict[str, Any]:
+        """A function's properties merged over ``Globals.Function`` (Environment merged by variable)."""
+        merged: dict[str, Any] = dict(self.resolve(self.raw.get("Globals", {}).get("Function", {})))
+        own = self.properties(logical_id)
+        env = dict(merged.get("Environment", {}).get("Variables", {}))
+        env.update(own.get("Environment", {}).get("Variables", {}))
+        merged.update(own)
+        merged["Environment"] = {"Variables": {key: str(value) for key, value in env.items()}}
+        return merged
+
+    # ------------------------------------------------------------------------- intrinsics
+
+    def resolve(self, node: Any) -> Any:
+        if isinstance(node, list):
+            return [value for value in (self.resolve(item) for item in node) if value is not _NO_VALUE]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            ((key, arg),) = node.items()
+            handler = _INTRINSICS.get(key)
+            if handler is not None:
+                return handler(self, arg)
+        out = {}
+        for key, value in node.items():
+            resolved = self.resolve(value)
+            if resolved is not _NO_VALUE:
+                out[key] = resolved
+        return out
+
+    def _ref(self, name: str) -> Any:
+        pseudo = {
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::Partition": "aws",
+            "AWS::StackName": self.stack_name,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        if name == "AWS::NoValue":
+            return _NO_VALUE
+        if name in pseudo:
+            return pseudo[name]
+        if name in self.raw.get("Parameters", {}):
+            return self.parameter(name)
+        if name in self.raw.get("Resources", {}):
+            kind = self.raw["Resources"][name]["Type"]
+            if kind == "AWS::SQS::Queue":
+                return f"http://sqs.{self.region}.localhost/{ACCOUNT_ID}/{self.physical_name(name)}"
+            if kind == "AWS::SNS::Topic":
+                return self.arn(name)
+            return self.physical_name(name)
+        raise TemplateError(f"cannot resolve Ref {name}")
+
+    def _get_att(self, arg: Any) -> str:
+        logical_id, attribute = arg.split(".", 1) if isinstance(arg, str) else arg
+        if attribute == "Arn":
+            return self.arn(logical_id)
+        if attribute == "QueueName":
+            return self.physical_name(logical_id)
+        raise TemplateError(f"cannot resolve Fn::GetAtt {logical_id}.{attribute}")
+
+    def _sub(self, arg: Any) -> str:
+        text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], self.resolve(arg[1]))
+
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in variables:
+                return str(variables[name])
+            if "." in name:
+                return self._get_att(name)
+            return str(self._ref(name))
+
+        return _SUB_VARIABLE.sub(replace, text)
+
+    def condition(self, name: str) -> bool:
+        try:
+            return bool(self.resolve(self.raw["Conditions"][name]))
+        except KeyError as err:
+            raise TemplateError(f"template.yaml has no condition {name}") from err
+
+    def _if(self, arg: Any) -> Any:
+        name, if_true, if_false = arg
+        return self.resolve(if_true if self.condition(name) else if_false)
+
+
+class _NoValue:
+    def __repr__(self) -> str:
+        return "AWS::NoValue"
+
+
+_NO_VALUE = _NoValue()
+
+_INTRINSICS: dict[str, Any] = {
+    "Ref": Template._ref,
+    "Fn::GetAtt": Template._get_att,
+    "Fn::Sub": Template._sub,
+    "Fn::If": Template._if,
+    "Fn::Equals": lambda self, arg: str(self.resolve(arg[0])) == str(self.resolve(arg[1])),
+    "Fn::Not": lambda self, arg: not self.resolve(arg[0]),
+    "Fn::And": lambda self, arg: all(self.resolve(item) for item in arg),
+    "Fn::Or": lambda self, arg: any(self.resolve(item) for item in arg),
+    "Condition": lambda self, arg: self.condition(arg),
+    "Fn::Join": lambda self, arg: str(arg[0]).join(str(item) for item in self.resolve(arg[1])),
+    "Fn::Select": lambda self, arg: self.resolve(arg[1])[int(self.resolve(arg[0]))],
+}

@@ -1,0 +1,74 @@
+"""Fixtures shared by every test tier."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from chatstream.table import ChatTable
+from chatstream_local.resources import create_queue, create_stream, create_table
+from chatstream_local.template import Template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_kinesis import KinesisClient
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and a region, so nothing can reach a real account."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def template() -> Template:
+    return Template.load(region=REGION)
+
+
+@pytest.fixture
+def moto(aws_env: None) -> Iterator[None]:
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def dynamodb(moto: None) -> DynamoDBClient:
+    return boto3.client("dynamodb", region_name=REGION)
+
+
+@pytest.fixture
+def kinesis(moto: None) -> KinesisClient:
+    return boto3.client("kinesis", region_name=REGION)
+
+
+@pytest.fixture
+def table_name(dynamodb: DynamoDBClient, template: Template) -> str:
+    return create_table(dynamodb, template)
+
+
+@pytest.fixture
+def stream_name(kinesis: KinesisClient, template: Template) -> str:
+    return create_stream(kinesis, template)
+
+
+@pytest.fixture
+def chat_table(dynamodb: DynamoDBClient, table_name: str) -> ChatTable:
+    return ChatTable(dynamodb, table_name, sleep=lambda _: None)
+
+
+@pytest.fixture
+def queue_url(moto: None, template: Template) -> str:
+    return create_queue(boto3.client("sqs", region_name=REGION), template, "ProxyFailureQueue")

@@ -1,0 +1,135 @@
+"""ChatTable access layer against moto's DynamoDB, with the table built from template.yaml."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+
+from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.records import ErrorInfo, TokenRecord, Usage
+
+if TYPE_CHECKING:
+    from chatstream.table import ChatTable
+
+OWNER = "caller-a"
+
+
+def _turn_records(session_id: str, turn: int, words: list[str], reason: str = "end_turn") -> list[TokenRecord]:
+    records = [TokenRecord.start(session_id, turn, 1)]
+    records += [TokenRecord.delta(session_id, turn, i + 1, word, 2) for i, word in enumerate(words)]
+    records.append(TokenRecord.stop(session_id, turn, len(words) + 1, reason, Usage(1, len(words)), 3))
+    return records
+
+
+def test_session_ids_are_unguessable(chat_table: ChatTable) -> None:
+    # WHEN two sessions are created
+    first, second = chat_table.create_session(OWNER), chat_table.create_session(OWNER)
+    # THEN each id carries 128 random bits (32 hex digits) and they differ
+    assert len(first) == len(second) == 32 and first != second
+    int(first, 16)
+
+
+def test_start_turn_allocates_consecutive_turns_one_at_a_time(chat_table: ChatTable) -> None:
+    # GIVEN a session with a turn in progress
+    session_id = chat_table.create_session(OWNER)
+    assert chat_table.start_turn(session_id, OWNER, "hello") == 1
+    # WHEN another turn is requested before the first ends THEN it is refused
+    with pytest.raises(TurnInProgress):
+        chat_table.start_turn(session_id, OWNER, "again")
+    # WHEN the first turn ends THEN the next turn is 2
+    records = _turn_records(session_id, 1, ["Hi", " there"])
+    chat_table.put_records(records)
+    chat_table.complete_turn(records[-1], chat_table.assemble_text(session_id, 1))
+    assert chat_table.start_turn(session_id, OWNER, "next") == 2
+
+
+def test_concurrent_turn_starts_yield_exactly_one_turn(chat_table: ChatTable) -> None:
+    # GIVEN a fresh session WHEN eight requests race to start a turn
+    session_id = chat_table.create_session(OWNER)
+    outcomes: list[object] = []
+
+    def start() -> None:
+        try:
+            outcomes.append(chat_table.start_turn(session_id, OWNER, "race"))
+        except TurnInProgress as err:
+            outcomes.append(err)
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN exactly one got turn 1 and the others were told a turn is in progress
+    assert outcomes.count(1) == 1
+    assert sum(isinstance(outcome, TurnInProgress) for outcome in outcomes) == 7
+
+
+def test_foreign_or_unknown_session_is_not_found(chat_table: ChatTable) -> None:
+    session_id = chat_table.create_session(OWNER)
+    with pytest.raises(SessionNotFound):
+        chat_table.start_turn(session_id, "caller-b", "mine now?")
+    with pytest.raises(SessionNotFound):
+        chat_table.start_turn("0" * 32, OWNER, "hello")
+
+
+def test_a_stale_active_turn_is_taken_over(chat_table: ChatTable) -> None:
+    # GIVEN a turn whose generator died without a terminal record
+    clock = [1_000_000]
+    chat_table.now_ms = lambda: clock[0]
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "lost")
+    # WHEN a new turn is requested after the staleness bound THEN it is allocated
+    clock[0] += 61_000
+    assert chat_table.start_turn(session_id, OWNER, "retry", stale_after_ms=60_000) == 2
+
+
+def test_records_are_idempotent_and_queried_in_seq_order(chat_table: ChatTable) -> None:
+    # GIVEN a turn's records written out of order, with duplicates (redelivery)
+    session_id = chat_table.create_session(OWNER)
+    records = _turn_records(session_id, 1, ["a", "b", "c"])
+    chat_table.put_records([records[3], records[1], records[1]])
+    chat_table.put_records([records[0], records[2], records[4], records[3]])
+    # THEN each record is stored once, in seq order, and the text assembles exactly
+    assert [r.seq for r in chat_table.query_records(session_id, 1)] == [0, 1, 2, 3, 4]
+    assert [r.seq for r in chat_table.query_records(session_id, 1, after_seq=2)] == [3, 4]
+    assert chat_table.assemble_text(session_id, 1) == "abc"
+
+
+def test_more_than_one_batch_of_records(chat_table: ChatTable) -> None:
+    session_id = chat_table.create_session(OWNER)
+    records = _turn_records(session_id, 1, [f" w{i}" for i in range(120)])
+    chat_table.put_records(records)
+    assert len(chat_table.query_records(session_id, 1)) == 122
+    assert chat_table.query_records(session_id, 2) == []
+
+
+def test_cancel_flag_and_finished_turns(chat_table: ChatTable) -> None:
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    assert chat_table.cancel_requested(session_id, 1) is False
+    chat_table.request_cancel(session_id, 1)
+    assert chat_table.cancel_requested(session_id, 1) is True
+    stop = TokenRecord.stop(session_id, 1, 1, "cancelled", Usage(1, 0), 5)
+    chat_table.complete_turn(stop, "")
+    with pytest.raises(TurnFinished):
+        chat_table.request_cancel(session_id, 1)
+    with pytest.raises(TurnNotFound):
+        chat_table.request_cancel(session_id, 7)
+
+
+def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "one", max_tokens=10, temperature=0.5)
+    chat_table.complete_turn(TokenRecord.stop(session_id, 1, 2, "end_turn", Usage(1, 1), 5), "Yes")
+    chat_table.start_turn(session_id, OWNER, "two")
+    chat_table.complete_turn(TokenRecord.failure(session_id, 2, 1, ErrorInfo("throttled", "slow down", True), 6), "")
+    turns = chat_table.list_turns(session_id)
+    assert [(t.turn, t.user, t.status, t.assistant) for t in turns] == [
+        (1, "one", "complete", "Yes"),
+        (2, "two", "error", ""),
+    ]
+    assert turns[0].usage == {"input_tokens": 1, "output_tokens": 1}
+    assert turns[0].max_tokens == 10 and turns[0].temperature == 0.5
+    assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
