@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_bedrock_runtime import BedrockRuntimeClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_env")]  # fake credentials, no profile
 
 LOCAL_DIR = Path(__file__).resolve().parents[2] / "local"
 MODEL_ID = "anthropic.claude-3-5-haiku-20241022-v1:0"
