@@ -1,0 +1,248 @@
+"""The local Lambda Invoke API: ``POST /2015-03-31/functions/{name}/invocations`` on 127.0.0.1.
+
+boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS_ENDPOINT_URL_LAMBDA``):
+
+- ``RequestResponse`` → 200 with the function's payload (``X-Amz-Executed-Version``; on a function error
+  ``X-Amz-Function-Error: Unhandled`` and the error document as the payload);
+- ``Event`` → 202 at once; the invocation runs in the background, queued as Lambda's asynchronous
+  invocations are, retried up to the function's ``max_retry_attempts`` (0 in the template: a generation is
+  never run twice), and an invocation that still fails goes to ``on_failure(name, payload, error)``, the
+  on-failure destination;
+- ``DryRun`` → 204;
+- an unknown function → 404 ``ResourceNotFoundException``; a payload over the quota → 413
+  ``RequestTooLargeException``; bad input → 400 ``InvalidRequestContentException``.
+
+The function name may be a name, a name with a qualifier, or a full or partial ARN.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from chatstream_local.runtime_api import FunctionError, LocalLambdaError, UnknownFunction
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from chatstream_local.runtime_api import LocalLambda
+
+    OnFailure = Callable[[str, bytes, FunctionError], None]
+
+INVOKE_PREFIX = "/2015-03-31/functions/"
+SYNC_PAYLOAD_LIMIT = 6_291_456  # bytes: "Request must be smaller than 6291456 bytes for the InvokeFunction operation"
+ASYNC_PAYLOAD_LIMIT = 1_048_576  # bytes: the asynchronous invocation payload quota (1 MB)
+_DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized body is read and dropped up to this size
+
+
+def function_name_from(identifier: str) -> str:
+    """The bare function name of ``name``, ``name:qualifier``, ``account:function:name`` or a full ARN."""
+    if ":function:" in identifier:
+        identifier = identifier.split(":function:", 1)[1]
+    return identifier.split(":", 1)[0]
+
+
+class InvokeEndpoint:
+    """The Invoke API for the functions of a :class:`LocalLambda`, on ``127.0.0.1:<port>`` (0: a free port)."""
+
+    def __init__(
+        self,
+        local: LocalLambda,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_failure: OnFailure | None = None,
+        retry_delay_s: float = 1.0,
+        max_async_workers: int = 16,
+    ) -> None:
+        self.local = local
+        self.on_failure = on_failure
+        self.retry_delay_s = retry_delay_s
+        self._server = _InvokeServer((host, port), _InvokeHandler, self)
+        self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._pending = 0
+        self._idle = threading.Condition()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> InvokeEndpoint:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.serve_forever, name="invoke-endpoint", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and drop queued Event invocations (those running end with the local Lambda)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> InvokeEndpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every accepted Event invocation has finished (retries and on_failure included)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    # -- asynchronous invocations ---------------------------------------------------------------------
+    def submit_event(self, name: str, payload: bytes) -> None:
+        with self._idle:
+            self._pending += 1
+        try:
+            self._executor.submit(self._run_event, name, payload)
+        except RuntimeError:  # the executor is shut down
+            self._done_event()
+
+    def _done_event(self) -> None:
+        with self._idle:
+            self._pending -= 1
+            self._idle.notify_all()
+
+    def _run_event(self, name: str, payload: bytes) -> None:
+        try:
+            attempts = 1 + max(self.local.spec(name).max_retry_attempts, 0)
+            error: FunctionError | None = None
+            for attempt in range(attempts):
+                if attempt and self._stopping.wait(self.retry_delay_s * attempt):
+                    return
+                try:
+                    result = self.local.invoke(name, payload)
+                except LocalLambdaError as err:
+                    error = FunctionError.synthetic("ServiceException", str(err))
+                    break
+                if result.function_error is None:
+                    return
+                error = FunctionError(result.error_type or "Unhandled", result.payload)
+            if error is not None and self.on_failure is not None and not self._stopping.is_set():
+                self.on_failure(name, payload, error)
+        finally:
+            self._done_event()
+
+
+class _InvokeServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], endpoint: InvokeEndpoint
+    ) -> None:
+        self.endpoint = endpoint
+        super().__init__(address, handler)
+
+
+class _InvokeHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _InvokeServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        return
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _api_error(self, status: int, code: str, message: str) -> None:
+        body = json.dumps({"Type": "User", "message": message}).encode()
+        self._send(status, body, {"x-amzn-ErrorType": code, "x-amzn-RequestId": str(uuid.uuid4())})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        path = urlsplit(self.path).path
+        if not (path.startswith(INVOKE_PREFIX) and path.endswith("/invocations")):
+            self._discard_body()
+            self._api_error(404, "UnknownOperationException", f"no operation at POST {path}")
+            return
+        identifier = unquote(path[len(INVOKE_PREFIX) : -len("/invocations")])
+        endpoint = self.server.endpoint
+        invocation_type = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
+        limit = ASYNC_PAYLOAD_LIMIT if invocation_type == "Event" else SYNC_PAYLOAD_LIMIT
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > limit:
+            self._discard_body()  # read it, so the client sees the answer rather than a reset
+            self.close_connection = True
+            self._api_error(
+                413,
+                "RequestTooLargeException",
+                f"Request must be smaller than {limit} bytes for the InvokeFunction operation",
+            )
+            return
+        payload = self.rfile.read(length) if length else b""
+        try:
+            spec = endpoint.local.spec(function_name_from(identifier))
+        except UnknownFunction:
+            self._api_error(404, "ResourceNotFoundException", f"Function not found: {identifier}")
+            return
+        if payload and not _is_json(payload):
+            self._api_error(400, "InvalidRequestContentException", "Could not parse request body into json")
+            return
+        payload = payload or b"{}"
+        if invocation_type == "DryRun":
+            self._send(204, b"", {"x-amzn-RequestId": str(uuid.uuid4())})
+        elif invocation_type == "Event":
+            endpoint.submit_event(spec.name, payload)
+            self._send(202, b"", {"x-amzn-RequestId": str(uuid.uuid4())})
+        elif invocation_type == "RequestResponse":
+            self._request_response(spec.name, payload)
+        else:
+            self._api_error(400, "InvalidParameterValueException", f"Unknown invocation type {invocation_type}")
+
+    def _request_response(self, name: str, payload: bytes) -> None:
+        client_context = None
+        encoded = self.headers.get("X-Amz-Client-Context")
+        if encoded:
+            try:
+                client_context = base64.b64decode(encoded, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                self._api_error(400, "InvalidRequestContentException", "Client context must be base64 JSON")
+                return
+        try:
+            result = self.server.endpoint.local.invoke(name, payload, client_context=client_context)
+        except LocalLambdaError as err:
+            self._api_error(500, "ServiceException", str(err))
+            return
+        headers = {"X-Amz-Executed-Version": result.executed_version, "x-amzn-RequestId": result.request_id}
+        if result.function_error is not None:
+            headers["X-Amz-Function-Error"] = result.function_error
+        self._send(200, result.payload, headers)
+
+    def _discard_body(self) -> None:
+        remaining = min(int(self.headers.get("Content-Length") or 0), _DISCARD_LIMIT)
+        with contextlib.suppress(OSError):
+            while remaining > 0:
+                data = self.rfile.read(min(remaining, 65536))
+                if not data:
+                    return
+                remaining -= len(data)
+
+
+def _is_json(payload: bytes) -> bool:
+    try:
+        json.loads(payload)
+    except ValueError:
+        return False
+    return True

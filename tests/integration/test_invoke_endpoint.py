@@ -1,0 +1,199 @@
+"""The local Lambda Invoke API, driven by boto3's own lambda client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from chatstream_local.functions import function_arn
+from chatstream_local.invoke import InvokeEndpoint, function_name_from
+from chatstream_local.runtime_api import FunctionError, LocalLambda
+from tests.fixtures.local_handlers.specs import buffered, wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+SPECS = [
+    buffered("echo", "echo"),
+    buffered("fail", "fail"),
+    buffered("hold", "hold"),
+    buffered("count", "count"),
+    buffered("count-retried", "count", max_retry_attempts=2),
+]
+
+
+class FailureRecorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bytes, FunctionError]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, payload: bytes, error: FunctionError) -> None:
+        with self._lock:
+            self.calls.append((name, payload, error))
+
+
+@pytest.fixture
+def failures() -> FailureRecorder:
+    return FailureRecorder()
+
+
+@pytest.fixture
+def endpoint(failures: FailureRecorder) -> Iterator[InvokeEndpoint]:
+    with LocalLambda(SPECS) as local, InvokeEndpoint(local, on_failure=failures, retry_delay_s=0.0) as running:
+        yield running
+
+
+@pytest.fixture
+def client(endpoint: InvokeEndpoint, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    config = Config(retries={"max_attempts": 1}, read_timeout=30)
+    return boto3.client("lambda", endpoint_url=endpoint.url, region_name="us-east-1", config=config)
+
+
+def test_request_response_returns_the_functions_payload(client: Any) -> None:
+    # WHEN boto3 invokes a function synchronously
+    response = client.invoke(FunctionName="echo", InvocationType="RequestResponse", Payload=b'{"n": 1}')
+
+    # THEN it gets the handler's result, as from Lambda
+    assert response["StatusCode"] == 200
+    assert response["ExecutedVersion"] == "$LATEST"
+    assert "FunctionError" not in response
+    assert json.loads(response["Payload"].read())["event"] == {"n": 1}
+
+
+def test_a_function_error_comes_back_as_unhandled_with_the_error_document(client: Any) -> None:
+    # WHEN the handler raises
+    response = client.invoke(FunctionName="fail", Payload=b"{}")
+
+    # THEN boto3 sees FunctionError Unhandled and the error document as the payload
+    assert response["StatusCode"] == 200
+    assert response["FunctionError"] == "Unhandled"
+    document = json.loads(response["Payload"].read())
+    assert document["errorType"] == "ValueError"
+    assert document["errorMessage"] == "the handler failed on purpose"
+
+
+def test_an_event_invocation_is_accepted_before_the_function_runs(
+    client: Any, endpoint: InvokeEndpoint, tmp_path: Path
+) -> None:
+    # WHEN boto3 invokes asynchronously a function that holds until released
+    response = client.invoke(
+        FunctionName="hold", InvocationType="Event", Payload=json.dumps({"dir": str(tmp_path)}).encode()
+    )
+
+    # THEN the invoke returns 202 while the function has not finished (it cannot: it is not released yet)
+    assert response["StatusCode"] == 202
+    assert response["Payload"].read() == b""
+
+    # AND the function runs in the background
+    wait_until(lambda: any(tmp_path.glob("started-*")), what="the Event invocation to start")
+    (tmp_path / "release").touch()
+    assert endpoint.wait_idle(timeout=20)
+
+
+def test_a_failed_event_invocation_is_not_retried_and_goes_to_on_failure(
+    client: Any, endpoint: InvokeEndpoint, failures: FailureRecorder, tmp_path: Path
+) -> None:
+    # GIVEN a function with the template's MaximumRetryAttempts 0
+    out = tmp_path / "runs.jsonl"
+    payload = json.dumps({"out": str(out), "fail": True}).encode()
+
+    # WHEN an Event invocation of it fails
+    client.invoke(FunctionName="count", InvocationType="Event", Payload=payload)
+    assert endpoint.wait_idle(timeout=20)
+
+    # THEN it ran once, and the on-failure destination got the event and the error
+    assert len(out.read_text().splitlines()) == 1
+    assert len(failures.calls) == 1
+    name, failed_payload, error = failures.calls[0]
+    assert (name, failed_payload) == ("count", payload)
+    assert error.error_type == "RuntimeError"
+
+
+def test_an_event_invocation_is_retried_up_to_max_retry_attempts(
+    client: Any, endpoint: InvokeEndpoint, failures: FailureRecorder, tmp_path: Path
+) -> None:
+    # GIVEN a function configured with two retries
+    out = tmp_path / "runs.jsonl"
+
+    # WHEN an Event invocation keeps failing
+    client.invoke(
+        FunctionName="count-retried", InvocationType="Event", Payload=json.dumps({"out": str(out), "fail": True})
+    )
+    assert endpoint.wait_idle(timeout=20)
+
+    # THEN it ran three times, then went to on_failure once
+    assert len(out.read_text().splitlines()) == 3
+    assert [call[0] for call in failures.calls] == ["count-retried"]
+
+
+def test_a_successful_event_invocation_does_not_reach_on_failure(
+    client: Any, endpoint: InvokeEndpoint, failures: FailureRecorder, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs.jsonl"
+    client.invoke(FunctionName="count", InvocationType="Event", Payload=json.dumps({"out": str(out)}))
+    assert endpoint.wait_idle(timeout=20)
+    assert json.loads(out.read_text()) == {"out": str(out)}
+    assert failures.calls == []
+
+
+def test_an_unknown_function_raises_resource_not_found(client: Any) -> None:
+    # WHEN boto3 invokes a function that does not exist
+    # THEN it raises the modelled ResourceNotFoundException
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.invoke(FunctionName="missing", Payload=b"{}")
+
+
+def test_a_function_arn_is_accepted_as_the_name(client: Any) -> None:
+    response = client.invoke(FunctionName=function_arn("echo"), Payload=b'{"by": "arn"}')
+    assert json.loads(response["Payload"].read())["event"] == {"by": "arn"}
+
+
+def test_dry_run_checks_the_function_without_running_it(client: Any) -> None:
+    assert client.invoke(FunctionName="echo", InvocationType="DryRun")["StatusCode"] == 204
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.invoke(FunctionName="missing", InvocationType="DryRun")
+
+
+def test_a_payload_over_the_quota_is_refused(client: Any) -> None:
+    with pytest.raises(client.exceptions.RequestTooLargeException):
+        client.invoke(FunctionName="echo", Payload=json.dumps("x" * 6_300_000))
+
+
+def test_the_standard_endpoint_variable_points_boto3_here(
+    endpoint: InvokeEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN only the standard botocore variable, as the relay's code will see it
+    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint.url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+    # WHEN a plain client invokes
+    client = boto3.client("lambda", region_name="us-east-1")
+    response = client.invoke(FunctionName="echo", Payload=b'{"via": "env"}')
+
+    # THEN it reached the local endpoint
+    assert json.loads(response["Payload"].read())["event"] == {"via": "env"}
+
+
+@pytest.mark.parametrize(
+    ("identifier", "name"),
+    [
+        ("proxy", "proxy"),
+        ("proxy:$LATEST", "proxy"),
+        ("123456789012:function:proxy", "proxy"),
+        ("arn:aws:lambda:us-east-1:123456789012:function:proxy:live", "proxy"),
+    ],
+)
+def test_function_name_forms(identifier: str, name: str) -> None:
+    assert function_name_from(identifier) == name
