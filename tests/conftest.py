@@ -40,7 +40,8 @@ def template() -> Template:
 
 @pytest.fixture
 def moto(aws_env: None) -> Iterator[None]:
-    with mock_aws():
+    """moto in-process; Bedrock passes through, to the local model over loopback."""
+    with mock_aws(config={"core": {"passthrough": {"services": ["bedrock-runtime"]}}}):
         yield
 
 

@@ -57,7 +57,7 @@ def create_stream(
 def create_queue(client: SQSClient, template: Template, logical_id: str) -> str:
     """Create the queue; returns its URL."""
     props = template.properties(logical_id)
-    attributes = {
+    attributes: dict[Any, str] = {
         key: str(props[key]).lower() if isinstance(props[key], bool) else str(props[key])
         for key in ("MessageRetentionPeriod", "VisibilityTimeout", "SqsManagedSseEnabled")
         if key in props

@@ -199,7 +199,13 @@ class Generation:
         writer.join()
         via_table = False
         if self._result_terminal is None:
-            via_table = self._end_through_table(terminal)
+            # The writer gave up (Kinesis refused a record): whatever the model said, the reply on
+            # the stream is incomplete, so the turn ends in error.
+            error = ErrorInfo("write_failed", "the reply could not be written to the token stream", True)
+            req = self.request
+            via_table = self._end_through_table(
+                lambda seq: TokenRecord.failure(req.session_id, req.turn, seq, error, self.now_ms())
+            )
         assert self._result_terminal is not None
         ttft = None if self._first_delta_at is None else int((self._first_delta_at - self._started_at) * 1000)
         return GenerationResult(
@@ -234,8 +240,6 @@ class Generation:
         finally:
             if self._stream is not None:
                 self._stream.close()
-        if self._write_failed is not None:
-            outcome.failure = ErrorInfo("write_failed", "the reply could not be written to the token stream", True)
         return outcome
 
     def _on_event(self, event: Mapping[str, Any], outcome: _Outcome) -> None:

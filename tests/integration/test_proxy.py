@@ -1,0 +1,340 @@
+"""The proxy's core against the local model (real event-stream parsing) and Kinesis/DynamoDB in moto."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from chatstream.generation import GenerateRequest, Generation, build_messages
+from chatstream.kinesis import TokenStreamWriter
+from chatstream.records import RecordType, TokenRecord, Usage
+from chatstream_local.bedrock import LocalModelServer, plan_reply
+from tests.support import load_event, load_function
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_kinesis import KinesisClient
+
+    from chatstream.table import ChatTable
+
+OWNER = "owner"
+
+
+@pytest.fixture
+def local_model() -> Iterator[LocalModelServer]:
+    with LocalModelServer(delay_ms=0) as server:
+        yield server
+
+
+@pytest.fixture
+def bedrock(moto: None, local_model: LocalModelServer) -> Any:
+    return boto3.client(
+        "bedrock-runtime",
+        endpoint_url=local_model.url,
+        region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+
+
+def read_stream(kinesis: KinesisClient, stream_name: str) -> list[TokenRecord]:
+    """Every record on the stream, in shard order."""
+    shard_id = kinesis.list_shards(StreamName=stream_name)["Shards"][0]["ShardId"]
+    iterator = kinesis.get_shard_iterator(StreamName=stream_name, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    records: list[TokenRecord] = []
+    while True:
+        page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+        records += [TokenRecord.decode(item["Data"]) for item in page["Records"]]
+        if not page["Records"]:
+            return records
+        iterator = page["NextShardIterator"]
+
+
+def start_turn(chat_table: ChatTable, message: str) -> GenerateRequest:
+    session_id = chat_table.create_session(OWNER)
+    turn = chat_table.start_turn(session_id, OWNER, message)
+    return GenerateRequest(session_id=session_id, turn=turn, message=message)
+
+
+def generate(request: GenerateRequest, bedrock: Any, kinesis: Any, stream_name: str, chat_table: ChatTable, **kw: Any):
+    writer = TokenStreamWriter(kinesis, stream_name, sleep=lambda _: None)
+    return Generation(
+        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="local.model", **kw
+    ).run()
+
+
+def assert_well_formed(records: list[TokenRecord]) -> None:
+    """Contiguous seq from 0 in shard order, one start first, exactly one terminal record last."""
+    assert [r.seq for r in records] == list(range(len(records)))
+    assert records[0].type is RecordType.START
+    assert [r.is_terminal for r in records].count(True) == 1 and records[-1].is_terminal
+
+
+def text_of(records: list[TokenRecord]) -> str:
+    return "".join(r.text or "" for r in records if r.type is RecordType.DELTA)
+
+
+def test_long_reply_is_exact_ordered_and_coalesced(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN a turn asking for 2000 words
+    request = start_turn(chat_table, "/long 2000")
+    # WHEN the proxy generates it with the default flushing
+    result = generate(request, bedrock, kinesis, stream_name, chat_table)
+    # THEN the stream holds the exact reply, in order, in far fewer records than deltas
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert text_of(records) == plan_reply("/long 2000").text
+    assert result.deltas == 2000
+    assert len(records) < 2000 / 10
+    assert records[-1].type is RecordType.STOP and records[-1].stop_reason == "end_turn"
+    assert records[-1].usage is not None and records[-1].usage.output_tokens == 2000
+    assert all(r.session_id == request.session_id and r.turn == request.turn for r in records)
+
+
+class GatedBedrock:
+    """A scripted ConverseStream whose later deltas wait until the first delta record is written."""
+
+    def __init__(self, deltas: list[str], first_written: threading.Event) -> None:
+        self.deltas = deltas
+        self.first_written = first_written
+
+    def converse_stream(self, **_: Any) -> dict[str, Any]:
+        def events() -> Iterator[dict[str, Any]]:
+            yield {"messageStart": {"role": "assistant"}}
+            for index, text in enumerate(self.deltas):
+                if index == 1:
+                    assert self.first_written.wait(timeout=10)
+                yield {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": text}}}
+            yield {"messageStop": {"stopReason": "end_turn"}}
+            yield {"metadata": {"usage": {"inputTokens": 2, "outputTokens": len(self.deltas)}, "metrics": {}}}
+
+        return {"stream": _Closable(events())}
+
+
+class _Closable:
+    def __init__(self, events: Iterator[dict[str, Any]]) -> None:
+        self._events = events
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self._events
+
+    def close(self) -> None:
+        pass
+
+
+def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream_name, chat_table) -> None:
+    # GIVEN a model whose later deltas come only after the first delta reached Kinesis
+    first_written = threading.Event()
+    writer = TokenStreamWriter(kinesis, stream_name)
+    put = writer.put
+
+    def put_and_signal(record: TokenRecord) -> None:
+        put(record)
+        if record.type is RecordType.DELTA:
+            first_written.set()
+
+    writer.put = put_and_signal  # type: ignore[method-assign]
+    request = start_turn(chat_table, "hello there")
+    bedrock = GatedBedrock(["You", " said:", " hello", " there"], first_written)
+    # WHEN the reply is generated with a long flush interval
+    Generation(
+        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_interval_ms=60_000
+    ).run()  # type: ignore[arg-type]
+    # THEN the first delta is a record of its own and the rest were coalesced into one
+    records = read_stream(kinesis, stream_name)
+    assert [r.text for r in records if r.type is RecordType.DELTA] == ["You", " said: hello there"]
+
+
+def test_flush_size_bounds_each_record(bedrock, kinesis, stream_name, chat_table) -> None:
+    request = start_turn(chat_table, "/long 500")
+    generate(request, bedrock, kinesis, stream_name, chat_table, flush_interval_ms=60_000, flush_max_chars=64)
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert max(len(r.text or "") for r in records) <= 64
+    assert text_of(records) == plan_reply("/long 500").text
+
+
+def test_mid_stream_model_error_ends_with_error_record(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN the model fails after 5 deltas
+    request = start_turn(chat_table, "/error-after 5")
+    generate(request, bedrock, kinesis, stream_name, chat_table)
+    # THEN what was generated is kept and the turn ends with a retryable error record
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert text_of(records) == "w1 w2 w3 w4 w5"
+    assert records[-1].type is RecordType.ERROR and records[-1].error is not None
+    assert records[-1].error.code == "model_stream_error" and records[-1].error.retryable
+
+
+def test_throttling_before_first_delta_is_a_retryable_error(bedrock, kinesis, stream_name, chat_table) -> None:
+    request = start_turn(chat_table, "/throttle")
+    generate(request, bedrock, kinesis, stream_name, chat_table)
+    records = read_stream(kinesis, stream_name)
+    assert [r.type for r in records] == [RecordType.START, RecordType.ERROR]
+    assert records[-1].error is not None and records[-1].error.code == "throttled" and records[-1].error.retryable
+
+
+class FlakyKinesis:
+    """Delegates to a real client; fails put_records calls by a script (whole-call or per-entry)."""
+
+    def __init__(self, client: KinesisClient, script: list[str]) -> None:
+        self.client = client
+        self.script = script
+        self.calls = 0
+
+    def put_records(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        action = self.script.pop(0) if self.script else "ok"
+        if action == "raise":
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}}, "PutRecords"
+            )
+        if action == "entry":
+            return {
+                "FailedRecordCount": 1,
+                "Records": [{"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "slow"}],
+            }
+        return self.client.put_records(**kwargs)
+
+
+def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN Kinesis throttles whole calls and single entries, again and again
+    flaky = FlakyKinesis(kinesis, ["raise", "entry", "ok", "entry", "entry", "ok", "raise"] * 6)
+    request = start_turn(chat_table, "/long 300")
+    # WHEN a reply is generated with small records
+    writer = TokenStreamWriter(flaky, stream_name, sleep=lambda _: None)  # type: ignore[arg-type]
+    result = Generation(
+        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_max_chars=40
+    ).run()
+    # THEN every record arrived once, in seq order, and the text is exact
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert text_of(records) == plan_reply("/long 300").text
+    assert result.throttle_retries > 10
+
+
+def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN Kinesis accepts the start record and then refuses everything
+    flaky = FlakyKinesis(kinesis, ["ok"] + ["raise"] * 1000)
+    request = start_turn(chat_table, "/long 50")
+    writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
+    result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m").run()
+    # THEN the turn still ends: an error record in the read model, the turn marked error
+    assert result.terminal_via_table and result.terminal.error is not None
+    assert result.terminal.error.code == "write_failed"
+    stored = chat_table.query_records(request.session_id, request.turn)
+    assert [r.type for r in stored] == [RecordType.ERROR] and stored[0].seq == 1
+    turn = chat_table.get_turn(request.session_id, request.turn)
+    assert turn is not None and turn.status == "error"
+    assert chat_table.get_session(request.session_id).active_turn is None  # type: ignore[union-attr]
+
+
+def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_table, moto) -> None:
+    # GIVEN a slow model and a long reply
+    with LocalModelServer(delay_ms=5) as slow:
+        bedrock = boto3.client("bedrock-runtime", endpoint_url=slow.url, region_name="us-east-1")
+        request = start_turn(chat_table, "/long 5000")
+        outcome: dict[str, Any] = {}
+        worker = threading.Thread(
+            target=lambda: outcome.update(
+                result=generate(request, bedrock, kinesis, stream_name, chat_table, cancel_check_interval_ms=50)
+            )
+        )
+        worker.start()
+        # WHEN the client cancels once some text was written
+        deadline = time.monotonic() + 30
+        while len(read_stream(kinesis, stream_name)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        chat_table.request_cancel(request.session_id, request.turn)
+        worker.join(timeout=30)
+    # THEN the turn ends 'cancelled' well before the whole reply, with the generated text kept
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert records[-1].type is RecordType.STOP and records[-1].stop_reason == "cancelled"
+    assert 0 < outcome["result"].deltas < 5000
+    assert plan_reply("/long 5000").text.startswith(text_of(records))
+
+
+def test_history_becomes_converse_messages(chat_table) -> None:
+    # GIVEN a session with a complete turn, an errored turn and a cancelled turn without text
+    session_id = chat_table.create_session(OWNER)
+    for turn, (message, record, text) in enumerate(
+        [
+            ("first", "end_turn", "One"),
+            ("second", "error", ""),
+            ("third", "cancelled", ""),
+        ],
+        start=1,
+    ):
+        chat_table.start_turn(session_id, OWNER, message)
+        if record == "error":
+            from chatstream.records import ErrorInfo
+
+            terminal = TokenRecord.failure(session_id, turn, 1, ErrorInfo("x", "y", True), 1)
+        else:
+            terminal = TokenRecord.stop(session_id, turn, 2, record, Usage(1, 1), 1)
+        chat_table.complete_turn(terminal, text)
+    chat_table.start_turn(session_id, OWNER, "fourth")
+    # WHEN the proxy builds the messages for turn 4
+    messages = build_messages(chat_table, GenerateRequest(session_id, 4, "fourth"))
+    # THEN only turns with text are replayed, roles alternating, ending with the new message
+    assert messages == [
+        {"role": "user", "content": [{"text": "first"}]},
+        {"role": "assistant", "content": [{"text": "One"}]},
+        {"role": "user", "content": [{"text": "fourth"}]},
+    ]
+
+
+class FakeContext:
+    function_name = "ProxyFunction"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ProxyFunction"
+    memory_limit_in_mb = 512
+    aws_request_id = "c6af9ac6-7b61-11e6-9a41-93e812345678"
+    log_group_name = "/aws/lambda/ProxyFunction"
+    log_stream_name = "2026/11/29/[$LATEST]abc"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000
+
+
+def test_sample_event_runs_through_the_handler(
+    monkeypatch, template, local_model, kinesis, stream_name, chat_table, table_name
+) -> None:
+    # GIVEN the function's environment from template.yaml, pointed at the local model
+    for name, value in template.function_settings("ProxyFunction")["Environment"]["Variables"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CHAT_TABLE_NAME", table_name)
+    monkeypatch.setenv("TOKEN_STREAM_NAME", stream_name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", local_model.url)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    app = load_function("proxy")
+    event = load_event("proxy-generate.json")
+    # WHEN the sample event is handled
+    result = app.handler(event, FakeContext())
+    # THEN the reply is on the stream and the handler reports how the turn ended
+    records = read_stream(kinesis, stream_name)
+    assert text_of(records) == "You said: hello"
+    assert result["type"] == "stop" and result["stop_reason"] == "end_turn"
+    assert records[-1].usage is not None and records[-1].usage.output_tokens == 3
+
+
+def test_invalid_event_is_rejected_with_a_clear_error() -> None:
+    from chatstream.generation import InvalidEvent
+
+    for event, field in [
+        ({}, "session_id"),
+        ({"session_id": "abc", "turn": 0, "message": "x"}, "turn"),
+        ({"session_id": "abc", "turn": 1, "message": ""}, "message"),
+        ({"session_id": "abc", "turn": 1, "message": "x", "max_tokens": True}, "max_tokens"),
+        ({"session_id": "abc", "turn": 1, "message": "x", "temperature": 2}, "temperature"),
+    ]:
+        with pytest.raises(InvalidEvent, match=field):
+            GenerateRequest.from_event(event)
