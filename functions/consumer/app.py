@@ -1,0 +1,93 @@
+"""ConsumerFunction: materializes the Kinesis token stream into ChatTable (see events/consumer-turn.json).
+
+The logic lives in ``chatstream.materialize``. Per-session fail-fast ordering is a property of the
+whole batch (a failed write of one session must stop that session's later records, and a turn's
+terminal record pulls the turn's earlier records forward), which a per-record handler cannot see.
+So :class:`MaterializingProcessor` is Powertools' ``BatchProcessor`` that first materializes the
+whole batch, then lets ``BatchProcessor`` walk the records as usual: the record handler raises for
+each record the materializer could not write, and Powertools builds the ``batchItemFailures``
+response (the event source mapping retries from the lowest failed sequence number).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from botocore.config import Config
+
+from chatstream.config import ConsumerConfig
+from chatstream.dlq import DeadLetterQueue
+from chatstream.materialize import BatchOutcome, Materializer, StreamRecord
+from chatstream.table import ChatTable
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+
+CONFIG = ConsumerConfig.from_env(os.environ)
+_session = boto3.session.Session()
+# The table adapter retries unprocessed items itself; botocore adds a few retries for transport errors.
+DYNAMODB = _session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+SQS = _session.client("sqs", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+
+
+class MaterializingProcessor(BatchProcessor):
+    """A Kinesis ``BatchProcessor`` whose record handler sees the outcome of the whole batch."""
+
+    def __init__(self, materializer: Materializer) -> None:
+        # Every record failing is still a partial response (the mapping retries from the first), not an error.
+        super().__init__(event_type=EventType.KinesisDataStreams, raise_on_entire_batch_failure=False)
+        self.materializer = materializer
+        self.outcome = BatchOutcome()
+
+    def process(self) -> list[tuple[Any, ...]]:
+        self.outcome = self.materializer.process([StreamRecord.from_lambda_record(raw) for raw in self.records])
+        return super().process()
+
+    def record_handler(self, record: KinesisStreamRecord) -> None:
+        self.outcome.check(record.kinesis.sequence_number)
+
+
+def _processor() -> MaterializingProcessor:
+    table = ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days)
+    return MaterializingProcessor(Materializer(table=table, poison_sink=DeadLetterQueue(SQS, CONFIG.dlq_url)))
+
+
+processor = _processor()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    response = process_partial_response(
+        event=event, record_handler=processor.record_handler, processor=processor, context=context
+    )
+    outcome = processor.outcome
+    metrics.add_metric(name="BatchSize", unit=MetricUnit.Count, value=outcome.records)
+    metrics.add_metric(name="RecordsWritten", unit=MetricUnit.Count, value=outcome.written)
+    metrics.add_metric(name="PoisonRecords", unit=MetricUnit.Count, value=outcome.poison)
+    metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=len(outcome.failures))
+    metrics.add_metric(name="TurnsCompleted", unit=MetricUnit.Count, value=outcome.turns_completed)
+    if outcome.incomplete_turns:
+        metrics.add_metric(name="IncompleteTurns", unit=MetricUnit.Count, value=outcome.incomplete_turns)
+    logger.info(
+        "batch materialized",
+        extra={
+            "records": outcome.records,
+            "written": outcome.written,
+            "poison": outcome.poison,
+            "retried": len(outcome.failures),
+            "turns_completed": outcome.turns_completed,
+        },
+    )
+    return dict(response)

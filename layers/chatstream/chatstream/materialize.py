@@ -1,0 +1,390 @@
+"""The consumer's core: materialize a batch of Kinesis token records into the ChatTable read model.
+
+Used by ConsumerFunction (one event source mapping batch at a time) and by the redrive tool
+(a poison record from the DLQ, or a sequence range re-read from the stream).
+
+Guarantees, per batch:
+
+- **Idempotent.** A record's item key is session/turn/seq, so a redelivered or replayed record
+  rewrites its own item; duplicates inside a batch are written once.
+- **Fail fast per partition key.** The records of one partition key (one session) are written in
+  steps, in stream order. When a step fails with a transient error (throttling, a service or
+  transport error), that step's records and every later record of the same partition key are
+  reported as failed and nothing later of that key is written; the event source mapping retries
+  from the lowest failed sequence number. Other partition keys go on.
+- **Turn completion order.** On a turn's terminal record: every earlier record of the turn in the
+  batch is written first, then the turn item is completed (status, stop reason, usage, error and
+  the assistant text assembled from the table), and only then is the terminal token item itself
+  written. A reader that sees the terminal item can rely on the turn being complete and the
+  session being free for its next turn.
+- **Poison records** (undecodable, or not a valid token record) go to the DLQ with their payload,
+  the reason and their stream coordinates, and count as processed: one bad record never blocks
+  a shard. If the DLQ cannot take it, it fails like a write (transient).
+
+Anything else (a bug, a misconfiguration such as a missing table or denied access) is raised: the
+invocation fails, the event source mapping bisects and retries the batch, and what still fails
+reaches the DLQ as the mapping's on-failure record.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.exceptions import BotoCoreError
+
+from chatstream.errors import ChatstreamError, InvalidRecord, Throttled
+from chatstream.records import RecordType, TokenRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from chatstream.table import ChatTable
+
+logger = logging.getLogger(__name__)
+
+POISON_MESSAGE_KIND = "poison-record"
+POISON_MESSAGE_VERSION = "1"
+# SQS takes 256 KiB per message: a payload whose base64 is longer is left out of the message (the
+# redrive tool re-reads it from the stream by its coordinates while the stream still holds it).
+MAX_INLINE_PAYLOAD_CHARS = 200_000
+
+
+class DeadLetterError(ChatstreamError):
+    """The DLQ did not take a message (throttled, unavailable): retry the record later."""
+
+
+class RecordNotMaterialized(ChatstreamError):
+    """A record of the batch that was not materialized and must be redelivered (a batch item failure)."""
+
+
+# Errors that mean "try this record again later": reported as batch item failures.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (Throttled, DeadLetterError, BotoCoreError)
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    """One Kinesis record as the consumer sees it: its payload and its stream coordinates."""
+
+    sequence_number: str
+    partition_key: str
+    data: bytes
+    shard_id: str = ""
+    stream_arn: str = ""
+    approximate_arrival: float | None = None  # epoch seconds
+    undecodable: str | None = None  # why ``data`` could not be taken from the event (kept raw)
+
+    @classmethod
+    def from_lambda_record(cls, raw: Mapping[str, Any]) -> StreamRecord:
+        """From one ``Records[]`` entry of a Lambda Kinesis event."""
+        kinesis = raw["kinesis"]
+        encoded = str(kinesis.get("data", ""))
+        undecodable = None
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            data, undecodable = encoded.encode("utf-8"), "data is not base64"
+        event_id = str(raw.get("eventID", ""))
+        arrival = kinesis.get("approximateArrivalTimestamp")
+        return cls(
+            sequence_number=str(kinesis["sequenceNumber"]),
+            partition_key=str(kinesis.get("partitionKey", "")),
+            data=data,
+            shard_id=event_id.split(":", 1)[0] if ":" in event_id else "",
+            stream_arn=stream_arn_of(str(raw.get("eventSourceARN", ""))),
+            approximate_arrival=None if arrival is None else float(arrival),
+            undecodable=undecodable,
+        )
+
+    @classmethod
+    def from_get_records(cls, raw: Mapping[str, Any], shard_id: str, stream_arn: str) -> StreamRecord:
+        """From one ``Records[]`` entry of a boto3 ``GetRecords`` response."""
+        arrival = raw.get("ApproximateArrivalTimestamp")
+        return cls(
+            sequence_number=str(raw["SequenceNumber"]),
+            partition_key=str(raw["PartitionKey"]),
+            data=bytes(raw["Data"]),
+            shard_id=shard_id,
+            stream_arn=stream_arn,
+            approximate_arrival=arrival.timestamp() if isinstance(arrival, datetime) else None,
+        )
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.shard_id}:{self.sequence_number}"
+
+
+def stream_arn_of(source_arn: str) -> str:
+    """The stream ARN of an event source ARN (an enhanced fan-out consumer ARN names its stream first)."""
+    return source_arn.split("/consumer/", 1)[0]
+
+
+@dataclass(frozen=True)
+class PoisonRecord:
+    """A record that is not a valid token record, with the reason: what goes to the DLQ."""
+
+    record: StreamRecord
+    reason: str
+
+    def message(self, now: datetime | None = None) -> dict[str, Any]:
+        """The DLQ message body: payload (base64), reason and stream coordinates."""
+        payload = base64.b64encode(self.record.data).decode("ascii")
+        truncated = len(payload) > MAX_INLINE_PAYLOAD_CHARS
+        arrival = self.record.approximate_arrival
+        return {
+            "kind": POISON_MESSAGE_KIND,
+            "version": POISON_MESSAGE_VERSION,
+            "reason": self.reason,
+            "payload": None if truncated else payload,
+            "payloadTruncated": truncated,
+            "payloadBytes": len(self.record.data),
+            "partitionKey": self.record.partition_key,
+            "sequenceNumber": self.record.sequence_number,
+            "shardId": self.record.shard_id,
+            "streamArn": self.record.stream_arn,
+            "approximateArrivalTimestamp": arrival,
+            "detectedAt": _iso(now or datetime.now(UTC)),
+        }
+
+    @classmethod
+    def from_message(cls, body: Mapping[str, Any]) -> PoisonRecord:
+        """Parse a poison-record DLQ message (``data`` is empty when the payload was left out)."""
+        if body.get("kind") != POISON_MESSAGE_KIND:
+            raise ValueError("not a poison-record message")
+        payload = body.get("payload")
+        arrival = body.get("approximateArrivalTimestamp")
+        record = StreamRecord(
+            sequence_number=str(body["sequenceNumber"]),
+            partition_key=str(body.get("partitionKey", "")),
+            data=b"" if payload is None else base64.b64decode(str(payload)),
+            shard_id=str(body.get("shardId", "")),
+            stream_arn=str(body.get("streamArn", "")),
+            approximate_arrival=None if arrival is None else float(arrival),
+        )
+        return cls(record=record, reason=str(body.get("reason", "")))
+
+
+class PoisonSink(Protocol):
+    """Where poison records go (the DLQ); raises :class:`DeadLetterError` when it cannot take one."""
+
+    def send_poison(self, poison: PoisonRecord) -> None: ...
+
+
+@dataclass
+class BatchOutcome:
+    """What a batch did. ``failures`` maps each record to redeliver (sequence number) to the reason."""
+
+    records: int = 0
+    written: int = 0
+    poison: int = 0
+    turns_completed: int = 0
+    incomplete_turns: int = 0
+    turns_reconciled: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    poison_records: list[PoisonRecord] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def check(self, sequence_number: str) -> None:
+        """Raise :class:`RecordNotMaterialized` if the record must be redelivered."""
+        reason = self.failures.get(sequence_number)
+        if reason is not None:
+            raise RecordNotMaterialized(f"record {sequence_number} not materialized: {reason}")
+
+
+@dataclass
+class _Entry:
+    """A record of the batch with its decode result."""
+
+    position: int
+    source: StreamRecord
+    token: TokenRecord | None = None
+    poison: str | None = None
+
+
+@dataclass
+class _Step:
+    members: list[_Entry]
+    run: Callable[[], None]
+
+
+@dataclass
+class Materializer:
+    """Writes batches of token records into ChatTable (see the module docstring for the guarantees).
+
+    ``reconcile_finished_turns``: after writing records of a turn that is already finished (its
+    terminal record was materialized earlier, e.g. records re-read by the redrive tool after the
+    event source mapping skipped them), complete the turn again so its assistant text includes
+    them. Costs one read per turn in the batch; the live consumer does not need it, because the
+    event source mapping delivers each partition key in order.
+    """
+
+    table: ChatTable
+    poison_sink: PoisonSink
+    reconcile_finished_turns: bool = False
+
+    def process(self, records: Sequence[StreamRecord]) -> BatchOutcome:
+        outcome = BatchOutcome(records=len(records))
+        groups: dict[str, list[_Entry]] = defaultdict(list)
+        for position, source in enumerate(records):
+            entry = _decode(position, source)
+            groups[source.partition_key].append(entry)
+        for partition_key, entries in groups.items():
+            self._process_group(partition_key, entries, outcome)
+        return outcome
+
+    # ----------------------------------------------------------------------------- internals
+
+    def _process_group(self, partition_key: str, entries: list[_Entry], outcome: BatchOutcome) -> None:
+        steps = self._plan(entries, outcome)
+        for index, step in enumerate(steps):
+            try:
+                step.run()
+            except TRANSIENT_ERRORS as err:
+                reason = f"{type(err).__name__}: {err}"
+                failed = [entry for later in steps[index:] for entry in later.members]
+                for entry in failed:
+                    outcome.failures[entry.source.sequence_number] = reason
+                logger.warning(
+                    "partition key %s: %d records not materialized, retried from sequence number %s: %s",
+                    partition_key,
+                    len(failed),
+                    min((entry.source.sequence_number for entry in failed), key=int),
+                    reason,
+                )
+                return
+
+    def _plan(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:
+        """The group's write steps, in stream order; a turn's terminal pulls its turn's records forward."""
+        steps: list[_Step] = []
+        pending: list[_Entry] = []
+        planned: set[int] = set()
+
+        def flush() -> None:
+            if pending:
+                batch = list(pending)
+                steps.append(_Step(batch, partial(self._write, batch, outcome)))
+                pending.clear()
+
+        for entry in entries:
+            if entry.position in planned:
+                continue
+            planned.add(entry.position)
+            if entry.poison is not None:
+                flush()
+                poison = PoisonRecord(entry.source, entry.poison)
+                steps.append(_Step([entry], partial(self._send_poison, poison, outcome)))
+                continue
+            token = entry.token
+            assert token is not None
+            if not token.is_terminal:
+                pending.append(entry)
+                continue
+            # Every record of this turn before the terminal, wherever it sits in the batch, goes first.
+            for other in entries:
+                other_token = other.token
+                if (
+                    other.position not in planned
+                    and other_token is not None
+                    and not other_token.is_terminal
+                    and (other_token.session_id, other_token.turn) == (token.session_id, token.turn)
+                    and other_token.seq < token.seq
+                ):
+                    planned.add(other.position)
+                    pending.append(other)
+            flush()
+            steps.append(_Step([entry], partial(self._complete, entry, outcome)))
+        flush()
+        if self.reconcile_finished_turns:
+            steps.extend(self._reconcile_steps(entries, outcome))
+        return steps
+
+    def _write(self, entries: list[_Entry], outcome: BatchOutcome) -> None:
+        tokens = [entry.token for entry in entries if entry.token is not None]
+        self.table.put_records(tokens)
+        outcome.written += len(tokens)
+
+    def _send_poison(self, poison: PoisonRecord, outcome: BatchOutcome) -> None:
+        self.poison_sink.send_poison(poison)
+        outcome.poison += 1
+        outcome.poison_records.append(poison)
+        logger.warning("poison record %s sent to the DLQ: %s", poison.record.coordinates, poison.reason)
+
+    def _complete(self, entry: _Entry, outcome: BatchOutcome) -> None:
+        terminal = entry.token
+        assert terminal is not None
+        text, missing = self._assemble(terminal)
+        self.table.complete_turn(terminal, text)
+        self.table.put_records([terminal])
+        outcome.written += 1
+        outcome.turns_completed += 1
+        if missing:
+            outcome.incomplete_turns += 1
+            logger.warning(
+                "session %s turn %d completed without %d of its records (seq %s…); redrive the DLQ",
+                terminal.session_id,
+                terminal.turn,
+                len(missing),
+                missing[0],
+            )
+
+    def _assemble(self, terminal: TokenRecord) -> tuple[str, list[int]]:
+        """The turn's assistant text from the table, and the seqs before the terminal that are missing."""
+        stored = [
+            record
+            for record in self.table.query_records(terminal.session_id, terminal.turn)
+            if record.seq < terminal.seq
+        ]
+        present = {record.seq for record in stored}
+        missing = [seq for seq in range(terminal.seq) if seq not in present]
+        text = "".join(record.text or "" for record in stored if record.type is RecordType.DELTA)
+        return text, missing
+
+    def _reconcile_steps(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:
+        """Re-complete finished turns that this group wrote records of without their terminal."""
+        with_terminal = {
+            (entry.token.session_id, entry.token.turn)
+            for entry in entries
+            if entry.token is not None and entry.token.is_terminal
+        }
+        turns: dict[tuple[str, int], list[_Entry]] = defaultdict(list)
+        for entry in entries:
+            if entry.token is not None and (entry.token.session_id, entry.token.turn) not in with_terminal:
+                turns[(entry.token.session_id, entry.token.turn)].append(entry)
+        return [_Step(members, partial(self._reconcile, key[0], key[1], outcome)) for key, members in turns.items()]
+
+    def _reconcile(self, session_id: str, turn: int, outcome: BatchOutcome) -> None:
+        current = self.table.get_turn(session_id, turn)
+        if current is None or not current.finished:
+            return
+        stored = self.table.query_records(session_id, turn)
+        terminal = next((record for record in reversed(stored) if record.is_terminal), None)
+        if terminal is None:
+            return
+        text, _missing = self._assemble(terminal)
+        self.table.complete_turn(terminal, text)
+        outcome.turns_reconciled += 1
+
+
+def _decode(position: int, source: StreamRecord) -> _Entry:
+    if source.undecodable is not None:
+        return _Entry(position, source, poison=source.undecodable)
+    try:
+        token = TokenRecord.decode(source.data)
+    except InvalidRecord as err:
+        return _Entry(position, source, poison=str(err))
+    if token.session_id != source.partition_key:
+        return _Entry(position, source, poison=f"partition key {source.partition_key!r} is not the record's session_id")
+    return _Entry(position, source, token=token)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
