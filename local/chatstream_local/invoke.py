@@ -21,6 +21,7 @@ import base64
 import binascii
 import contextlib
 import json
+import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,9 @@ class InvokeEndpoint:
 
     def start(self) -> InvokeEndpoint:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._server.serve_forever, name="invoke-endpoint", daemon=True)
+            self._thread = threading.Thread(
+                target=lambda: self._server.serve_forever(poll_interval=0.05), name="invoke-endpoint", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -142,6 +145,11 @@ class InvokeEndpoint:
 class _InvokeServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
+            return
+        super().handle_error(request, client_address)
 
     def __init__(
         self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], endpoint: InvokeEndpoint

@@ -31,6 +31,7 @@ import re
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -260,7 +261,7 @@ class _Environment:
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self, first: _Invocation, init_timeout_s: float) -> None:
         self.pending = first
-        self._spawn(self.server.serve_forever, "runtime-api")
+        self._spawn(lambda: self.server.serve_forever(poll_interval=0.05), "runtime-api")
         log_stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
         env = environment_variables(self.spec, self.address, log_stream)
         out = subprocess.PIPE if self.log_sink else subprocess.DEVNULL
@@ -439,6 +440,11 @@ class _Environment:
 class _RuntimeApiServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
+            return
+        super().handle_error(request, client_address)
 
     def __init__(
         self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], environment: _Environment
@@ -677,13 +683,12 @@ class _Pool:
                 self.idle.remove(environment)
             self.cond.notify_all()
 
-    def stop(self) -> None:
+    def close(self) -> list[_Environment]:
+        """Refuse new invocations; the environments to stop."""
         with self.cond:
             self.closed = True
-            environments = list(self.alive)
             self.cond.notify_all()
-        for environment in environments:
-            environment.stop()
+            return list(self.alive)
 
     def stats(self) -> PoolStats:
         with self.cond:
@@ -736,8 +741,11 @@ class LocalLambda:
         """Stop every environment: kill their process groups and close their Runtime API servers."""
         with self._lock:
             pools = list(self._pools.values())
-        for pool in pools:
-            pool.stop()
+        environments = [environment for pool in pools for environment in pool.close()]
+        for environment in environments:  # kill them all first, then wait for each
+            environment.kill()
+        for environment in environments:
+            environment.stop()
 
     def __enter__(self) -> LocalLambda:
         return self.start()

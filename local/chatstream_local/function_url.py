@@ -1,0 +1,456 @@
+"""A local Lambda Function URL: HTTP on 127.0.0.1 in front of one function of a :class:`LocalLambda`.
+
+Each request becomes a payload format 2.0 event (``rawPath``, ``rawQueryString``, lower-cased ``headers``
+with repeated headers joined by ``,``, ``cookies``, ``queryStringParameters``, ``requestContext`` with
+``http`` and, when a caller identity is configured, ``authorizer.iam``; ``body`` as text, or base64 with
+``isBase64Encoded`` for binary content), and the function's response goes back to the client:
+
+- ``RESPONSE_STREAM``: the runtime's HTTP integration response (a JSON prelude with ``statusCode``,
+  ``headers``, ``cookies``, 8 NUL bytes, then the body) is relayed with chunked transfer as bytes arrive
+  (TCP_NODELAY, one write per chunk). A response the runtime did not stream is read in the buffered format.
+- ``BUFFERED``: the function returns ``{statusCode, headers, cookies, body, isBase64Encoded}``; anything
+  else is returned as JSON with status 200.
+
+A function error before the first byte is a 502 ``{"Message":"Internal Server Error"}``; after it, the
+chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors`. A client that
+disconnects does not stop the invocation: its stream is drained to the end, as on Lambda. A request body over
+6 MB is refused with 413.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl, urlsplit
+
+from chatstream_local.functions import LOCAL_ACCOUNT_ID, current_region
+from chatstream_local.runtime_api import FunctionError, LocalLambdaError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from chatstream_local.runtime_api import LocalLambda, StreamHandle
+
+    IdentityResolver = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
+
+InvokeMode = Literal["RESPONSE_STREAM", "BUFFERED"]
+HTTP_INTEGRATION_CONTENT_TYPE = "application/vnd.awslambda.http-integration-response"
+PRELUDE_DELIMITER = b"\x00" * 8
+REQUEST_BODY_LIMIT = 6 * 1024 * 1024  # bytes: a Function URL's maximum request payload
+_PRELUDE_LIMIT = 1024 * 1024
+_DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized request body is read and dropped up to this size
+_HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive", "trailer", "upgrade"})
+_TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
+INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
+
+
+@dataclass(frozen=True)
+class RecordedError:
+    """A function error the Function URL saw: before any byte reached the client, or mid-stream."""
+
+    request_id: str
+    error: FunctionError
+    phase: Literal["before_response", "mid_stream"]
+
+
+def iam_identity(
+    user_arn: str, *, access_key: str = "AKIALOCALEXAMPLE", account_id: str = LOCAL_ACCOUNT_ID, user_id: str = ""
+) -> dict[str, Any]:
+    """An ``authorizer.iam`` block for a caller (what Lambda puts there for an ``AWS_IAM`` Function URL)."""
+    user_id = user_id or f"AIDA{uuid.uuid5(uuid.NAMESPACE_URL, user_arn).hex[:17].upper()}"
+    return {
+        "accessKey": access_key,
+        "accountId": account_id,
+        "callerId": user_id,
+        "cognitoIdentity": None,
+        "principalOrgId": None,
+        "userArn": user_arn,
+        "userId": user_id,
+    }
+
+
+class FunctionUrlServer:
+    """The Function URL of one function, on ``http://127.0.0.1:<port>`` (port 0: a free one).
+
+    ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
+    may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
+    ``AuthType: NONE``).
+    """
+
+    def __init__(
+        self,
+        local: LocalLambda,
+        function_name: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        invoke_mode: InvokeMode = "RESPONSE_STREAM",
+        identity: Mapping[str, Any] | None = None,
+        identity_resolver: IdentityResolver | None = None,
+        url_id: str | None = None,
+    ) -> None:
+        local.spec(function_name)  # fails early for an unknown function
+        self.local = local
+        self.function_name = function_name
+        self.invoke_mode = invoke_mode
+        self.identity = identity
+        self.identity_resolver = identity_resolver
+        self.url_id = url_id or uuid.uuid4().hex
+        self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
+        self._server = _UrlServer((host, port), _UrlHandler, self)
+        self._thread: threading.Thread | None = None
+        self._drains: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._server.server_address[0]!s}:{self.port}"
+
+    def start(self) -> FunctionUrlServer:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=lambda: self._server.serve_forever(poll_interval=0.05),
+                name=f"function-url-{self.function_name}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> FunctionUrlServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def record(self, request_id: str, error: FunctionError, phase: Literal["before_response", "mid_stream"]) -> None:
+        self.errors.append(RecordedError(request_id, error, phase))
+
+    # -- the event ------------------------------------------------------------------------------------
+    def build_event(
+        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
+    ) -> dict[str, Any]:
+        """The payload format 2.0 event of one request."""
+        split = urlsplit(target)
+        joined: dict[str, str] = {}
+        for name, value in headers:
+            key = name.lower()
+            joined[key] = f"{joined[key]},{value}" if key in joined else value
+        cookie_header = joined.pop("cookie", None)
+        now = time.time()
+        request_id = str(uuid.uuid4())
+        domain = joined.get("host", f"{self.url_id}.lambda-url.{current_region()}.on.aws")
+        identity = self.identity_resolver(joined) if self.identity_resolver else None
+        if identity is None:
+            identity = self.identity
+        context: dict[str, Any] = {
+            "accountId": str(identity.get("accountId", LOCAL_ACCOUNT_ID)) if identity else "anonymous",
+            "apiId": self.url_id,
+            "domainName": domain,
+            "domainPrefix": domain.split(".", 1)[0],
+            "http": {
+                "method": method,
+                "path": split.path or "/",
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": joined.get("user-agent", ""),
+            },
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        }
+        if identity is not None:
+            context["authorizer"] = {"iam": dict(identity)}
+        event: dict[str, Any] = {
+            "version": "2.0",
+            "routeKey": "$default",
+            "rawPath": split.path or "/",
+            "rawQueryString": split.query,
+            "headers": joined,
+        }
+        if cookie_header:
+            event["cookies"] = [c.strip() for c in cookie_header.split(";") if c.strip()]
+        if split.query:
+            params: dict[str, str] = {}
+            for key, value in parse_qsl(split.query, keep_blank_values=True):
+                params[key] = f"{params[key]},{value}" if key in params else value
+            event["queryStringParameters"] = params
+        event["requestContext"] = context
+        if body:
+            text = _as_text(body, joined.get("content-type", ""))
+            event["body"] = text if text is not None else base64.b64encode(body).decode()
+            event["isBase64Encoded"] = text is None
+        else:
+            event["isBase64Encoded"] = False
+        return event
+
+    def drain_in_background(self, handle: StreamHandle, chunks: Iterator[bytes]) -> None:
+        """Keep reading an invocation whose client left, so it runs to the end (as on Lambda)."""
+
+        def drain() -> None:
+            for _ in chunks:
+                pass
+            if handle.error is not None:
+                self.record(handle.request_id, handle.error, "mid_stream")
+
+        thread = threading.Thread(target=drain, name=f"drain-{handle.request_id}", daemon=True)
+        thread.start()
+
+
+def _as_text(body: bytes, content_type: str) -> str | None:
+    """The body as text when its content type is textual and it is valid UTF-8; else ``None`` (base64)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    textual = media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml")) or media == ""
+    if not textual:
+        return None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+class _UrlServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
+            return
+        super().handle_error(request, client_address)
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], front: FunctionUrlServer
+    ) -> None:
+        self.front = front
+        super().__init__(address, handler)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _UrlHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _UrlServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        return
+
+    def setup(self) -> None:
+        super().setup()
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._serve()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET  # noqa: N815
+
+    # -- request --------------------------------------------------------------------------------------
+    def _read_body(self) -> bytes | None:
+        """The request body, or ``None`` when it is over the limit (a 413 has been sent)."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts: list[bytes] = []
+            total = 0
+            while True:
+                size = int(self.rfile.readline(1024).split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(1024).strip():
+                        pass
+                    break
+                total += size
+                if total > REQUEST_BODY_LIMIT:
+                    self._too_large()
+                    return None
+                parts.append(self.rfile.read(size))
+                self.rfile.read(2)
+            return b"".join(parts)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > REQUEST_BODY_LIMIT:
+            self._discard(length)  # read it, so the client sees the 413 rather than a reset
+            self._too_large()
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _discard(self, length: int) -> None:
+        remaining = min(length, _DISCARD_LIMIT)
+        with contextlib.suppress(OSError):
+            while remaining > 0:
+                data = self.rfile.read(min(remaining, 65536))
+                if not data:
+                    return
+                remaining -= len(data)
+
+    def _too_large(self) -> None:
+        self.close_connection = True
+        self._send_whole(413, {"content-type": "application/json"}, [], b'{"Message":"Request Entity Too Large"}')
+
+    # -- response -------------------------------------------------------------------------------------
+    def _send_whole(self, status: int, headers: Mapping[str, str], cookies: list[str], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            if name.lower() not in _HOP_BY_HOP:
+                self.send_header(name, str(value))
+        for cookie in cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _serve(self) -> None:
+        front = self.server.front
+        body = self._read_body()
+        if body is None:
+            return
+        event = front.build_event(self.command, self.path, list(self.headers.items()), body, self.client_address[0])
+        try:
+            handle = front.local.invoke_stream(front.function_name, json.dumps(event).encode())
+        except LocalLambdaError:
+            self._send_whole(503, {"content-type": "application/json"}, [], b'{"Message":"Service Unavailable"}')
+            return
+        start = handle.response_start()
+        if front.invoke_mode == "RESPONSE_STREAM" and start is not None and start.streaming:
+            self._relay_stream(handle, start.content_type)
+        else:
+            self._relay_buffered(handle)
+
+    def _relay_buffered(self, handle: StreamHandle) -> None:
+        result = handle.result()
+        if result.function_error is not None and handle.error is not None:
+            self.server.front.record(handle.request_id, handle.error, "before_response")
+            self._send_whole(502, {"content-type": "application/json"}, [], INTERNAL_SERVER_ERROR)
+            return
+        status, headers, cookies, body = _buffered_response(result.payload)
+        self._send_whole(status, headers, cookies, body)
+
+    def _relay_stream(self, handle: StreamHandle, content_type: str) -> None:
+        front = self.server.front
+        chunks = iter(handle)
+        status, headers = 200, {"content-type": content_type}
+        cookies: list[str] = []
+        pending = b""
+        if content_type.split(";", 1)[0].strip() == HTTP_INTEGRATION_CONTENT_TYPE:
+            prelude, pending = _read_prelude(chunks)
+            if prelude is None:  # the stream ended before the prelude was complete
+                if handle.error is not None:
+                    front.record(handle.request_id, handle.error, "before_response")
+                    self._send_whole(502, {"content-type": "application/json"}, [], INTERNAL_SERVER_ERROR)
+                else:
+                    self._send_whole(200, {"content-type": "application/octet-stream"}, [], pending)
+                return
+            status, headers, cookies = _prelude_fields(prelude)
+        try:
+            self._write_head(status, headers, cookies)
+            if pending:
+                self._write_chunk(pending)
+            for chunk in chunks:
+                self._write_chunk(chunk)
+            if handle.error is not None:
+                front.record(handle.request_id, handle.error, "mid_stream")
+            self._write_end()
+        except _ClientGone:
+            self.close_connection = True
+            front.drain_in_background(handle, chunks)
+
+    def _write_head(self, status: int, headers: Mapping[str, str], cookies: list[str]) -> None:
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                if name.lower() not in _HOP_BY_HOP:
+                    self.send_header(name, str(value))
+            for cookie in cookies:
+                self.send_header("Set-Cookie", cookie)
+            if self.command != "HEAD":
+                self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+        except OSError as err:
+            raise _ClientGone from err
+
+    def _write_chunk(self, data: bytes) -> None:
+        if not data or self.command == "HEAD":
+            return
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        except OSError as err:
+            raise _ClientGone from err
+
+    def _write_end(self) -> None:
+        if self.command == "HEAD":
+            return
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError as err:
+            raise _ClientGone from err
+
+
+def _read_prelude(chunks: Iterator[bytes]) -> tuple[dict[str, Any] | None, bytes]:
+    """Read up to the 8 NUL bytes: the prelude (``None`` if the stream ended first) and the body's start."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        index = buffer.find(PRELUDE_DELIMITER)
+        if index >= 0:
+            try:
+                prelude = json.loads(buffer[:index] or b"{}")
+            except ValueError:
+                prelude = {}
+            return (prelude if isinstance(prelude, dict) else {}), buffer[index + len(PRELUDE_DELIMITER) :]
+        if len(buffer) > _PRELUDE_LIMIT:
+            return {}, buffer  # no prelude after all: all of it is body
+    return None, buffer
+
+
+def _prelude_fields(prelude: Mapping[str, Any]) -> tuple[int, dict[str, str], list[str]]:
+    try:
+        status = int(prelude.get("statusCode", 200))
+    except (TypeError, ValueError):
+        status = 500
+    raw_headers = prelude.get("headers") or {}
+    headers = {str(k): str(v) for k, v in raw_headers.items()} if isinstance(raw_headers, dict) else {}
+    raw_cookies = prelude.get("cookies") or []
+    cookies = [str(c) for c in raw_cookies] if isinstance(raw_cookies, list) else []
+    return status, headers, cookies
+
+
+def _buffered_response(payload: bytes) -> tuple[int, dict[str, str], list[str], bytes]:
+    """Interpret a buffered function result the way a Function URL does."""
+    try:
+        result = json.loads(payload) if payload else None
+    except ValueError:
+        return 200, {"content-type": "application/json"}, [], payload
+    if not isinstance(result, dict) or "statusCode" not in result:
+        return 200, {"content-type": "application/json"}, [], payload
+    status, headers, cookies = _prelude_fields(result)
+    body = result.get("body")
+    if body is None:
+        data = b""
+    elif result.get("isBase64Encoded"):
+        data = base64.b64decode(str(body))
+    else:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    headers.setdefault("content-type", "application/json")
+    return status, headers, cookies, data
