@@ -307,7 +307,7 @@ class _Environment:
             else:
                 message = f"RequestId: {inv.handle.request_id} Error: Runtime exited with error: {detail}"
                 inv.handle._finish(FunctionError.synthetic("Runtime.ExitError", message))
-        self._retire()
+        self.discard()
 
     def kill(self) -> None:
         """Kill the whole process group (SIGKILL, as Lambda does at a timeout)."""
@@ -335,7 +335,7 @@ class _Environment:
             if thread is not threading.current_thread():
                 thread.join(timeout=2)
 
-    def _retire(self) -> None:
+    def discard(self) -> None:
         with self.cond:
             self.dead = True
             self.cond.notify_all()
@@ -400,7 +400,7 @@ class _Environment:
             assert inv is not None
             inv.deadline_ms = int((time.time() + self.spec.timeout_s) * 1000)
             self.current = inv
-        self._arm_timer(self.spec.timeout_s, lambda: self._on_deadline(inv))
+            self._arm_timer(self.spec.timeout_s, lambda: self._on_deadline(inv))
         return inv
 
     def invocation(self, request_id: str) -> _Invocation | None:
@@ -667,8 +667,7 @@ class _Pool:
             message = f"RequestId: {inv.handle.request_id} Error: could not start the runtime: {err}"
             inv.handle._finish(FunctionError.synthetic("Runtime.ExitError", message))
             environment.kill()
-            self.retire(environment)
-            environment.server.server_close()
+            environment.discard()
 
     def release(self, environment: _Environment) -> None:
         with self.cond:

@@ -31,6 +31,7 @@ SPECS = [
     streamed("fail-mid", "fail_mid"),
     streamed("fail-before", "fail_before"),
     streamed("broken-stream", "nope"),
+    FunctionSpec(name="no-runtime", handler="x.y", code_dirs=[HANDLERS], command=["/nonexistent/bootstrap"]),
 ]
 
 
@@ -264,6 +265,16 @@ def test_stop_kills_every_environment(log_lines: list[tuple[str, str]], tmp_path
     assert not _alive(busy_pid)
     busy.read_all()
     assert busy.error is not None
+
+
+def test_a_runtime_that_cannot_start_fails_the_invocation(local: LocalLambda) -> None:
+    # WHEN the runtime's command does not exist
+    result = local.invoke("no-runtime", b"{}")
+
+    # THEN the invocation fails with an exit error, and nothing is left behind
+    assert result.error_type == "Runtime.ExitError"
+    assert "could not start the runtime" in json.loads(result.payload)["errorMessage"]
+    assert local.stats()["no-runtime"].environments_alive == 0
 
 
 def test_an_unknown_function_is_refused(local: LocalLambda) -> None:
