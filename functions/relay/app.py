@@ -1,0 +1,101 @@
+"""RelayFunction: the HTTP API (HTTP_API.md) on a Function URL in RESPONSE_STREAM mode.
+
+Runs on the streaming runtime layer (``AWS_LAMBDA_EXEC_WRAPPER=/opt/bin/chatstream-streaming``) and
+returns a ``StreamingResponse`` whose body items reach the client as they are produced. The logic
+lives in ``chatstream.relay``; this module builds the clients once per execution environment, logs
+and measures. A stream's metrics are flushed when its body ends (the handler returns before that):
+``StreamsOpened``, ``EventsSent``, ``ClientTimeToFirstToken`` (request to first token event, new
+turns only), ``Reconnects`` and ``StreamErrors``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.config import Config
+
+from chatstream.config import RelayConfig
+from chatstream.relay.service import RelayService
+from chatstream.table import ChatTable
+from streaming_runtime import StreamingResponse
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from chatstream.relay.http import StreamInfo
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+# The core logs through the standard library; give its loggers this Logger's JSON format and level.
+copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.relay.service"})
+
+CONFIG = RelayConfig.from_env(os.environ)
+_session = boto3.session.Session()
+DYNAMODB = _session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+# The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
+LAMBDA = _session.client(
+    "lambda", config=Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "max_attempts": 3})
+)
+SERVICE = RelayService(
+    table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
+    lambda_client=LAMBDA,
+    config=CONFIG,
+)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
+    response = SERVICE.handle(event, remaining_ms=context.get_remaining_time_in_millis)
+    request_context = event.get("requestContext") if isinstance(event, dict) else None
+    http = request_context.get("http") if isinstance(request_context, dict) else None
+    logger.info(
+        "request answered",
+        extra={
+            "method": http.get("method") if isinstance(http, dict) else None,
+            "path": event.get("rawPath") if isinstance(event, dict) else None,
+            "status": response.status_code,
+        },
+    )
+    body: Iterable[str] = response.body
+    if response.stream is not None:
+        logger.append_keys(session_id=response.stream.session_id, turn=response.stream.turn)
+        body = _measured(response.body, response.stream)
+    return StreamingResponse(status_code=response.status_code, headers=dict(response.headers), body=body)
+
+
+def _measured(body: Iterable[str], stream: StreamInfo) -> Iterator[str]:
+    """The stream's body; when it ends (or the client goes away), its metrics are flushed."""
+    metrics.add_metric(name="StreamsOpened", unit=MetricUnit.Count, value=1)
+    try:
+        yield from body
+    finally:
+        stats = stream.stats
+        metrics.add_metric(name="EventsSent", unit=MetricUnit.Count, value=stats.events_sent)
+        if stream.kind == "chat" and stats.first_token_at is not None:
+            ttft_ms = (stats.first_token_at - stream.started_at) * 1000
+            metrics.add_metric(name="ClientTimeToFirstToken", unit=MetricUnit.Milliseconds, value=ttft_ms)
+        if stats.outcome == "reconnect":
+            metrics.add_metric(name="Reconnects", unit=MetricUnit.Count, value=1)
+        if stats.outcome == "error":
+            metrics.add_metric(name="StreamErrors", unit=MetricUnit.Count, value=1)
+        logger.info(
+            "stream ended",
+            extra={
+                "kind": stream.kind,
+                "outcome": stats.outcome,
+                "error_code": stats.error_code,
+                "events": stats.events_sent,
+                "tokens": stats.tokens_sent,
+            },
+        )
+        metrics.flush_metrics()

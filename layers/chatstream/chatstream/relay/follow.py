@@ -1,0 +1,303 @@
+"""Following one turn: its token items in ChatTable, as Server-Sent Events, in ``seq`` order.
+
+The follower polls a consistent Query for the items after the last ``seq`` it emitted and emits
+the contiguous run that starts right after it; it never emits past a gap (the items of one batch
+may become visible out of order). What the client sees:
+
+- ``start`` (seq 0) marks the turn as started and is not an event;
+- ``delta`` → ``id: <seq>`` / ``event: token`` / ``{"text"}``;
+- ``stop`` → ``id: <seq>`` / ``event: done`` / ``{"stop_reason", "usage": {"input_tokens", "output_tokens"}}``;
+- ``error`` → ``id: <seq>`` / ``event: error`` / ``{"code", "message", "retryable"}``;
+
+and the stream ends after the terminal record. Besides the records, the follower ends a stream:
+
+- with ``error`` ``gap`` when a missing ``seq`` stays missing for ``gap_timeout_s`` while later items
+  are visible;
+- with ``error`` ``timeout`` when the turn has no record at all within ``start_timeout_s`` (the proxy
+  never started), or is still in progress past ``stale_turn_s`` (its generator died);
+- with ``event: reconnect`` (``{"events_url", "last_event_id"}``) when the function's remaining time
+  drops below ``reconnect_margin_s``; the client resumes there with ``Last-Event-ID``;
+- when the turn item says the turn ended but its terminal record is not after the client's position
+  (a client resuming past the end): the terminal record is sent again (with its ``id``); a terminal
+  record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
+
+Polling is adaptive: ``poll_min_s`` after a poll that brought records (at once when the page was
+full), doubling up to ``poll_max_s`` while idle. While idle the turn item is read at most every
+``status_check_s``. A ``: keep-alive`` comment goes out after ``keepalive_s`` without output.
+A throttled read counts as an idle poll; any other read failure ends the stream with ``error``
+``relay_error`` (retryable: resume from the last id).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chatstream.errors import InvalidRecord, Throttled
+from chatstream.records import RecordType, TokenRecord
+from chatstream.relay import sse
+from chatstream.table import STATUS_ERROR
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from chatstream.config import RelayConfig
+    from chatstream.table import ChatTable, Turn
+
+PAGE_SIZE = 500
+
+
+def events_url(session_id: str, turn: int) -> str:
+    return f"/sessions/{session_id}/turns/{turn}/events"
+
+
+class _Idle(Enum):
+    GO_ON = "go on"
+    FINISHED_PENDING = "the turn ended; its terminal record is on its way"
+
+
+@dataclass(frozen=True)
+class FollowSettings:
+    poll_min_s: float = 0.02
+    poll_max_s: float = 0.5
+    start_timeout_s: float = 30.0
+    gap_timeout_s: float = 10.0
+    keepalive_s: float = 10.0
+    reconnect_margin_s: float = 10.0
+    stale_turn_s: float = 960.0
+    status_check_s: float = 1.0
+    page_size: int = PAGE_SIZE
+
+    @classmethod
+    def from_config(cls, config: RelayConfig) -> FollowSettings:
+        return cls(
+            poll_min_s=config.poll_min_ms / 1000,
+            poll_max_s=config.poll_max_ms / 1000,
+            start_timeout_s=config.start_timeout_s,
+            gap_timeout_s=config.gap_timeout_s,
+            keepalive_s=config.keepalive_s,
+            reconnect_margin_s=config.reconnect_margin_s,
+            stale_turn_s=config.stale_turn_s,
+        )
+
+
+def _no_deadline() -> int:
+    return 2**31
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Time as the follower sees it; tests inject fast, deterministic versions."""
+
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    remaining_ms: Callable[[], int] = _no_deadline  # the invocation's remaining time
+
+
+@dataclass
+class FollowStats:
+    """What one stream sent, for metrics."""
+
+    events_sent: int = 0
+    tokens_sent: int = 0
+    first_token_at: float | None = None  # Clock.monotonic() when the first token event was produced
+    outcome: str = "open"  # done · error · reconnect · closed (client went away) · open
+    error_code: str | None = None
+
+
+def render(record: TokenRecord) -> str:
+    """The SSE event of a token record (``start`` has none)."""
+    if record.type is RecordType.DELTA:
+        return sse.json_message({"text": record.text}, event="token", id=record.seq)
+    if record.type is RecordType.STOP:
+        usage = record.usage
+        payload: dict[str, Any] = {
+            "stop_reason": record.stop_reason,
+            "usage": {
+                "input_tokens": usage.input_tokens if usage else 0,
+                "output_tokens": usage.output_tokens if usage else 0,
+            },
+        }
+        return sse.json_message(payload, event="done", id=record.seq)
+    if record.type is RecordType.ERROR and record.error is not None:
+        return sse.json_message(record.error.to_dict(), event="error", id=record.seq)
+    raise ValueError(f"a {record.type.value} record has no event")
+
+
+def error_event(code: str, message: str, *, retryable: bool) -> str:
+    return sse.json_message({"code": code, "message": message, "retryable": retryable}, event="error")
+
+
+def _terminal_from_turn(turn: Turn) -> str:
+    """The ending event rebuilt from a finished turn's item (its terminal record is missing)."""
+    if turn.status == STATUS_ERROR:
+        error = dict(turn.error or {})
+        return error_event(
+            str(error.get("code") or "model_error"),
+            str(error.get("message") or "the generation failed"),
+            retryable=bool(error.get("retryable", False)),
+        )
+    usage = turn.usage or {}
+    payload = {
+        "stop_reason": turn.stop_reason,
+        "usage": {
+            "input_tokens": int(usage.get("input_tokens", 0)),
+            "output_tokens": int(usage.get("output_tokens", 0)),
+        },
+    }
+    return sse.json_message(payload, event="done")
+
+
+@dataclass
+class Follower:
+    """Follows one turn from the client's position ``after`` (the last event id it has; -1: none)."""
+
+    table: ChatTable
+    session_id: str
+    turn: int
+    after: int = -1
+    settings: FollowSettings = field(default_factory=FollowSettings)
+    clock: Clock = field(default_factory=Clock)
+    stats: FollowStats = field(default_factory=FollowStats)
+
+    def events(self) -> Iterator[str]:
+        """The stream's events after the client's position, ending with exactly one ending event."""
+        try:
+            for chunk in self._events():
+                if not chunk.startswith(":"):
+                    self.stats.events_sent += 1
+                yield chunk
+        except GeneratorExit:
+            self.stats.outcome = "closed"
+            raise
+
+    def _events(self) -> Iterator[str]:  # noqa: C901 - one loop, each rule in its own small branch
+        s, clock = self.settings, self.clock
+        # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
+        last = self.after if self.after >= 1 else -1
+        started = self.after >= 1
+        begin = last_output = clock.monotonic()
+        gap_since: float | None = None
+        finished_since: float | None = None
+        next_status_check = begin
+        interval = s.poll_min_s
+        while True:
+            if clock.remaining_ms() < s.reconnect_margin_s * 1000:
+                yield self._reconnect(last)
+                return
+            try:
+                records = self.table.query_records(self.session_id, self.turn, after_seq=last, limit=s.page_size)
+            except Throttled:
+                records = []
+            except (ClientError, BotoCoreError, InvalidRecord) as err:
+                yield self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
+                return
+            progressed = False
+            for record in records:
+                if record.seq != last + 1:
+                    break
+                last, progressed = record.seq, True
+                if record.type is RecordType.START:
+                    started = True
+                    continue
+                yield self._emit(record)
+                last_output = clock.monotonic()
+                if record.is_terminal:
+                    return
+            now = clock.monotonic()
+            pending = bool(records) and records[-1].seq > last
+            if progressed:
+                gap_since, finished_since, interval = None, None, s.poll_min_s
+                if len(records) >= s.page_size:
+                    continue
+            else:
+                interval = min(interval * 2, s.poll_max_s)
+            if pending:
+                gap_since = now if gap_since is None else gap_since
+                if now - gap_since >= s.gap_timeout_s:
+                    yield self._fail(
+                        "gap", f"event {last + 1} of the turn is missing; later events exist", retryable=True
+                    )
+                    return
+            else:
+                gap_since = None
+            if not progressed and not pending and now >= next_status_check:
+                next_status_check = now + s.status_check_s
+                try:
+                    ending = self._check_turn(last, now, finished_since)
+                except Throttled:
+                    ending = _Idle.GO_ON
+                except (ClientError, BotoCoreError, InvalidRecord) as err:
+                    yield self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
+                    return
+                if ending is _Idle.FINISHED_PENDING:
+                    finished_since = now if finished_since is None else finished_since
+                elif isinstance(ending, str):
+                    yield ending
+                    return
+            if not started and not pending and finished_since is None and now - begin >= s.start_timeout_s:
+                yield self._fail(
+                    "timeout", f"the generation did not start within {s.start_timeout_s:g} s", retryable=True
+                )
+                return
+            if now - last_output >= s.keepalive_s:
+                yield sse.comment("keep-alive")
+                last_output = now
+            clock.sleep(interval)
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _check_turn(self, last: int, now: float, finished_since: float | None) -> str | _Idle:
+        """Read the turn item while idle: the ending event to send, or what to do next."""
+        item = self.table.get_turn(self.session_id, self.turn)
+        if item is None:
+            return self._fail("turn_not_found", f"turn {self.turn} no longer exists", retryable=False)
+        if not item.finished:
+            age_s = (self.clock.now_ms() - item.created_at) / 1000
+            if item.created_at and age_s > self.settings.stale_turn_s:
+                return self._fail(
+                    "timeout", f"the generation stopped without finishing ({age_s:.0f} s old)", retryable=True
+                )
+            return _Idle.GO_ON
+        # The turn ended. Its terminal record is written after the turn item: it is either still on
+        # its way (after `last`), or the client is already past it (resuming at or beyond the end).
+        if last >= 0:
+            at_last = self.table.query_records(self.session_id, self.turn, after_seq=last - 1, limit=1)
+            if at_last and at_last[0].seq == last and at_last[0].is_terminal:
+                return self._emit(at_last[0])
+            if not at_last or at_last[0].seq != last:
+                return self._rebuilt(item)
+        if finished_since is not None and now - finished_since >= self.settings.gap_timeout_s:
+            return self._rebuilt(item)
+        return _Idle.FINISHED_PENDING
+
+    def _emit(self, record: TokenRecord) -> str:
+        if record.type is RecordType.DELTA:
+            self.stats.tokens_sent += 1
+            if self.stats.first_token_at is None:
+                self.stats.first_token_at = self.clock.monotonic()
+        elif record.type is RecordType.STOP:
+            self.stats.outcome = "done"
+        elif record.type is RecordType.ERROR:
+            self.stats.outcome = "error"
+            self.stats.error_code = record.error.code if record.error else None
+        return render(record)
+
+    def _rebuilt(self, turn: Turn) -> str:
+        self.stats.outcome = "error" if turn.status == STATUS_ERROR else "done"
+        return _terminal_from_turn(turn)
+
+    def _fail(self, code: str, message: str, *, retryable: bool) -> str:
+        self.stats.outcome = "error"
+        self.stats.error_code = code
+        return error_event(code, message, retryable=retryable)
+
+    def _reconnect(self, last: int) -> str:
+        self.stats.outcome = "reconnect"
+        payload = {"events_url": events_url(self.session_id, self.turn), "last_event_id": max(last, 0)}
+        return sse.json_message(payload, event="reconnect")

@@ -1,0 +1,185 @@
+"""HTTP plumbing: the Function URL event (payload format 2.0) in, JSON or SSE responses out, routing.
+
+:meth:`Request.from_event` reads the event through Powertools' ``LambdaFunctionUrlEvent`` data
+class and never raises: a field of the wrong shape reads as absent, so even a hand-made event gets
+an HTTP answer. The body is kept as bytes (base64-decoded when ``isBase64Encoded``); a body that is
+not valid base64 is remembered as such and reported by whoever reads it.
+
+:class:`Router` matches ``rawPath`` against the route templates (``{name}`` matches one non-empty
+segment), answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
+``Allow`` header for a known path with another method.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from chatstream.relay.follow import FollowStats
+
+JSON_CONTENT_TYPE = "application/json"
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+SSE_HEADERS: Mapping[str, str] = {"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the relay needs from one Function URL request."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-cased names
+    query: Mapping[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+    body_is_valid_base64: bool = True
+    iam: Mapping[str, Any] = field(default_factory=dict)  # requestContext.authorizer.iam, if any
+    request_id: str = ""
+
+    @classmethod
+    def from_event(cls, raw: object) -> Request:
+        event = LambdaFunctionUrlEvent(raw if isinstance(raw, dict) else {})
+        request_context = _mapping(event.get("requestContext"))
+        http = _mapping(request_context.get("http"))
+        authorizer = _mapping(request_context.get("authorizer"))
+        path = event.get("rawPath")
+        if not isinstance(path, str):
+            path = http.get("path") if isinstance(http.get("path"), str) else "/"
+        body, valid = _body(event.get("body"), event.get("isBase64Encoded") is True)
+        return cls(
+            method=str(http.get("method") or "GET").upper(),
+            path=str(path),
+            headers={str(k).lower(): v for k, v in _mapping(event.get("headers")).items() if isinstance(v, str)},
+            query={str(k): v for k, v in _mapping(event.get("queryStringParameters")).items() if isinstance(v, str)},
+            body=body,
+            body_is_valid_base64=valid,
+            iam=_mapping(authorizer.get("iam")),
+            request_id=str(request_context.get("requestId") or ""),
+        )
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _body(body: object, is_base64: bool) -> tuple[bytes | None, bool]:
+    if not isinstance(body, str):
+        return None, True
+    if not is_base64:
+        # Function URLs pass textual bodies as text. Lone surrogates (only a hand-made event has them)
+        # become bytes that are not UTF-8, which the body's reader reports.
+        return body.encode("utf-8", errors="surrogatepass"), True
+    try:
+        return base64.b64decode(body, validate=True), True
+    except (binascii.Error, ValueError):
+        return None, False
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What an SSE response follows, and (once its body ran) what it sent."""
+
+    kind: str  # "chat" (a new turn) or "events" (attach / resume)
+    session_id: str
+    turn: int
+    stats: FollowStats
+    started_at: float  # the service clock's monotonic() when the request arrived
+
+
+@dataclass(frozen=True)
+class Response:
+    """A response: status, headers, and a body whose items go to the client one by one."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    body: Iterable[str]
+    stream: StreamInfo | None = None
+
+
+class HttpError(Exception):
+    """An error answered before any stream starts: ``{"error": {"code", "message"}}``."""
+
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers: Mapping[str, str] = headers or {}
+
+    def response(self) -> Response:
+        return error_response(self.status, self.code, self.message, self.headers)
+
+
+def json_response(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return Response(status, {"Content-Type": JSON_CONTENT_TYPE, **(headers or {})}, [text])
+
+
+def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    return json_response(status, {"error": {"code": code, "message": message}}, headers)
+
+
+def sse_response(body: Iterable[str], stream: StreamInfo) -> Response:
+    return Response(200, dict(SSE_HEADERS), body, stream)
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    template: str
+    handler: Callable[[Request, dict[str, str]], Response]
+
+    def match(self, path: str) -> dict[str, str] | None:
+        want = self.template.split("/")
+        got = path.split("/")
+        if len(want) != len(got):
+            return None
+        params: dict[str, str] = {}
+        for pattern, segment in zip(want, got, strict=True):
+            if pattern.startswith("{") and pattern.endswith("}"):
+                if not segment:
+                    return None
+                params[pattern[1:-1]] = segment
+            elif pattern != segment:
+                return None
+        return params
+
+
+@dataclass
+class Router:
+    routes: list[Route] = field(default_factory=list)
+
+    def add(self, method: str, template: str, handler: Callable[[Request, dict[str, str]], Response]) -> None:
+        self.routes.append(Route(method.upper(), template, handler))
+
+    def dispatch(self, request: Request) -> Response:
+        allowed: list[str] = []
+        for route in self.routes:
+            params = route.match(request.path)
+            if params is None:
+                continue
+            if route.method == request.method:
+                try:
+                    return route.handler(request, params)
+                except HttpError as err:
+                    return err.response()
+            allowed.append(route.method)
+        if allowed:
+            allow = ", ".join(sorted(set(allowed)))
+            return error_response(
+                405,
+                "method_not_allowed",
+                f"{request.method} is not allowed on {request.path}; use {allow}",
+                {"Allow": allow},
+            )
+        return error_response(404, "not_found", f"no route for {request.path}; see the API documentation")

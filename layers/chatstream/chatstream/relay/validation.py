@@ -1,0 +1,176 @@
+"""Request validation, with the limits and error codes of HTTP_API.md.
+
+``POST /chat`` body, checked in this order:
+
+1. more than 64 KiB (65,536 bytes, after base64 decoding) → ``413 payload_too_large``;
+2. not valid base64 or UTF-8, empty, not JSON (``NaN``/``Infinity`` are not JSON), nested beyond
+   reason, or not a JSON object → ``400 invalid_json``;
+3. every field → ``400 invalid_request`` with a message that names the field:
+
+   - ``message``: required, a string of 1 to 32,000 characters that is not only whitespace and is
+     valid Unicode (no lone surrogates);
+   - ``session_id``: optional (``null`` is the same as absent); otherwise a non-empty string. A string
+     that cannot be a session id is answered ``404 session_not_found`` by the service, like any
+     unknown session;
+   - ``max_tokens``: optional, an integer (not a boolean, not ``5.0``) from 1 to the configured maximum;
+   - ``temperature``: optional, a finite number (not a boolean) from 0 to 1;
+   - any other field is refused (``invalid_request`` naming it), so a misspelt option such as
+     ``"max_token"`` fails loudly instead of being ignored.
+
+Resume position (``Last-Event-ID`` header or ``?after=``): a non-negative decimal integer no longer
+than the largest ``seq`` (8 digits), surrounding whitespace allowed; else ``400 invalid_request``.
+A blank ``Last-Event-ID`` counts as absent; a blank ``?after=`` is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from chatstream.records import MAX_SEQ
+from chatstream.relay.http import HttpError
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_MESSAGE_CHARS = 32_000
+_MAX_SEQ_DIGITS = len(str(MAX_SEQ))
+CHAT_FIELDS = ("message", "session_id", "max_tokens", "temperature")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    message: str
+    session_id: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+def invalid_request(message: str) -> HttpError:
+    return HttpError(400, "invalid_request", message)
+
+
+def _invalid_json(message: str) -> HttpError:
+    return HttpError(400, "invalid_json", message)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json_object(body: bytes | None, *, valid_base64: bool = True) -> dict[str, Any]:
+    """The body as a JSON object, or the ``413``/``400`` error that says what is wrong with it."""
+    if not valid_base64:
+        raise _invalid_json("the body is marked base64-encoded but is not valid base64")
+    if body is not None and len(body) > MAX_BODY_BYTES:
+        raise HttpError(
+            413, "payload_too_large", f"the body is {len(body)} bytes; the limit is {MAX_BODY_BYTES} bytes (64 KiB)"
+        )
+    if not body or not body.strip():
+        raise _invalid_json('the body is empty; send a JSON object such as {"message": "hello"}')
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _invalid_json(f"the body is not valid UTF-8 (byte {err.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _invalid_json("the body is nested too deeply to be a chat request") from None
+    except ValueError as err:
+        raise _invalid_json(f"the body is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise _invalid_json(f"the body must be a JSON object, not {_json_type(value)}")
+    return value
+
+
+def parse_chat_request(body: bytes | None, *, max_tokens_limit: int, valid_base64: bool = True) -> ChatRequest:
+    fields = parse_json_object(body, valid_base64=valid_base64)
+    unknown = sorted(name for name in fields if name not in CHAT_FIELDS)
+    if unknown:
+        raise invalid_request(
+            f"unknown field {unknown[0]!r}; the fields are message, session_id, max_tokens and temperature"
+        )
+    return ChatRequest(
+        message=_message(fields.get("message", _MISSING)),
+        session_id=_session_id(fields.get("session_id")),
+        max_tokens=_max_tokens(fields.get("max_tokens"), max_tokens_limit),
+        temperature=_temperature(fields.get("temperature")),
+    )
+
+
+_MISSING = object()
+
+
+def _message(value: object) -> str:
+    if value is _MISSING:
+        raise invalid_request("message is required: the text to send to the model")
+    if not isinstance(value, str):
+        raise invalid_request(f"message must be a string, not {_json_type(value)}")
+    if not value.strip():
+        raise invalid_request("message must not be empty or only whitespace")
+    if len(value) > MAX_MESSAGE_CHARS:
+        raise invalid_request(f"message is {len(value)} characters; the limit is {MAX_MESSAGE_CHARS}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid_request("message contains invalid Unicode (a lone surrogate escape)") from None
+    return value
+
+
+def _session_id(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid_request(f"session_id must be a string, not {_json_type(value)}")
+    if not value:
+        raise invalid_request("session_id must not be empty; omit it to start a new session")
+    return value
+
+
+def _max_tokens(value: object, limit: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid_request(f"max_tokens must be an integer, not {_json_type(value)}")
+    if not 1 <= value <= limit:
+        raise invalid_request(f"max_tokens must be between 1 and {limit}, got {value}")
+    return value
+
+
+def _temperature(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid_request(f"temperature must be a number, not {_json_type(value)}")
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise invalid_request(f"temperature must be between 0 and 1, got {value}")
+    return float(value)
+
+
+def parse_position(value: str | None, name: str, *, blank_is_absent: bool = False) -> int | None:
+    """A resume position: the last event id the client has (``None`` when not given).
+
+    ``blank_is_absent``: an empty ``Last-Event-ID`` means "no event yet" (what EventSource sends).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text and blank_is_absent:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > _MAX_SEQ_DIGITS:
+        raise invalid_request(f"{name} must be a non-negative integer (an event id) of at most {MAX_SEQ}")
+    return int(text)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
