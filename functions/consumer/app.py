@@ -69,6 +69,8 @@ processor = _processor()
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if not event.get("Records"):
+        return {"batchItemFailures": []}  # Powertools rejects an empty batch; Lambda never sends one
     response = process_partial_response(
         event=event, record_handler=processor.record_handler, processor=processor, context=context
     )

@@ -12,6 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from chatstream.dlq import DeadLetterQueue
+from chatstream.errors import Throttled
 from chatstream.materialize import DeadLetterError, Materializer, PoisonRecord, StreamRecord
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.table import ChatTable
@@ -293,7 +294,6 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
 ) -> None:
     # GIVEN completing the turn item is throttled
     session_id, turn = new_turn(chat_table)
-    from chatstream.errors import Throttled
 
     def throttled_complete(record: TokenRecord, assistant: str) -> None:
         raise Throttled("DynamoDB ThrottlingException")
