@@ -21,8 +21,8 @@ and the stream ends after the terminal record. Besides the records, the follower
   (a client resuming past the end): the terminal record is sent again (with its ``id``); a terminal
   record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
 
-Polling is adaptive: ``poll_min_s`` after a poll that brought records (at once when the page was
-full), doubling up to ``poll_max_s`` while idle. While idle the turn item is read at most every
+Polling is adaptive: ``poll_min_s`` after a poll that brought records (no wait when the page was
+full), then doubling with each idle poll up to ``poll_max_s``. While idle the turn item is read at most every
 ``status_check_s``. A ``: keep-alive`` comment goes out after ``keepalive_s`` without output.
 A throttled read counts as an idle poll; any other read failure ends the stream with ``error``
 ``relay_error`` (retryable: resume from the last id).
@@ -185,7 +185,7 @@ class Follower:
         gap_since: float | None = None
         finished_since: float | None = None
         next_status_check = begin
-        interval = s.poll_min_s
+        idle_polls = 0
         while True:
             if clock.remaining_ms() < s.reconnect_margin_s * 1000:
                 yield self._reconnect(last)
@@ -212,11 +212,11 @@ class Follower:
             now = clock.monotonic()
             pending = bool(records) and records[-1].seq > last
             if progressed:
-                gap_since, finished_since, interval = None, None, s.poll_min_s
+                gap_since, finished_since, idle_polls = None, None, 0
                 if len(records) >= s.page_size:
                     continue
             else:
-                interval = min(interval * 2, s.poll_max_s)
+                idle_polls += 1
             if pending:
                 gap_since = now if gap_since is None else gap_since
                 if now - gap_since >= s.gap_timeout_s:
@@ -248,7 +248,7 @@ class Follower:
             if now - last_output >= s.keepalive_s:
                 yield sse.comment("keep-alive")
                 last_output = now
-            clock.sleep(interval)
+            clock.sleep(min(s.poll_min_s * 2 ** min(max(idle_polls - 1, 0), 30), s.poll_max_s))
 
     # ------------------------------------------------------------------------------ helpers
 

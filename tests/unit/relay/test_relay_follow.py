@@ -1,0 +1,330 @@
+"""The turn follower against moto's DynamoDB (table from template.yaml), in fake time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+from botocore.exceptions import ClientError
+
+from chatstream.errors import Throttled
+from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.relay.follow import Follower
+from tests.unit.relay.relay_support import FAST, FakeClock, read_stream, turn_records, write_turn
+
+if TYPE_CHECKING:
+    from chatstream.relay.follow import FollowSettings
+    from chatstream.table import ChatTable
+
+OWNER = "arn:aws:iam::123456789012:user/alice"
+
+
+@pytest.fixture
+def session_id(chat_table: ChatTable) -> str:
+    session_id = chat_table.create_session(OWNER)
+    assert chat_table.start_turn(session_id, OWNER, "hello") == 1
+    return session_id
+
+
+def follow(
+    table: ChatTable,
+    session_id: str,
+    clock: FakeClock,
+    *,
+    after: int = -1,
+    settings: FollowSettings = FAST,
+    turn: int = 1,
+) -> Follower:
+    return Follower(table, session_id, turn, after=after, settings=settings, clock=clock.as_clock())
+
+
+def test_a_finished_turn_is_replayed_with_exact_ids_and_text(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that ended: start, three deltas, stop
+    write_turn(chat_table, session_id, 1, ["You", " said:", " hello"])
+    clock = FakeClock()
+    # WHEN a client follows it from the start
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN it gets every token with its seq as id, then done, and the stream ends
+    assert stream.kinds == ["token", "token", "token", "done"]
+    assert stream.ids == [1, 2, 3, 4]
+    assert stream.text == "You said: hello"
+    assert stream.of("done")[0].json() == {"stop_reason": "end_turn", "usage": {"input_tokens": 4, "output_tokens": 3}}
+
+
+def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose records appear one after another
+    records = turn_records(session_id, 1, ["One", " two"])
+    clock = FakeClock()
+    for when, record in zip([1.0, 2.0, 3.0, 5.0], records, strict=True):
+        clock.at(when, lambda record=record: chat_table.put_records([record]))
+    # WHEN a client follows the turn
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN each token went out after its record appeared and before the next one did
+    first, second, done = stream.events
+    assert (first.id, first.json()) == ("1", {"text": "One"})
+    assert first.at is not None and 2.0 <= first.at < 3.0
+    assert second.at is not None and 3.0 <= second.at < 5.0
+    assert done.event == "done" and done.id == "3"
+
+
+def test_polling_is_quick_while_records_flow_and_backs_off_when_idle(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that starts at once, then is silent for two seconds before its reply arrives
+    records = turn_records(session_id, 1, ["Late"])
+    chat_table.put_records(records[:1])
+    clock = FakeClock()
+    clock.at(2.0, lambda: chat_table.put_records(records[1:]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN idle polls back off from the minimum to the maximum interval and never beyond
+    assert stream.text == "Late"
+    assert clock.sleeps[:4] == [FAST.poll_min_s, FAST.poll_min_s, 2 * FAST.poll_min_s, 4 * FAST.poll_min_s]
+    assert max(clock.sleeps) == FAST.poll_max_s
+
+
+def test_a_gap_holds_back_later_records_until_it_fills(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN records 0, 1, 3 and 4 visible, and record 2 appearing 4 s later (a batch seen out of order)
+    records = turn_records(session_id, 1, ["a", "b", "c"])
+    chat_table.put_records([r for r in records if r.seq != 2])
+    clock = FakeClock()
+    clock.at(4.0, lambda: chat_table.put_records([records[2]]))
+    # WHEN a client follows the turn
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN every event arrives once, in seq order, and nothing after the gap went out before it filled
+    assert stream.ids == [1, 2, 3, 4]
+    assert stream.text == "abc"
+    assert stream.events[1].at is not None and stream.events[1].at >= 4.0
+
+
+def test_a_gap_that_does_not_fill_ends_the_stream_with_a_gap_error(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN records 0, 1 and 3 visible and record 2 never
+    records = turn_records(session_id, 1, ["a", "b", "c"])
+    chat_table.put_records([records[0], records[1], records[3]])
+    clock = FakeClock()
+    # WHEN a client follows the turn
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN it gets the token before the gap, then an error "gap" once the gap outlived its bound
+    assert stream.kinds == ["token", "error"]
+    error = stream.events[-1]
+    assert error.id is None
+    assert error.json()["code"] == "gap" and error.json()["retryable"] is True
+    assert error.at is not None and error.at >= FAST.gap_timeout_s
+
+
+def test_a_turn_that_never_starts_ends_with_a_timeout_error(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose generator never writes anything
+    clock = FakeClock()
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN the stream ends with one error "timeout" after the start bound
+    assert stream.kinds == ["error"]
+    assert stream.events[0].json()["code"] == "timeout"
+    assert stream.events[0].at is not None and stream.events[0].at >= FAST.start_timeout_s
+
+
+def test_a_keep_alive_comment_goes_out_after_ten_seconds_of_silence(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that starts, then is silent for 25 s before its reply
+    records = turn_records(session_id, 1, ["Hi"])
+    chat_table.put_records(records[:1])
+    clock = FakeClock()
+    clock.at(25.0, lambda: chat_table.put_records(records[1:]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN two keep-alive comments kept the connection busy, and the events are intact
+    assert stream.comments == ["keep-alive", "keep-alive"]
+    assert stream.raw.index(": keep-alive\n\n") < stream.raw.index("event: token")
+    assert stream.kinds == ["token", "done"]
+
+
+def test_the_stream_ends_with_reconnect_before_the_function_deadline(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn still generating, and an invocation with 25 s left (the margin is 10 s)
+    chat_table.put_records(turn_records(session_id, 1, ["a", "b", "c"])[:3])
+    clock = FakeClock(deadline_s=25.0)
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN it gets what exists, then a reconnect naming where to resume, before the deadline
+    assert stream.kinds == ["token", "token", "reconnect"]
+    reconnect = stream.events[-1]
+    assert reconnect.json() == {"events_url": f"/sessions/{session_id}/turns/1/events", "last_event_id": 2}
+    assert reconnect.at is not None and 15.0 <= reconnect.at < 25.0
+
+
+def test_resuming_after_a_last_event_id_sends_no_duplicate_and_no_gap(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn of five tokens
+    write_turn(chat_table, session_id, 1, ["a", "b", "c", "d", "e"])
+    # WHEN a client resumes after event 2
+    stream = read_stream(follow(chat_table, session_id, FakeClock(), after=2).events())
+    # THEN it gets exactly the events after 2
+    assert stream.ids == [3, 4, 5, 6]
+    assert stream.text == "cde"
+
+
+def test_resuming_from_zero_is_the_whole_turn(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn
+    write_turn(chat_table, session_id, 1, ["a", "b"])
+    # WHEN a client resumes after id 0 (the start record, which is no event)
+    stream = read_stream(follow(chat_table, session_id, FakeClock(), after=0).events())
+    # THEN it gets the whole reply
+    assert stream.ids == [1, 2, 3]
+
+
+def test_resuming_at_the_ending_sends_the_ending_again(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn whose done event is id 3
+    write_turn(chat_table, session_id, 1, ["a", "b"])
+    # WHEN a client resumes after id 3
+    stream = read_stream(follow(chat_table, session_id, FakeClock(), after=3).events())
+    # THEN the stream still ends with exactly one done, the same one
+    assert stream.kinds == ["done"] and stream.ids == [3]
+
+
+def test_resuming_past_the_end_of_a_finished_turn_ends_at_once(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn of three events
+    write_turn(chat_table, session_id, 1, ["a", "b"], reason="max_tokens")
+    clock = FakeClock()
+    # WHEN a client claims to have event 99
+    stream = read_stream(follow(chat_table, session_id, clock, after=99).events(), clock)
+    # THEN it gets the turn's ending rebuilt from the turn item, without waiting for a timeout
+    assert stream.kinds == ["done"]
+    assert stream.events[0].json()["stop_reason"] == "max_tokens"
+    assert clock.t < FAST.gap_timeout_s
+
+
+def test_a_terminal_record_behind_its_turn_item_is_waited_for(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn already completed in the table whose terminal token item shows up 3 s later
+    records = turn_records(session_id, 1, ["a"])
+    chat_table.complete_turn(records[-1], "a")
+    chat_table.put_records(records[:-1])
+    clock = FakeClock()
+    clock.at(3.0, lambda: chat_table.put_records(records[-1:]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN it gets the real done event, with its id
+    assert stream.kinds == ["token", "done"] and stream.ids == [1, 2]
+
+
+def test_a_terminal_record_that_never_shows_up_is_rebuilt_from_the_turn(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn completed as cancelled in the table whose terminal token item never arrives
+    records = turn_records(session_id, 1, ["a"], reason="cancelled")
+    chat_table.complete_turn(records[-1], "a")
+    chat_table.put_records(records[:-1])
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN the stream still ends with done / cancelled
+    assert stream.kinds == ["token", "done"]
+    assert stream.of("done")[0].json() == {"stop_reason": "cancelled", "usage": {"input_tokens": 4, "output_tokens": 1}}
+
+
+def test_an_error_record_ends_the_stream_with_its_error(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that failed mid-stream
+    error = ErrorInfo("model_stream_error", "modelStreamErrorException: boom", True)
+    write_turn(chat_table, session_id, 1, ["a", "b"], error=error)
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN the partial reply, then the error with its id and payload
+    assert stream.kinds == ["token", "token", "error"]
+    assert stream.events[-1].id == "3"
+    assert stream.events[-1].json() == {
+        "code": "model_stream_error",
+        "message": "modelStreamErrorException: boom",
+        "retryable": True,
+    }
+
+
+def test_a_turn_stuck_in_progress_past_the_stale_bound_ends_with_timeout(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn that started and produced one token 961 s ago, and nothing since
+    chat_table.put_records(turn_records(session_id, 1, ["a"])[:2])
+    clock = FakeClock(wall_base_ms=chat_table.now_ms() + 961_000)
+    # WHEN a client attaches to it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN it gets what exists, then error "timeout"
+    assert stream.kinds == ["token", "error"]
+    assert stream.events[-1].json()["code"] == "timeout"
+
+
+def test_two_followers_see_the_same_events(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose records trickle in
+    records = turn_records(session_id, 1, ["x", "y", "z"])
+    clock = FakeClock()
+    for index, record in enumerate(records):
+        clock.at(0.5 * index, lambda record=record: chat_table.put_records([record]))
+    # WHEN two clients follow it at once (their polls interleaved)
+    first = follow(chat_table, session_id, clock).events()
+    second = follow(chat_table, session_id, clock).events()
+    chunks: dict[int, list[str]] = {0: [], 1: []}
+    live = {0: first, 1: second}
+    while live:
+        for index, body in list(live.items()):
+            try:
+                chunks[index].append(next(body))
+            except StopIteration:
+                del live[index]
+    # THEN both got the whole turn, identically
+    one, two = read_stream(chunks[0]), read_stream(chunks[1])
+    assert one.events == two.events
+    assert one.text == "xyz" and one.ids == [1, 2, 3, 4]
+
+
+def test_long_turns_are_read_page_by_page_without_losing_records(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn of 40 tokens and a page size of 7
+    words = [f"w{i} " for i in range(40)]
+    write_turn(chat_table, session_id, 1, words)
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, FakeClock(), settings=replace(FAST, page_size=7)).events())
+    # THEN every token arrives once, in order
+    assert stream.ids == list(range(1, 42))
+    assert stream.text == "".join(words)
+
+
+def test_a_throttled_read_is_retried(chat_table: ChatTable, session_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a finished turn and a table that throttles the first read
+    write_turn(chat_table, session_id, 1, ["ok"])
+    real_query = chat_table.query_records
+    calls: list[int] = []
+
+    def flaky(*args: object, **kwargs: object) -> list[TokenRecord]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise Throttled("DynamoDB ProvisionedThroughputExceededException")
+        return real_query(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(chat_table, "query_records", flaky)
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN the throttle is invisible to it
+    assert stream.kinds == ["token", "done"]
+
+
+def test_a_failing_read_ends_the_stream_with_a_retryable_error(
+    chat_table: ChatTable, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a table whose reads fail
+    def broken(*args: object, **kwargs: object) -> list[TokenRecord]:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Query")
+
+    monkeypatch.setattr(chat_table, "query_records", broken)
+    # WHEN a client follows a turn
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN it gets one error it may retry, not a broken stream
+    assert stream.kinds == ["error"]
+    assert stream.events[0].json()["code"] == "relay_error"
+    assert stream.events[0].json()["retryable"] is True
+
+
+def test_statistics_count_what_the_client_got(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn of two tokens
+    chat_table.put_records(
+        [
+            TokenRecord.start(session_id, 1, 1),
+            TokenRecord.delta(session_id, 1, 1, "a", 2),
+            TokenRecord.delta(session_id, 1, 2, "b", 2),
+            TokenRecord.stop(session_id, 1, 3, "end_turn", Usage(1, 2), 3),
+        ]
+    )
+    follower = follow(chat_table, session_id, FakeClock())
+    # WHEN the stream is consumed
+    read_stream(follower.events())
+    # THEN the stats say three events, two tokens, done
+    assert (follower.stats.events_sent, follower.stats.tokens_sent, follower.stats.outcome) == (3, 2, "done")
+    assert follower.stats.first_token_at is not None
