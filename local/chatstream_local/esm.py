@@ -1,0 +1,506 @@
+"""An emulator of Lambda's Kinesis event source mapping, configured from template.yaml.
+
+It polls each shard of the stream (moto in server mode, or anything speaking the Kinesis API),
+builds the events Lambda builds (``Records[].kinesis`` with base64 ``data``, sequence numbers,
+partition keys, arrival timestamps; ``eventSourceARN``, ``eventID`` ``shardId-…:seq`` …), invokes
+the consumer through an injected invoker, and applies the mapping's settings as read from the
+function's Kinesis event in the template:
+
+- ``BatchSize``, ``StartingPosition`` (TRIM_HORIZON, LATEST);
+- ``FunctionResponseTypes: [ReportBatchItemFailures]``: the function's ``batchItemFailures`` are
+  checkpointed: processing resumes from the lowest failed sequence number; an empty or absent list
+  means the whole batch succeeded; an invalid response (not JSON, an identifier that is empty or not
+  in the batch) fails the whole batch;
+- ``BisectBatchOnFunctionError``: a batch whose invocation failed is split in two (not counted as a
+  retry) until the failing record is alone;
+- ``MaximumRetryAttempts`` and ``MaximumRecordAgeInSeconds``: what is still failing after the retries,
+  or older than the maximum age, is skipped and an on-failure record goes to the
+  ``DestinationConfig.OnFailure`` queue in Lambda's shape (``requestContext``, ``responseContext``,
+  ``version``, ``timestamp``, ``KinesisBatchInfo``).
+
+Each shard is processed by its own thread (``start``/``stop``), or deterministically, one batch per
+shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory. The polling delay is
+low and configurable (locally it stands in for enhanced fan-out's push delivery).
+``ParallelizationFactor`` is not emulated: each shard is processed by one batch at a time, which
+keeps the same per-partition-key order.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from chatstream_local.template import ACCOUNT_ID
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_sqs import SQSClient
+
+    from chatstream_local.template import Template
+
+logger = logging.getLogger(__name__)
+
+CONDITION_RETRIES_EXHAUSTED = "RetryAttemptsExhausted"
+CONDITION_RECORD_AGE = "RecordAgeExceeded"
+
+
+class InvokeOutcome(Protocol):
+    """What an invocation returned (``chatstream_local.runtime_api.InvokeResult`` fits)."""
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def function_error(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Invoked:
+    """A plain :class:`InvokeOutcome`, for in-process invokers."""
+
+    payload: bytes
+    function_error: str | None = None
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    executed_version: str = "$LATEST"
+    status_code: int = 200
+
+
+@dataclass(frozen=True)
+class MappingSettings:
+    """The event source mapping's settings (Lambda's defaults where the template says nothing)."""
+
+    batch_size: int = 100
+    starting_position: str = "LATEST"
+    bisect_on_function_error: bool = False
+    maximum_retry_attempts: int = -1  # -1: until the record expires
+    maximum_record_age_s: int = -1  # -1: no limit
+    report_batch_item_failures: bool = False
+    on_failure_destination: str | None = None  # an SQS queue ARN
+
+    @classmethod
+    def from_event(cls, properties: dict[str, Any]) -> MappingSettings:
+        """From the resolved ``Properties`` of a SAM ``Kinesis`` event."""
+        destination = properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        return cls(
+            batch_size=int(properties.get("BatchSize", 100)),
+            starting_position=str(properties.get("StartingPosition", "LATEST")),
+            bisect_on_function_error=_bool(properties.get("BisectBatchOnFunctionError", False)),
+            maximum_retry_attempts=int(properties.get("MaximumRetryAttempts", -1)),
+            maximum_record_age_s=int(properties.get("MaximumRecordAgeInSeconds", -1)),
+            report_batch_item_failures="ReportBatchItemFailures" in properties.get("FunctionResponseTypes", []),
+            on_failure_destination=None if destination is None else str(destination),
+        )
+
+
+@dataclass(frozen=True)
+class _Record:
+    sequence_number: str
+    partition_key: str
+    data: bytes
+    arrival: float  # epoch seconds
+
+
+@dataclass
+class _Attempt:
+    records: list[_Record]
+    invocations: int = 0  # invocations of these records so far
+    retries: int = 0
+
+
+@dataclass
+class ShardStats:
+    invocations: int = 0
+    batches_sent_to_on_failure: int = 0
+    records_delivered: int = 0
+
+
+class EventSourceMapping:
+    """One Kinesis stream → one function, as Lambda's event source mapping does it."""
+
+    def __init__(
+        self,
+        *,
+        kinesis: KinesisClient,
+        stream_name: str,
+        invoke: Callable[[bytes], InvokeOutcome],
+        settings: MappingSettings,
+        function_arn: str,
+        sqs: SQSClient | None = None,
+        region: str = "us-east-1",
+        role_arn: str | None = None,
+        poll_interval_s: float = 0.02,
+        retry_delay_s: float = 0.0,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.kinesis = kinesis
+        self.stream_name = stream_name
+        self.invoke = invoke
+        self.settings = settings
+        self.function_arn = function_arn
+        self.sqs = sqs
+        self.region = region
+        self.role_arn = role_arn or f"arn:aws:iam::{ACCOUNT_ID}:role/{stream_name}-consumer-role"
+        self.poll_interval_s = poll_interval_s
+        self.retry_delay_s = retry_delay_s
+        self.now = now
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._shards: dict[str, _ShardReader] | None = None
+        self._lock = threading.Lock()
+        self._stream_arn: str | None = None
+        self._queue_url: str | None = None
+
+    @classmethod
+    def from_template(
+        cls,
+        template: Template,
+        *,
+        function_logical_id: str,
+        kinesis: KinesisClient,
+        invoke: Callable[[bytes], InvokeOutcome],
+        sqs: SQSClient | None = None,
+        event_name: str | None = None,
+        **kwargs: Any,
+    ) -> EventSourceMapping:
+        """The mapping of the function's Kinesis event in template.yaml, with the template's settings."""
+        events = template.properties(function_logical_id).get("Events", {})
+        kinesis_events = {name: ev for name, ev in events.items() if ev.get("Type") == "Kinesis"}
+        if not kinesis_events:
+            raise ValueError(f"{function_logical_id} has no Kinesis event in template.yaml")
+        properties = kinesis_events[event_name or next(iter(kinesis_events))]["Properties"]
+        stream_name = _stream_name(str(properties["Stream"]), template)
+        return cls(
+            kinesis=kinesis,
+            stream_name=stream_name,
+            invoke=invoke,
+            settings=MappingSettings.from_event(properties),
+            function_arn=template.arn(function_logical_id),
+            sqs=sqs,
+            region=template.region,
+            role_arn=f"arn:aws:iam::{ACCOUNT_ID}:role/{template.physical_name(function_logical_id)}-role",
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------------------ control
+
+    @property
+    def stream_arn(self) -> str:
+        if self._stream_arn is None:
+            summary = self.kinesis.describe_stream_summary(StreamName=self.stream_name)
+            self._stream_arn = summary["StreamDescriptionSummary"]["StreamARN"]
+        return self._stream_arn
+
+    def shards(self) -> dict[str, _ShardReader]:
+        with self._lock:
+            if self._shards is None:
+                shard_ids = [s["ShardId"] for s in self.kinesis.list_shards(StreamName=self.stream_name)["Shards"]]
+                self._shards = {shard_id: _ShardReader(self, shard_id) for shard_id in shard_ids}
+            return self._shards
+
+    def poll_once(self) -> int:
+        """Read and deliver one batch (with its retries) on every shard; the number of records read."""
+        return sum(reader.poll_once() for reader in self.shards().values())
+
+    def drain(self, max_polls: int = 1000) -> int:
+        """Poll until every shard is caught up; the number of records read."""
+        total = 0
+        for _ in range(max_polls):
+            read = self.poll_once()
+            total += read
+            if read == 0:
+                return total
+        raise RuntimeError(f"the stream was not drained in {max_polls} polls")
+
+    def start(self) -> EventSourceMapping:
+        self._stop.clear()
+        for reader in self.shards().values():
+            thread = threading.Thread(target=reader.run, name=f"esm-{reader.shard_id}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    def stats(self) -> dict[str, ShardStats]:
+        return {shard_id: reader.stats for shard_id, reader in self.shards().items()}
+
+    def __enter__(self) -> EventSourceMapping:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def event(self, shard_id: str, records: list[_Record]) -> dict[str, Any]:
+        return {
+            "Records": [
+                {
+                    "kinesis": {
+                        "kinesisSchemaVersion": "1.0",
+                        "partitionKey": record.partition_key,
+                        "sequenceNumber": record.sequence_number,
+                        "data": base64.b64encode(record.data).decode("ascii"),
+                        "approximateArrivalTimestamp": record.arrival,
+                    },
+                    "eventSource": "aws:kinesis",
+                    "eventVersion": "1.0",
+                    "eventID": f"{shard_id}:{record.sequence_number}",
+                    "eventName": "aws:kinesis:record",
+                    "invokeIdentityArn": self.role_arn,
+                    "awsRegion": self.region,
+                    "eventSourceARN": self.stream_arn,
+                }
+                for record in records
+            ]
+        }
+
+    def send_on_failure(
+        self,
+        shard_id: str,
+        attempt: _Attempt,
+        condition: str,
+        last: InvokeOutcome | None,
+    ) -> None:
+        """Lambda's invocation record for a skipped batch, to the on-failure destination."""
+        records = attempt.records
+        body = {
+            "requestContext": {
+                "requestId": str(getattr(last, "request_id", None) or uuid.uuid4()),
+                "functionArn": self.function_arn,
+                "condition": condition,
+                "approximateInvokeCount": attempt.invocations,
+            },
+            "responseContext": {
+                "statusCode": int(getattr(last, "status_code", 200) or 200),
+                "executedVersion": str(getattr(last, "executed_version", "$LATEST") or "$LATEST"),
+                "functionError": None if last is None else last.function_error,
+            },
+            "version": "1.0",
+            "timestamp": _iso(self.now()),
+            "KinesisBatchInfo": {
+                "shardId": shard_id,
+                "startSequenceNumber": records[0].sequence_number,
+                "endSequenceNumber": records[-1].sequence_number,
+                "approximateArrivalOfFirstRecord": _iso(records[0].arrival),
+                "approximateArrivalOfLastRecord": _iso(records[-1].arrival),
+                "batchSize": len(records),
+                "streamArn": self.stream_arn,
+            },
+        }
+        logger.warning(
+            "event source mapping: %d records of %s skipped (%s), on-failure record sent",
+            len(records),
+            shard_id,
+            condition,
+        )
+        destination = self.settings.on_failure_destination
+        if destination is None or self.sqs is None:
+            return
+        if self._queue_url is None:
+            self._queue_url = self.sqs.get_queue_url(QueueName=destination.rsplit(":", 1)[-1])["QueueUrl"]
+        self.sqs.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps(body))
+
+
+class _ShardReader:
+    """Reads one shard and delivers its batches in order, with Lambda's retry semantics."""
+
+    def __init__(self, mapping: EventSourceMapping, shard_id: str) -> None:
+        self.mapping = mapping
+        self.shard_id = shard_id
+        self.stats = ShardStats()
+        self.checkpoint: str | None = None  # the last sequence number done with
+        self._read_upto: str | None = None  # the last sequence number read into the buffer
+        self._iterator: str | None = None
+        self._buffer: list[_Record] = []
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        stop = self.mapping._stop
+        while not stop.is_set():
+            try:
+                read = self.poll_once()
+            except Exception:  # a poller survives a bad poll, as Lambda's does, and says why
+                logger.exception("event source mapping: polling %s failed", self.shard_id)
+                read = 0
+            if read == 0:
+                stop.wait(self.mapping.poll_interval_s)
+
+    def poll_once(self) -> int:
+        with self._lock:
+            batch = self._next_batch()
+            if batch:
+                self._deliver(batch)
+                self.checkpoint = batch[-1].sequence_number
+            return len(batch)
+
+    # ------------------------------------------------------------------------------ reading
+
+    def _next_batch(self) -> list[_Record]:
+        size = self.mapping.settings.batch_size
+        if len(self._buffer) < size:
+            self._fill(size - len(self._buffer))
+        batch, self._buffer = self._buffer[:size], self._buffer[size:]
+        return batch
+
+    def _fill(self, limit: int) -> None:
+        kinesis = self.mapping.kinesis
+        if self._iterator is None:
+            kwargs: dict[str, Any] = {"StreamName": self.mapping.stream_name, "ShardId": self.shard_id}
+            position = self._read_upto or self.checkpoint
+            if position is not None:
+                kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=position)
+            else:
+                kwargs.update(ShardIteratorType=self.mapping.settings.starting_position)
+            self._iterator = kinesis.get_shard_iterator(**kwargs)["ShardIterator"]
+        try:
+            response = kinesis.get_records(ShardIterator=self._iterator, Limit=max(1, min(limit, 10_000)))
+        except Exception:
+            self._iterator = None  # expired or invalid: the next poll starts again after what was read
+            raise
+        self._iterator = response.get("NextShardIterator")
+        for raw in response["Records"]:
+            arrival = raw.get("ApproximateArrivalTimestamp")
+            self._buffer.append(
+                _Record(
+                    sequence_number=raw["SequenceNumber"],
+                    partition_key=raw["PartitionKey"],
+                    data=bytes(raw["Data"]),
+                    arrival=arrival.timestamp() if isinstance(arrival, datetime) else self.mapping.now(),
+                )
+            )
+            self._read_upto = raw["SequenceNumber"]
+        # A closed shard (no next iterator) has nothing more to read; resharding is not emulated.
+
+    # ----------------------------------------------------------------------------- delivery
+
+    def _deliver(self, batch: list[_Record]) -> None:
+        """Deliver a batch until every record succeeded or was skipped to the on-failure destination."""
+        settings = self.mapping.settings
+        pending: list[_Attempt] = [_Attempt(batch)]
+        while pending:
+            fresh = self._drop_expired(pending.pop(0))
+            if fresh is None:
+                continue
+            attempt = fresh
+            outcome = self._invoke(attempt)
+            attempt.invocations += 1
+            failed_from = self._failed_from(attempt.records, outcome)
+            if failed_from is None:
+                self.stats.records_delivered += len(attempt.records)
+                continue
+            function_failed = failed_from == 0 and (outcome is None or outcome.function_error is not None)
+            if function_failed and settings.bisect_on_function_error and len(attempt.records) > 1:
+                # Splitting does not count as a retry.
+                half = len(attempt.records) // 2
+                pending[:0] = [
+                    _Attempt(attempt.records[:half], attempt.invocations, attempt.retries),
+                    _Attempt(attempt.records[half:], attempt.invocations, attempt.retries),
+                ]
+                continue
+            self.stats.records_delivered += failed_from
+            remaining = _Attempt(attempt.records[failed_from:], attempt.invocations, attempt.retries + 1)
+            if 0 <= settings.maximum_retry_attempts < remaining.retries:
+                self.stats.batches_sent_to_on_failure += 1
+                self.mapping.send_on_failure(self.shard_id, remaining, CONDITION_RETRIES_EXHAUSTED, outcome)
+                continue
+            if self.mapping.retry_delay_s:
+                time.sleep(self.mapping.retry_delay_s)
+            pending.insert(0, remaining)
+
+    def _drop_expired(self, attempt: _Attempt) -> _Attempt | None:
+        """Records older than the maximum record age are skipped (to the on-failure destination)."""
+        limit = self.mapping.settings.maximum_record_age_s
+        if limit < 0:
+            return attempt
+        now = self.mapping.now()
+        expired = [record for record in attempt.records if now - record.arrival > limit]
+        if not expired:
+            return attempt
+        self.stats.batches_sent_to_on_failure += 1
+        skipped = _Attempt(expired, attempt.invocations, attempt.retries)
+        self.mapping.send_on_failure(self.shard_id, skipped, CONDITION_RECORD_AGE, None)
+        fresh = [record for record in attempt.records if now - record.arrival <= limit]
+        return _Attempt(fresh, attempt.invocations, attempt.retries) if fresh else None
+
+    def _invoke(self, attempt: _Attempt) -> InvokeOutcome | None:
+        payload = json.dumps(self.mapping.event(self.shard_id, attempt.records)).encode("utf-8")
+        self.stats.invocations += 1
+        try:
+            return self.mapping.invoke(payload)
+        except Exception:  # the invoker could not invoke: Lambda retries such errors like function errors
+            logger.exception("event source mapping: invoking %s failed", self.mapping.function_arn)
+            return None
+
+    def _failed_from(self, records: list[_Record], outcome: InvokeOutcome | None) -> int | None:
+        """Index of the first record to retry, or None when the whole batch succeeded."""
+        if outcome is None or outcome.function_error is not None:
+            return 0
+        if not self.mapping.settings.report_batch_item_failures:
+            return None
+        failures = _batch_item_failures(outcome.payload)
+        if failures is None:
+            return 0  # an invalid response fails the whole batch
+        if not failures:
+            return None
+        positions = {record.sequence_number: index for index, record in enumerate(records)}
+        if any(identifier not in positions for identifier in failures):
+            return 0
+        return min(positions[identifier] for identifier in failures)
+
+
+def _batch_item_failures(payload: bytes) -> list[str] | None:
+    """The reported item identifiers ([] for success), or None when the response is invalid."""
+    if not payload.strip():
+        return []
+    try:
+        response = json.loads(payload)
+    except ValueError:
+        return None
+    if response is None:
+        return []
+    if not isinstance(response, dict):
+        return None
+    failures = response.get("batchItemFailures")
+    if failures is None:
+        return []
+    if not isinstance(failures, list):
+        return None
+    identifiers = []
+    for failure in failures:
+        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if not isinstance(identifier, str) or not identifier:
+            return None
+        identifiers.append(identifier)
+    return identifiers
+
+
+def _stream_name(stream: str, template: Template) -> str:
+    """The stream of the event's ``Stream`` (a stream ARN, or an enhanced fan-out consumer of the stream)."""
+    if ":stream/" in stream:
+        return stream.split(":stream/", 1)[1].split("/", 1)[0]
+    streams = template.resources_of_type("AWS::Kinesis::Stream")
+    if len(streams) != 1:
+        raise ValueError(f"cannot tell which stream {stream!r} reads")
+    return template.physical_name(streams[0])
+
+
+def _bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() == "true"
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

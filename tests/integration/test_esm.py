@@ -1,0 +1,308 @@
+"""The event source mapping emulator against moto in server mode, with the template's own settings."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from chatstream.kinesis import TokenStreamWriter
+from chatstream.records import TokenRecord, Usage
+from chatstream.table import ChatTable
+from chatstream_local.esm import CONDITION_RECORD_AGE, CONDITION_RETRIES_EXHAUSTED, EventSourceMapping, Invoked
+from chatstream_local.resources import create_queue, create_stream, create_table
+from tests.support import load_function
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from chatstream_local.template import Template
+
+pytestmark = pytest.mark.integration
+
+REGION = "us-east-1"
+OWNER = "alice"
+
+
+class FakeContext:
+    function_name = "ConsumerFunction"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ConsumerFunction"
+    memory_limit_in_mb = 512
+    aws_request_id = "6f1c2b3a-7b61-11e6-9a41-93e812345678"
+    log_group_name = "/aws/lambda/ConsumerFunction"
+    log_stream_name = "2026/11/29/[$LATEST]abc"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+class Stack:
+    """Stream, table and DLQ from template.yaml, in a moto server on 127.0.0.1."""
+
+    def __init__(self, url: str, template: Template) -> None:
+        self.url = url
+        self.template = template
+        self.kinesis = boto3.client("kinesis", region_name=REGION, endpoint_url=url)
+        self.sqs = boto3.client("sqs", region_name=REGION, endpoint_url=url)
+        self.dynamodb = boto3.client("dynamodb", region_name=REGION, endpoint_url=url)
+        self.stream_name = create_stream(self.kinesis, template)
+        self.table_name = create_table(self.dynamodb, template)
+        self.dlq_url = create_queue(self.sqs, template, "ConsumerDLQ")
+        self.table = ChatTable(self.dynamodb, self.table_name, sleep=lambda _: None)
+        self.writer = TokenStreamWriter(self.kinesis, self.stream_name)
+
+    def put(self, data: bytes, partition_key: str) -> str:
+        return self.kinesis.put_record(StreamName=self.stream_name, Data=data, PartitionKey=partition_key)[
+            "SequenceNumber"
+        ]
+
+    def dlq_bodies(self) -> list[dict[str, Any]]:
+        messages = self.sqs.receive_message(QueueUrl=self.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
+        return [json.loads(message["Body"]) for message in messages]
+
+    def mapping(self, invoke: Callable[[bytes], Any], **kwargs: Any) -> EventSourceMapping:
+        return EventSourceMapping.from_template(
+            self.template,
+            function_logical_id="ConsumerFunction",
+            kinesis=self.kinesis,
+            sqs=self.sqs,
+            invoke=invoke,
+            **kwargs,
+        )
+
+
+@pytest.fixture(scope="module")
+def moto_server() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def stack(aws_env: None, moto_server: str, template: Template) -> Iterator[Stack]:
+    yield Stack(moto_server, template)
+    # Each test gets a fresh backend.
+    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")).close()
+
+
+class Recorder:
+    """Wraps an invoker; keeps every event it was given and whether the invocation failed."""
+
+    def __init__(self, inner: Callable[[dict[str, Any]], Invoked]) -> None:
+        self.inner = inner
+        self.calls: list[tuple[dict[str, Any], Invoked]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, payload: bytes) -> Invoked:
+        event = json.loads(payload)
+        result = self.inner(event)
+        with self._lock:
+            self.calls.append((event, result))
+        return result
+
+    def sequence_numbers(self, call: int) -> list[str]:
+        return [r["kinesis"]["sequenceNumber"] for r in self.calls[call][0]["Records"]]
+
+
+@pytest.fixture
+def consumer(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    """The real ConsumerFunction handler, in process, against the moto server."""
+    for name, value in stack.template.function_settings("ConsumerFunction")["Environment"]["Variables"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CHAT_TABLE_NAME", stack.table_name)
+    monkeypatch.setenv("DLQ_URL", stack.dlq_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", stack.url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", stack.url)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    app = load_function("consumer")
+
+    def invoke(event: dict[str, Any]) -> Invoked:
+        try:
+            return Invoked(json.dumps(app.handler(event, FakeContext())).encode())
+        except Exception as err:
+            return Invoked(
+                json.dumps({"errorType": type(err).__name__, "errorMessage": str(err)}).encode(), "Unhandled"
+            )
+
+    return Recorder(invoke)
+
+
+def write_turn(stack: Stack, words: list[str]) -> tuple[str, int]:
+    session_id = stack.table.create_session(OWNER)
+    turn = stack.table.start_turn(session_id, OWNER, "hello")
+    stack.writer.put(TokenRecord.start(session_id, turn, 1))
+    for seq, word in enumerate(words, start=1):
+        stack.writer.put(TokenRecord.delta(session_id, turn, seq, word, 1 + seq))
+    stack.writer.put(TokenRecord.stop(session_id, turn, len(words) + 1, "end_turn", Usage(1, len(words)), 99))
+    return session_id, turn
+
+
+def test_the_mapping_takes_its_settings_from_template_yaml(stack, template) -> None:
+    # GIVEN the consumer's Kinesis event in template.yaml
+    props = template.properties("ConsumerFunction")["Events"]["TokenStream"]["Properties"]
+    # WHEN the mapping is built from the template
+    mapping = stack.mapping(lambda payload: Invoked(b"{}"))
+    # THEN it has the template's settings and reads the template's stream
+    settings = mapping.settings
+    assert settings.batch_size == int(props["BatchSize"])
+    assert settings.starting_position == props["StartingPosition"]
+    assert settings.bisect_on_function_error is props["BisectBatchOnFunctionError"]
+    assert settings.maximum_retry_attempts == int(props["MaximumRetryAttempts"])
+    assert settings.maximum_record_age_s == int(props["MaximumRecordAgeInSeconds"])
+    assert settings.report_batch_item_failures is True
+    assert settings.on_failure_destination == template.arn("ConsumerDLQ")
+    assert mapping.stream_name == stack.stream_name
+
+
+def test_a_turn_on_the_stream_reaches_the_table_through_the_real_consumer(stack, consumer) -> None:
+    # GIVEN a whole turn on the stream
+    session_id, turn = write_turn(stack, ["You", " said:", " hello"])
+    mapping = stack.mapping(consumer)
+    # WHEN the mapping polls until caught up
+    read = mapping.drain()
+    # THEN the consumer got real-shaped events and the turn is complete with the exact text
+    assert read == 5
+    record = consumer.calls[0][0]["Records"][0]
+    assert record["eventSource"] == "aws:kinesis" and record["eventName"] == "aws:kinesis:record"
+    assert record["eventSourceARN"].endswith(f":stream/{stack.stream_name}")
+    assert record["eventID"] == f"shardId-000000000000:{record['kinesis']['sequenceNumber']}"
+    assert record["kinesis"]["partitionKey"] == session_id and record["awsRegion"] == REGION
+    assert TokenRecord.decode(base64.b64decode(record["kinesis"]["data"])).type.value == "start"
+    assert isinstance(record["kinesis"]["approximateArrivalTimestamp"], float)
+    stored = stack.table.get_turn(session_id, turn)
+    assert stored is not None and (stored.status, stored.assistant) == ("complete", "You said: hello")
+
+
+def test_started_mapping_follows_the_stream_until_stopped(stack, consumer) -> None:
+    # GIVEN a started mapping
+    mapping = stack.mapping(consumer, poll_interval_s=0.01).start()
+    try:
+        # WHEN a turn is written to the stream
+        session_id, turn = write_turn(stack, ["live", " tokens"])
+        # THEN its thread materializes it
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            stored = stack.table.get_turn(session_id, turn)
+            if stored is not None and stored.finished:
+                break
+            time.sleep(0.02)
+        assert stored is not None and stored.assistant == "live tokens"
+    finally:
+        mapping.stop()
+    # AND after stop, no thread is left running
+    assert not [t for t in threading.enumerate() if t.name.startswith("esm-")]
+
+
+def test_a_failing_record_is_isolated_by_bisect_retried_and_sent_to_the_dlq(stack) -> None:
+    # GIVEN a consumer that fails any batch containing one bad record
+    good = [stack.put(f"ok-{i}".encode(), "k") for i in range(6)]
+    bad = stack.put(b"bad", "k")
+    good += [stack.put(f"ok-{i}".encode(), "k") for i in range(6, 9)]
+
+    def fail_on_bad(event: dict[str, Any]) -> Invoked:
+        if any(base64.b64decode(r["kinesis"]["data"]) == b"bad" for r in event["Records"]):
+            return Invoked(b'{"errorType":"Boom","errorMessage":"bad record"}', "Unhandled")
+        return Invoked(b'{"batchItemFailures":[]}')
+
+    recorder = Recorder(fail_on_bad)
+    mapping = stack.mapping(recorder)
+    # WHEN the mapping processes the stream
+    mapping.drain()
+    # THEN every good record was delivered in a successful invocation, in order, exactly once
+    delivered = [
+        seq
+        for index, (_, result) in enumerate(recorder.calls)
+        if result.function_error is None
+        for seq in recorder.sequence_numbers(index)
+    ]
+    assert delivered == good
+    # AND the bad record alone was retried the template's number of times, then sent to the DLQ
+    alone = [index for index in range(len(recorder.calls)) if recorder.sequence_numbers(index) == [bad]]
+    assert len(alone) == mapping.settings.maximum_retry_attempts + 1
+    (body,) = stack.dlq_bodies()
+    assert body["version"] == "1.0" and body["requestContext"]["condition"] == CONDITION_RETRIES_EXHAUSTED
+    assert body["requestContext"]["functionArn"] == stack.template.arn("ConsumerFunction")
+    assert body["requestContext"]["approximateInvokeCount"] >= len(alone)
+    assert body["responseContext"] == {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"}
+    info = body["KinesisBatchInfo"]
+    assert (info["shardId"], info["startSequenceNumber"], info["endSequenceNumber"], info["batchSize"]) == (
+        "shardId-000000000000",
+        bad,
+        bad,
+        1,
+    )
+    assert info["streamArn"] == mapping.stream_arn
+    assert info["approximateArrivalOfFirstRecord"].endswith("Z") and body["timestamp"].endswith("Z")
+
+
+def test_reported_batch_item_failures_resume_from_the_lowest_failed_record(stack) -> None:
+    # GIVEN five records and a consumer that reports the 4th and the 3rd as failed, once
+    sequence_numbers = [stack.put(f"r{i}".encode(), "k") for i in range(5)]
+    state = {"failed_once": False}
+
+    def partial(event: dict[str, Any]) -> Invoked:
+        if state["failed_once"]:
+            return Invoked(b'{"batchItemFailures":[]}')
+        state["failed_once"] = True
+        failures = [{"itemIdentifier": sequence_numbers[3]}, {"itemIdentifier": sequence_numbers[2]}]
+        return Invoked(json.dumps({"batchItemFailures": failures}).encode())
+
+    recorder = Recorder(partial)
+    # WHEN the mapping processes the stream
+    stack.mapping(recorder).drain()
+    # THEN the retry starts at the 3rd record: the first two are not redelivered
+    assert recorder.sequence_numbers(0) == sequence_numbers
+    assert recorder.sequence_numbers(1) == sequence_numbers[2:]
+    assert len(recorder.calls) == 2 and stack.dlq_bodies() == []
+
+
+@pytest.mark.parametrize(
+    "response",
+    [b"not json", b'{"batchItemFailures":[{"itemIdentifier":""}]}', b'{"batchItemFailures":[{"itemIdentifier":"1"}]}'],
+    ids=["not-json", "empty-identifier", "unknown-identifier"],
+)
+def test_an_invalid_response_fails_the_whole_batch(stack, response) -> None:
+    # GIVEN a consumer whose first response is invalid
+    sequence_numbers = [stack.put(f"r{i}".encode(), "k") for i in range(3)]
+    answers = [response]
+
+    def invalid_once(event: dict[str, Any]) -> Invoked:
+        return Invoked(answers.pop() if answers else b"")
+
+    recorder = Recorder(invalid_once)
+    # WHEN the mapping processes the stream
+    stack.mapping(recorder).drain()
+    # THEN the whole batch is delivered again (and an empty response counts as success)
+    assert [recorder.sequence_numbers(i) for i in range(len(recorder.calls))] == [sequence_numbers] * 2
+
+
+def test_records_older_than_the_maximum_age_are_skipped_to_the_dlq_without_an_invocation(stack) -> None:
+    # GIVEN records and a clock past the template's maximum record age
+    sequence_numbers = [stack.put(f"r{i}".encode(), "k") for i in range(3)]
+    recorder = Recorder(lambda event: Invoked(b"{}"))
+    probe = stack.mapping(recorder)
+    later = time.time() + probe.settings.maximum_record_age_s + 60
+    mapping = stack.mapping(recorder, now=lambda: later)
+    # WHEN the mapping processes the stream
+    mapping.drain()
+    # THEN nothing was invoked and the range is in the DLQ as RecordAgeExceeded
+    assert recorder.calls == []
+    (body,) = stack.dlq_bodies()
+    assert body["requestContext"]["condition"] == CONDITION_RECORD_AGE
+    info = body["KinesisBatchInfo"]
+    assert (info["startSequenceNumber"], info["endSequenceNumber"], info["batchSize"]) == (
+        sequence_numbers[0],
+        sequence_numbers[-1],
+        3,
+    )
