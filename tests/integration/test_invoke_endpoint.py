@@ -52,10 +52,7 @@ def endpoint(failures: FailureRecorder) -> Iterator[InvokeEndpoint]:
 
 
 @pytest.fixture
-def client(endpoint: InvokeEndpoint, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+def client(endpoint: InvokeEndpoint, aws_env: None) -> Any:
     config = Config(retries={"max_attempts": 1}, read_timeout=30)
     return boto3.client("lambda", endpoint_url=endpoint.url, region_name="us-east-1", config=config)
 
@@ -171,12 +168,10 @@ def test_a_payload_over_the_quota_is_refused(client: Any) -> None:
 
 
 def test_the_standard_endpoint_variable_points_boto3_here(
-    endpoint: InvokeEndpoint, monkeypatch: pytest.MonkeyPatch
+    endpoint: InvokeEndpoint, aws_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN only the standard botocore variable, as the relay's code will see it
     monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", endpoint.url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
 
     # WHEN a plain client invokes
     client = boto3.client("lambda", region_name="us-east-1")
