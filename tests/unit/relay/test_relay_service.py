@@ -1,0 +1,612 @@
+"""The relay's endpoints against moto's DynamoDB and a recording Lambda client: every row of HTTP_API.md."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatstream.errors import Throttled
+from chatstream.records import ErrorInfo
+from chatstream.relay.service import RelayService
+from tests.support import load_event
+from tests.unit.relay.relay_support import (
+    FAST,
+    PROXY_FUNCTION,
+    FakeClock,
+    Stream,
+    read_stream,
+    relay_config,
+    turn_records,
+    write_turn,
+)
+
+if TYPE_CHECKING:
+    from chatstream.relay.http import Response
+    from chatstream.table import ChatTable
+
+ALICE = {"accountId": "123456789012", "callerId": "AIDAALICE", "userArn": "arn:aws:iam::123456789012:user/alice"}
+BOB = {"accountId": "123456789012", "callerId": "AIDABOB", "userArn": "arn:aws:iam::123456789012:user/bob"}
+
+
+class RecordingLambda:
+    """Stands in for the boto3 Lambda client: records invokes, answers 202 or raises ``failure``."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.failure: Exception | None = None
+        self.status = 202
+
+    def invoke(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        if self.failure is not None:
+            raise self.failure
+        return {"StatusCode": self.status}
+
+    def payloads(self) -> list[dict[str, Any]]:
+        return [json.loads(call["Payload"]) for call in self.calls]
+
+
+@pytest.fixture
+def proxy() -> RecordingLambda:
+    return RecordingLambda()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def service(chat_table: ChatTable, proxy: RecordingLambda, clock: FakeClock, table_name: str) -> RelayService:
+    return RelayService(chat_table, proxy, relay_config(table_name), clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+
+
+def event(
+    method: str,
+    path: str,
+    *,
+    body: str | bytes | None = None,
+    headers: dict[str, str] | None = None,
+    query: dict[str, str] | None = None,
+    caller: dict[str, str] | None = ALICE,
+    base64_body: bool = False,
+) -> dict[str, Any]:
+    """A payload-format-2.0 event, made from the health sample so its shape is the real one."""
+    raw = copy.deepcopy(load_event("relay-health.json"))
+    raw["rawPath"] = path
+    raw["requestContext"]["http"].update(method=method, path=path)
+    raw["headers"].update(headers or {})
+    if query:
+        raw["queryStringParameters"] = query
+        raw["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
+    if caller is None:
+        raw["requestContext"].pop("authorizer", None)
+    else:
+        raw["requestContext"]["authorizer"] = {"iam": dict(caller)}
+    if body is not None:
+        data = body.encode() if isinstance(body, str) else body
+        raw["body"] = base64.b64encode(data).decode() if base64_body else data.decode()
+        raw["isBase64Encoded"] = base64_body
+    return raw
+
+
+def chat(
+    service: RelayService, message: str = "hello", caller: dict[str, str] | None = ALICE, **fields: Any
+) -> Response:
+    return service.handle(event("POST", "/chat", body=json.dumps({"message": message, **fields}), caller=caller))
+
+
+def json_body(response: Response) -> Any:
+    assert response.headers["Content-Type"] == "application/json"
+    return json.loads("".join(response.body))
+
+
+def assert_error(response: Response, status: int, code: str) -> str:
+    assert response.status_code == status
+    payload = json_body(response)
+    assert set(payload) == {"error"} and payload["error"]["code"] == code
+    message: str = payload["error"]["message"]
+    assert message
+    return message
+
+
+def meta_of(response: Response) -> dict[str, Any]:
+    """Take the stream's first chunk: it must already hold retry and meta."""
+    first = next(iter(response.body))
+    stream = read_stream([first])
+    assert stream.retry == 1000 and stream.kinds == ["meta"]
+    meta: dict[str, Any] = stream.events[0].json()
+    return meta
+
+
+def rest_of(response: Response, clock: FakeClock | None = None) -> Stream:
+    return read_stream(response.body, clock)
+
+
+# ---------------------------------------------------------------------------------- POST /chat
+
+
+def test_chat_streams_meta_at_once_then_the_turn(
+    service: RelayService, proxy: RecordingLambda, chat_table: ChatTable
+) -> None:
+    # WHEN a client starts a new chat
+    response = chat(service, "hello", max_tokens=64, temperature=0.5)
+    # THEN the answer is an SSE stream whose first chunk is retry + meta, before the model produced anything
+    assert response.status_code == 200
+    assert response.headers == {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+    meta = meta_of(response)
+    session_id = meta["session_id"]
+    assert len(session_id) == 32 and int(session_id, 16) >= 0
+    assert meta == {"session_id": session_id, "turn": 1, "events_url": f"/sessions/{session_id}/turns/1/events"}
+    # AND the proxy was invoked asynchronously with the turn to generate
+    assert [(c["FunctionName"], c["InvocationType"]) for c in proxy.calls] == [(PROXY_FUNCTION, "Event")]
+    assert proxy.payloads() == [
+        {"session_id": session_id, "turn": 1, "message": "hello", "max_tokens": 64, "temperature": 0.5}
+    ]
+    # WHEN the turn's records reach the table
+    write_turn(chat_table, session_id, 1, ["You", " said:", " hello"])
+    # THEN the stream carries them with their ids and ends with done
+    stream = rest_of(response)
+    assert stream.kinds == ["token", "token", "token", "done"]
+    assert stream.ids == [1, 2, 3, 4]
+    assert stream.text == "You said: hello"
+    assert response.stream is not None and response.stream.stats.outcome == "done"
+
+
+def test_a_second_turn_continues_the_session(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a session whose first turn ended
+    session_id = meta_of(chat(service, "one"))["session_id"]
+    write_turn(chat_table, session_id, 1, ["first"])
+    # WHEN the client sends again on the session
+    response = chat(service, "two", session_id=session_id)
+    # THEN it is turn 2 of the same session
+    assert meta_of(response) == {
+        "session_id": session_id,
+        "turn": 2,
+        "events_url": f"/sessions/{session_id}/turns/2/events",
+    }
+
+
+def test_a_new_turn_while_one_is_generating_is_409_turn_in_progress(service: RelayService) -> None:
+    # GIVEN a session whose turn is still generating
+    session_id = meta_of(chat(service, "one"))["session_id"]
+    # WHEN the client sends again
+    response = chat(service, "two", session_id=session_id)
+    # THEN 409 turn_in_progress
+    message = assert_error(response, 409, "turn_in_progress")
+    assert "still generating" in message
+
+
+def test_concurrent_posts_on_one_session_give_one_stream_and_409s(
+    service: RelayService, chat_table: ChatTable, proxy: RecordingLambda
+) -> None:
+    # GIVEN a session whose first turn ended
+    session_id = meta_of(chat(service, "one"))["session_id"]
+    write_turn(chat_table, session_id, 1, ["first"])
+    # WHEN four requests race to start the next turn
+    statuses: list[int] = []
+
+    def post() -> None:
+        statuses.append(chat(service, "race", session_id=session_id).status_code)
+
+    threads = [threading.Thread(target=post) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN exactly one got a stream and the proxy was asked for exactly one more turn
+    assert sorted(statuses) == [200, 409, 409, 409]
+    assert [p["turn"] for p in proxy.payloads()] == [1, 2]
+
+
+@pytest.mark.parametrize("session_id", ["0" * 32, "../../etc/passwd", "x" * 200, "a b"])
+def test_chat_on_an_unknown_session_is_404_session_not_found(service: RelayService, session_id: str) -> None:
+    # WHEN a client names a session that does not exist (or cannot exist)
+    response = chat(service, "hi", session_id=session_id)
+    # THEN 404 session_not_found
+    assert_error(response, 404, "session_not_found")
+
+
+def test_a_failed_proxy_invoke_ends_the_turn_in_error_and_frees_the_session(
+    service: RelayService, proxy: RecordingLambda, chat_table: ChatTable
+) -> None:
+    # GIVEN Lambda refuses to invoke the proxy
+    proxy.failure = ClientError({"Error": {"Code": "TooManyRequestsException", "Message": "Rate"}}, "Invoke")
+    # WHEN a client starts a chat
+    response = chat(service, "hello")
+    # THEN it still gets meta, then one retryable error, and the stream ends
+    session_id = meta_of(response)["session_id"]
+    stream = rest_of(response)
+    assert stream.kinds == ["error"] and stream.ids == [1]
+    error = stream.events[0].json()
+    assert error["code"] == "proxy_unavailable" and error["retryable"] is True
+    assert "TooManyRequestsException" in error["message"]
+    # AND the turn ended as error in the table, so the next message starts turn 2
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status == "error"
+    proxy.failure = None
+    assert meta_of(chat(service, "again", session_id=session_id))["turn"] == 2
+
+
+def test_a_resume_of_a_turn_whose_invoke_failed_replays_the_error(
+    service: RelayService, proxy: RecordingLambda
+) -> None:
+    # GIVEN a turn whose proxy could not be reached (no endpoint)
+    proxy.failure = EndpointConnectionError(endpoint_url="https://lambda.us-east-1.amazonaws.com")
+    session_id = meta_of(chat(service, "hello"))["session_id"]
+    # WHEN a client attaches to the turn
+    response = service.handle(event("GET", f"/sessions/{session_id}/turns/1/events"))
+    # THEN it gets the same error from the table
+    stream = rest_of(response)
+    assert stream.kinds == ["error"] and stream.events[0].json()["code"] == "proxy_unavailable"
+
+
+def test_an_invoke_lambda_does_not_accept_is_a_failure(service: RelayService, proxy: RecordingLambda) -> None:
+    # GIVEN Lambda answers the async invoke with a status other than 202
+    proxy.status = 200
+    # WHEN a client starts a chat THEN the stream ends with proxy_unavailable
+    response = chat(service, "hello")
+    meta_of(response)
+    assert rest_of(response).events[0].json()["code"] == "proxy_unavailable"
+
+
+# ------------------------------------------------------------------------------ error rows
+
+
+@pytest.mark.parametrize(
+    ("body", "base64_body", "status", "code"),
+    [
+        ("{not json", False, 400, "invalid_json"),
+        ("[1, 2]", False, 400, "invalid_json"),
+        (b"\xff\xfe", True, 400, "invalid_json"),
+        ('{"message": ""}', False, 400, "invalid_request"),
+        ('{"message": "hi", "max_tokens": 100000}', False, 400, "invalid_request"),
+        ('{"message": "hi", "temperature": 2}', False, 400, "invalid_request"),
+        ('{"message": "' + "a" * 70_000 + '"}', False, 413, "payload_too_large"),
+        ('{"message": "' + "a" * 70_000 + '"}', True, 413, "payload_too_large"),
+    ],
+)
+def test_bad_chat_bodies_are_answered_before_any_turn_starts(
+    service: RelayService,
+    proxy: RecordingLambda,
+    body: str | bytes,
+    base64_body: bool,
+    status: int,
+    code: str,
+) -> None:
+    # WHEN a chat body breaks a rule
+    response = service.handle(event("POST", "/chat", body=body, base64_body=base64_body))
+    # THEN the error row's status and code, and no generation was started
+    assert_error(response, status, code)
+    assert proxy.calls == []
+
+
+def test_a_base64_chat_body_is_decoded(service: RelayService) -> None:
+    # WHEN curl sends the body as application/octet-stream (the Function URL base64-encodes it)
+    response = service.handle(event("POST", "/chat", body='{"message": "hi"}', base64_body=True))
+    # THEN it is an ordinary chat
+    assert meta_of(response)["turn"] == 1
+
+
+@pytest.mark.parametrize("path", ["/", "/nope", "/chat/", "//chat", "/sessions", "/sessions/a/turns", "/health/x"])
+def test_unknown_routes_are_404_not_found(service: RelayService, path: str) -> None:
+    # WHEN a path matches no route THEN 404 not_found
+    assert_error(service.handle(event("GET", path)), 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/chat", "POST"),
+        ("PUT", "/chat", "POST"),
+        ("POST", "/health", "GET"),
+        ("DELETE", "/sessions/abc", "GET"),
+        ("POST", "/sessions/abc/turns/1/events", "GET"),
+        ("GET", "/sessions/abc/turns/1/cancel", "POST"),
+    ],
+)
+def test_a_known_route_with_another_method_is_405_with_allow(
+    service: RelayService, method: str, path: str, allow: str
+) -> None:
+    # WHEN a route is called with a method it does not serve
+    response = service.handle(event(method, path))
+    # THEN 405 method_not_allowed with the Allow header
+    assert_error(response, 405, "method_not_allowed")
+    assert response.headers["Allow"] == allow
+
+
+def test_health(service: RelayService) -> None:
+    # WHEN GET /health THEN 200 {"status": "ok"}
+    response = service.handle(event("GET", "/health"))
+    assert response.status_code == 200 and json_body(response) == {"status": "ok"}
+
+
+# --------------------------------------------------------------------------- GET …/events
+
+
+def finished_session(service: RelayService, chat_table: ChatTable, words: list[str]) -> str:
+    session_id: str = meta_of(chat(service, "hello"))["session_id"]
+    write_turn(chat_table, session_id, 1, words)
+    return session_id
+
+
+def test_events_replays_a_finished_turn(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a finished turn
+    session_id = finished_session(service, chat_table, ["a", "b"])
+    # WHEN a client attaches without a position
+    response = service.handle(event("GET", f"/sessions/{session_id}/turns/1/events"))
+    # THEN it gets retry, the whole turn, and the end
+    assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/event-stream")
+    stream = rest_of(response)
+    assert stream.retry == 1000
+    assert stream.kinds == ["token", "token", "done"] and stream.text == "ab"
+
+
+@pytest.mark.parametrize(
+    ("headers", "query"),
+    [({"last-event-id": "2"}, None), (None, {"after": "2"}), ({"last-event-id": "2"}, {"after": "0"})],
+)
+def test_events_resume_after_the_last_event_id(
+    service: RelayService, chat_table: ChatTable, headers: dict[str, str] | None, query: dict[str, str] | None
+) -> None:
+    # GIVEN a finished turn of four tokens
+    session_id = finished_session(service, chat_table, ["a", "b", "c", "d"])
+    # WHEN a client resumes after event 2 (the Last-Event-ID header wins over ?after=)
+    response = service.handle(event("GET", f"/sessions/{session_id}/turns/1/events", headers=headers, query=query))
+    # THEN exactly the events after 2
+    stream = rest_of(response)
+    assert stream.ids == [3, 4, 5] and stream.text == "cd"
+
+
+def test_events_follow_a_live_turn(service: RelayService, chat_table: ChatTable, clock: FakeClock) -> None:
+    # GIVEN a turn generating, whose records arrive over time
+    session_id = meta_of(chat(service, "hello"))["session_id"]
+    for index, record in enumerate(turn_records(session_id, 1, ["x", "y"])):
+        clock.at(1.0 + index, lambda record=record: chat_table.put_records([record]))
+    # WHEN a client attaches
+    stream = rest_of(service.handle(event("GET", f"/sessions/{session_id}/turns/1/events")), clock)
+    # THEN it follows until the end
+    assert stream.kinds == ["token", "token", "done"] and stream.text == "xy"
+
+
+@pytest.mark.parametrize(
+    ("headers", "query", "named"),
+    [
+        ({"last-event-id": "-1"}, None, "Last-Event-ID"),
+        ({"last-event-id": "abc"}, None, "Last-Event-ID"),
+        (None, {"after": "1.5"}, "after"),
+        (None, {"after": ""}, "after"),
+    ],
+)
+def test_events_with_a_bad_position_are_400_invalid_request(
+    service: RelayService, headers: dict[str, str] | None, query: dict[str, str] | None, named: str
+) -> None:
+    # WHEN the position is not a non-negative integer THEN 400 invalid_request naming it
+    response = service.handle(event("GET", "/sessions/abc/turns/1/events", headers=headers, query=query))
+    assert assert_error(response, 400, "invalid_request").startswith(named)
+
+
+@pytest.mark.parametrize("turn", ["2", "0", "abc", "-1", "1000000", "9" * 5000])
+def test_events_of_an_unknown_turn_are_404_turn_not_found(
+    service: RelayService, chat_table: ChatTable, turn: str
+) -> None:
+    # GIVEN a session with one turn
+    session_id = finished_session(service, chat_table, ["a"])
+    # WHEN a client asks for another turn THEN 404 turn_not_found
+    assert_error(service.handle(event("GET", f"/sessions/{session_id}/turns/{turn}/events")), 404, "turn_not_found")
+
+
+def test_events_of_an_unknown_session_are_404_session_not_found(service: RelayService) -> None:
+    # WHEN a client asks for a session that does not exist THEN 404 session_not_found
+    response = service.handle(event("GET", f"/sessions/{'f' * 32}/turns/1/events"))
+    assert_error(response, 404, "session_not_found")
+
+
+# --------------------------------------------------------------------------- POST …/cancel
+
+
+def test_cancel_of_a_generating_turn_is_202_and_sets_the_flag(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a turn generating
+    session_id = meta_of(chat(service, "hello"))["session_id"]
+    # WHEN the client cancels it
+    response = service.handle(event("POST", f"/sessions/{session_id}/turns/1/cancel"))
+    # THEN 202 cancelling, and the flag the proxy checks is set
+    assert response.status_code == 202
+    assert json_body(response) == {"session_id": session_id, "turn": 1, "status": "cancelling"}
+    assert chat_table.cancel_requested(session_id, 1)
+
+
+def test_cancel_of_a_finished_turn_is_409_turn_finished(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a finished turn WHEN the client cancels it THEN 409 turn_finished
+    session_id = finished_session(service, chat_table, ["a"])
+    response = service.handle(event("POST", f"/sessions/{session_id}/turns/1/cancel"))
+    assert_error(response, 409, "turn_finished")
+
+
+def test_cancel_of_an_unknown_turn_is_404_turn_not_found(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a session with one turn WHEN the client cancels turn 2 THEN 404 turn_not_found
+    session_id = finished_session(service, chat_table, ["a"])
+    assert_error(service.handle(event("POST", f"/sessions/{session_id}/turns/2/cancel")), 404, "turn_not_found")
+
+
+# ---------------------------------------------------------------------------- GET /sessions
+
+
+def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a session with a complete turn, a failed turn, and a turn generating with partial text
+    session_id = finished_session(service, chat_table, ["Hi", " there"])
+    meta_of(chat(service, "two", session_id=session_id))
+    write_turn(chat_table, session_id, 2, ["par"], error=ErrorInfo("throttled", "slow down", True))
+    meta_of(chat(service, "three", session_id=session_id))
+    chat_table.put_records(turn_records(session_id, 3, ["so", " far"])[:3])
+    # WHEN the client reads the history
+    response = service.handle(event("GET", f"/sessions/{session_id}"))
+    # THEN every turn with its status, texts, stop reason and usage
+    assert response.status_code == 200
+    assert json_body(response) == {
+        "session_id": session_id,
+        "turns": [
+            {
+                "turn": 1,
+                "status": "complete",
+                "user": "hello",
+                "assistant": "Hi there",
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 4, "output_tokens": 2},
+            },
+            {
+                "turn": 2,
+                "status": "error",
+                "user": "two",
+                "assistant": "par",
+                "stop_reason": None,
+                "usage": None,
+                "error": {"code": "throttled", "message": "slow down", "retryable": True},
+            },
+            {
+                "turn": 3,
+                "status": "in_progress",
+                "user": "three",
+                "assistant": "so far",
+                "stop_reason": None,
+                "usage": None,
+            },
+        ],
+    }
+
+
+def test_history_of_an_unknown_session_is_404(service: RelayService) -> None:
+    # WHEN the session does not exist THEN 404 session_not_found
+    assert_error(service.handle(event("GET", "/sessions/nope")), 404, "session_not_found")
+
+
+# ---------------------------------------------------------------------------------- identity
+
+
+def test_another_iam_caller_gets_404_for_every_session_endpoint(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN Alice's session with a finished turn
+    session_id = finished_session(service, chat_table, ["a"])
+    # WHEN Bob uses its id anywhere
+    answers = [
+        chat(service, "mine now", caller=BOB, session_id=session_id),
+        service.handle(event("GET", f"/sessions/{session_id}", caller=BOB)),
+        service.handle(event("GET", f"/sessions/{session_id}/turns/1/events", caller=BOB)),
+        service.handle(event("POST", f"/sessions/{session_id}/turns/1/cancel", caller=BOB)),
+    ]
+    # THEN it does not exist for him
+    for response in answers:
+        assert_error(response, 404, "session_not_found")
+
+
+def test_an_iam_caller_without_user_arn_is_identified_by_account_and_caller_id(service: RelayService) -> None:
+    # GIVEN a caller identity without userArn
+    carol = {"accountId": "210987654321", "callerId": "AROACAROL:session"}
+    session_id = meta_of(chat(service, "hi", caller=carol))["session_id"]
+    # WHEN the same caller reads the history, and another caller of that account does
+    same = service.handle(event("GET", f"/sessions/{session_id}", caller=carol))
+    other = service.handle(event("GET", f"/sessions/{session_id}", caller={**carol, "callerId": "AROAOTHER:x"}))
+    # THEN the first is the owner and the second is not
+    assert same.status_code == 200
+    assert_error(other, 404, "session_not_found")
+
+
+def test_a_request_without_iam_identity_under_iam_auth_is_403(service: RelayService) -> None:
+    # WHEN the event carries no authorizer although the URL uses AWS_IAM THEN 403 forbidden
+    assert_error(chat(service, "hi", caller=None), 403, "forbidden")
+
+
+def test_with_auth_none_the_session_id_is_the_capability(
+    chat_table: ChatTable, proxy: RecordingLambda, clock: FakeClock, table_name: str
+) -> None:
+    # GIVEN a relay whose URL has no auth
+    service = RelayService(
+        chat_table,
+        proxy,
+        relay_config(table_name, AUTH_TYPE="NONE"),
+        clock=clock.as_clock(),
+        settings=FAST,  # type: ignore[arg-type]
+    )
+    # WHEN one anonymous client starts a chat and another uses its session id
+    session_id = meta_of(chat(service, "hi", caller=None))["session_id"]
+    response = service.handle(event("GET", f"/sessions/{session_id}", caller=BOB))
+    # THEN the id alone gives access
+    assert response.status_code == 200 and json_body(response)["turns"][0]["user"] == "hi"
+
+
+# ------------------------------------------------------------------------ never a 5xx for input
+
+
+def test_dynamodb_throttling_before_the_stream_is_503_with_retry_after(
+    service: RelayService, chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN DynamoDB throttles
+    def throttled(owner: str) -> str:
+        raise Throttled("DynamoDB ThrottlingException")
+
+    monkeypatch.setattr(chat_table, "create_session", throttled)
+    # WHEN a client starts a chat THEN 503 unavailable with Retry-After, not a traceback
+    response = chat(service, "hi")
+    assert_error(response, 503, "unavailable")
+    assert response.headers["Retry-After"] == "1"
+
+
+def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
+    service: RelayService, chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a table call that fails in an unforeseen way
+    def broken(owner: str) -> str:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(chat_table, "create_session", broken)
+    # WHEN a client starts a chat THEN a JSON 500 that does not leak the exception
+    message = assert_error(chat(service, "hi"), 500, "internal_error")
+    assert "secret" not in message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        [],
+        "GET /health",
+        {},
+        {"requestContext": 5},
+        {"requestContext": {"http": "POST"}, "rawPath": ["/chat"]},
+        {"rawPath": "/chat", "requestContext": {"http": {"method": "POST"}}, "body": 42},
+        {"rawPath": "/chat", "requestContext": {"http": {"method": "POST"}}, "body": "e30=", "isBase64Encoded": "yes"},
+        {"rawPath": "/chat", "requestContext": {"http": {"method": "POST"}}, "body": "%%%", "isBase64Encoded": True},
+        {"rawPath": "/sessions/x/turns/1/events", "requestContext": {"http": {"method": "GET"}}, "headers": [1]},
+    ],
+)
+def test_malformed_events_get_a_4xx_answer(service: RelayService, raw: object) -> None:
+    # WHEN the event itself is malformed THEN the answer is still a JSON client error
+    response = service.handle(raw)
+    assert 400 <= response.status_code < 500
+    assert "error" in json_body(response)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    fields=st.dictionaries(
+        st.sampled_from(["message", "session_id", "max_tokens", "temperature", "other"]), _json, max_size=4
+    )
+)
+def test_no_chat_body_produces_a_server_error(service: RelayService, fields: dict[str, Any]) -> None:
+    # WHEN any JSON object is posted THEN the answer is a stream or a client error, never a 5xx
+    response = service.handle(event("POST", "/chat", body=json.dumps(fields)))
+    assert response.status_code in (200, 400, 404)
