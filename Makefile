@@ -48,3 +48,9 @@ deploy: build
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
+
+# Re-process ConsumerDLQ (docs/OPERATIONS.md). STACK=<stack name> reads the queue, table and stream from the
+# stack's outputs (or set DLQ_URL / CHAT_TABLE_NAME); ARGS="--dry-run --max 10" passes options through.
+.PHONY: redrive
+redrive: $(STAMP)
+	PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)

@@ -84,13 +84,18 @@ class DeadLetterQueue:
                 raise DeadLetterError(f"SQS {code}") from err
             raise
 
-    def receive(self, max_messages: int = RECEIVE_MAX, visibility_timeout_s: int = 300) -> list[DlqMessage]:
-        """Up to ``max_messages`` (at most 10) messages, hidden from other readers for the timeout."""
+    def receive(
+        self, max_messages: int = RECEIVE_MAX, visibility_timeout_s: int = 300, wait_s: int = 1
+    ) -> list[DlqMessage]:
+        """Up to ``max_messages`` (at most 10) messages, hidden from other readers for the timeout.
+
+        ``wait_s`` > 0 long-polls, so an empty answer means the queue is empty (not just a sampled server).
+        """
         response = self.client.receive_message(
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=max(1, min(RECEIVE_MAX, max_messages)),
             VisibilityTimeout=visibility_timeout_s,
-            WaitTimeSeconds=1,
+            WaitTimeSeconds=wait_s,
         )
         return [
             DlqMessage(message["MessageId"], message["ReceiptHandle"], message.get("Body", ""))

@@ -374,16 +374,21 @@ class Materializer:
         outcome.turns_reconciled += 1
 
 
-def _decode(position: int, source: StreamRecord) -> _Entry:
+def decode(source: StreamRecord) -> TokenRecord:
+    """The token record a stream record carries; :class:`InvalidRecord` (the reason) if it is poison."""
     if source.undecodable is not None:
-        return _Entry(position, source, poison=source.undecodable)
+        raise InvalidRecord(source.undecodable)
+    token = TokenRecord.decode(source.data)
+    if token.session_id != source.partition_key:
+        raise InvalidRecord(f"partition key {source.partition_key!r} is not the record's session_id")
+    return token
+
+
+def _decode(position: int, source: StreamRecord) -> _Entry:
     try:
-        token = TokenRecord.decode(source.data)
+        return _Entry(position, source, token=decode(source))
     except InvalidRecord as err:
         return _Entry(position, source, poison=str(err))
-    if token.session_id != source.partition_key:
-        return _Entry(position, source, poison=f"partition key {source.partition_key!r} is not the record's session_id")
-    return _Entry(position, source, token=token)
 
 
 def _iso(moment: datetime) -> str:

@@ -1,0 +1,323 @@
+"""Redrive ConsumerDLQ: re-process what the consumer could not, through the same materializer core.
+
+Usage (see docs/OPERATIONS.md)::
+
+    python -m chatstream.redrive [--queue-url URL] [--stack-name NAME] [--dry-run] [--max N]
+                                 [--stream-name NAME] [--table-name NAME] [--discard-lost]
+
+Two kinds of message (``chatstream.dlq``):
+
+- **poison-record**: the payload is decoded again; if it is now a valid token record it is written
+  (and its turn reconciled); otherwise the message stays, and the report says why. A payload too big
+  to travel in the message is re-read from the stream by its coordinates.
+- **on-failure** (the event source mapping gave up on a batch): the range is re-read with
+  ``GetShardIterator AT_SEQUENCE_NUMBER`` from ``startSequenceNumber`` up to ``endSequenceNumber`` and
+  re-processed. Records that are no longer in the stream (past its retention, or the stream is gone)
+  are reported as lost, by shard and sequence range; such a message stays unless ``--discard-lost``.
+
+A message is deleted only after it was redriven; running twice is harmless (writes are idempotent,
+redriven messages are gone). Messages not redriven are made visible again at the end. The exit
+status is 1 when anything could not be redriven or was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chatstream import config
+from chatstream.dlq import KIND_ON_FAILURE, KIND_POISON, DeadLetterQueue, DlqMessage
+from chatstream.errors import InvalidRecord
+from chatstream.materialize import Materializer, PoisonRecord, StreamRecord, decode
+from chatstream.table import ChatTable
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mypy_boto3_kinesis import KinesisClient
+
+REDRIVEN = "redriven"
+WOULD_REDRIVE = "would redrive"
+LEFT = "left in queue"
+STACK_NAME = "CHATSTREAM_STACK_NAME"
+GET_RECORDS_LIMIT = 1000
+MAX_EMPTY_READS = 5
+
+
+@dataclass(frozen=True)
+class LostRange:
+    """Records of a failed batch that the stream no longer has."""
+
+    shard_id: str
+    first: str
+    last: str
+    reason: str
+
+    def __str__(self) -> str:
+        span = self.first if self.first == self.last else f"{self.first}..{self.last}"
+        return f"{self.shard_id} sequence numbers {span} ({self.reason})"
+
+
+@dataclass
+class MessageResult:
+    message_id: str
+    kind: str
+    status: str
+    detail: str
+    records: int = 0
+    lost: list[LostRange] = field(default_factory=list)
+
+
+@dataclass
+class RedriveReport:
+    dry_run: bool
+    results: list[MessageResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(result.status != LEFT and not result.lost for result in self.results)
+
+    def render(self) -> str:
+        mode = " (dry run: nothing written or deleted)" if self.dry_run else ""
+        lines = [f"chatstream redrive{mode}: {len(self.results)} message(s)"]
+        for result in self.results:
+            lines.append(f"  {result.message_id} [{result.kind}] {result.status}: {result.detail}")
+            lines.extend(f"    LOST {lost}" for lost in result.lost)
+        counts: dict[str, int] = {}
+        for result in self.results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+        summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "queue empty"
+        lost = sum(len(result.lost) for result in self.results)
+        lines.append(f"summary: {summary}; {lost} lost range(s)")
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Redrive:
+    """Reads the DLQ and redrives each message through ``materializer`` (reconciling finished turns)."""
+
+    dlq: DeadLetterQueue
+    kinesis: KinesisClient
+    materializer: Materializer
+    stream_name: str | None = None
+    discard_lost: bool = False
+    visibility_timeout_s: int = 300
+    receive_wait_s: int = 1
+
+    def run(self, max_messages: int | None = None, dry_run: bool = False) -> RedriveReport:
+        report = RedriveReport(dry_run=dry_run)
+        held: dict[str, DlqMessage] = {}
+        seen: set[str] = set()
+        try:
+            while max_messages is None or len(report.results) < max_messages:
+                wanted = 10 if max_messages is None else max_messages - len(report.results)
+                batch = self.dlq.receive(min(10, wanted), self.visibility_timeout_s, self.receive_wait_s)
+                fresh = [message for message in batch if message.message_id not in seen]
+                if not fresh:
+                    held.update({message.message_id: message for message in batch})
+                    break
+                for message in fresh:
+                    seen.add(message.message_id)
+                    if max_messages is not None and len(report.results) >= max_messages:
+                        held[message.message_id] = message
+                        continue
+                    result = self.redrive(message, dry_run)
+                    report.results.append(result)
+                    if result.status == REDRIVEN:
+                        self.dlq.delete(message)
+                    else:
+                        held[message.message_id] = message
+        finally:
+            for message in held.values():
+                self.dlq.release(message)
+        return report
+
+    def redrive(self, message: DlqMessage, dry_run: bool = False) -> MessageResult:
+        kind = message.kind
+        document = message.document()
+        try:
+            if kind == KIND_POISON and document is not None:
+                return self._poison(message, document, dry_run)
+            if kind == KIND_ON_FAILURE and document is not None:
+                return self._on_failure(message, document, dry_run)
+        except (ClientError, BotoCoreError, KeyError, ValueError) as err:
+            return MessageResult(message.message_id, kind, LEFT, f"failed: {type(err).__name__}: {err}")
+        return MessageResult(message.message_id, kind, LEFT, "not a poison-record or on-failure message")
+
+    # ------------------------------------------------------------------------------ kinds
+
+    def _poison(self, message: DlqMessage, document: dict[str, Any], dry_run: bool) -> MessageResult:
+        poison = PoisonRecord.from_message(document)
+        record = poison.record
+        if document.get("payloadTruncated"):
+            found, lost = self.read_range(record.stream_arn, record.shard_id, record.sequence_number)
+            if lost:
+                return MessageResult(message.message_id, KIND_POISON, LEFT, "payload no longer in the stream", 0, lost)
+            record = found[0]
+        try:
+            token = decode(record)
+        except InvalidRecord as err:
+            detail = f"still not a valid token record ({err}); first reported: {poison.reason}"
+            return MessageResult(message.message_id, KIND_POISON, LEFT, detail)
+        where = f"session {token.session_id} turn {token.turn} seq {token.seq}"
+        if dry_run:
+            return MessageResult(message.message_id, KIND_POISON, WOULD_REDRIVE, f"now valid: {where}", 1)
+        return self._process(message, KIND_POISON, [record], f"written: {where}")
+
+    def _on_failure(self, message: DlqMessage, document: dict[str, Any], dry_run: bool) -> MessageResult:
+        info = document["KinesisBatchInfo"]
+        condition = document.get("requestContext", {}).get("condition", "?")
+        shard_id = str(info["shardId"])
+        start, end = str(info["startSequenceNumber"]), str(info["endSequenceNumber"])
+        records, lost = self.read_range(str(info.get("streamArn", "")), shard_id, start, end)
+        detail = f"{condition}: {len(records)} of {info.get('batchSize', '?')} records of {shard_id} {start}..{end}"
+        if dry_run:
+            status = LEFT if lost and not self.discard_lost else WOULD_REDRIVE
+            return MessageResult(message.message_id, KIND_ON_FAILURE, status, detail, len(records), lost)
+        result = self._process(message, KIND_ON_FAILURE, records, detail)
+        result.lost = lost
+        if lost and result.status == REDRIVEN and not self.discard_lost:
+            result.status = LEFT
+            result.detail += "; kept because records are lost (--discard-lost deletes it)"
+        return result
+
+    def _process(self, message: DlqMessage, kind: str, records: Sequence[StreamRecord], detail: str) -> MessageResult:
+        outcome = self.materializer.process(records)
+        if not outcome.ok:
+            reasons = sorted(set(outcome.failures.values()))
+            return MessageResult(message.message_id, kind, LEFT, f"{detail}; not written: {'; '.join(reasons)}")
+        extra = f"; {outcome.poison} poison record(s) sent back to the DLQ" if outcome.poison else ""
+        return MessageResult(message.message_id, kind, REDRIVEN, detail + extra, len(records))
+
+    # --------------------------------------------------------------------------- the stream
+
+    def read_range(
+        self, stream_arn: str, shard_id: str, start: str, end: str | None = None
+    ) -> tuple[list[StreamRecord], list[LostRange]]:
+        """The shard's records from ``start`` to ``end`` (inclusive), and what of the range is gone."""
+        end = end or start
+        stream_name = self.stream_name or _stream_name(stream_arn)
+        try:
+            iterator: str | None = self.kinesis.get_shard_iterator(
+                StreamName=stream_name,
+                ShardId=shard_id,
+                ShardIteratorType="AT_SEQUENCE_NUMBER",
+                StartingSequenceNumber=start,
+            )["ShardIterator"]
+        except ClientError as err:
+            code = err.response["Error"]["Code"]
+            if code in ("ResourceNotFoundException", "InvalidArgumentException"):
+                return [], [LostRange(shard_id, start, end, f"{code}: {err.response['Error'].get('Message', '')}")]
+            raise
+        found: list[StreamRecord] = []
+        empty_reads = 0
+        arn = _stream_arn(stream_arn)
+        while iterator is not None and empty_reads < MAX_EMPTY_READS:
+            response = self.kinesis.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+            iterator = response.get("NextShardIterator")
+            if not response["Records"]:
+                empty_reads += 1
+                if response.get("MillisBehindLatest", 0) == 0:
+                    break
+                continue
+            empty_reads = 0
+            for raw in response["Records"]:
+                if int(raw["SequenceNumber"]) > int(end):
+                    iterator = None
+                    break
+                if int(raw["SequenceNumber"]) >= int(start):
+                    found.append(StreamRecord.from_get_records(raw, shard_id, arn))
+        return found, _lost(shard_id, start, end, found)
+
+
+def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord]) -> list[LostRange]:
+    """Kinesis trims a shard from its oldest record, so what is missing is at the start of the range."""
+    if not found:
+        return [LostRange(shard_id, start, end, "no longer in the stream")]
+    first = found[0].sequence_number
+    if int(first) > int(start):
+        return [LostRange(shard_id, start, first, "no longer in the stream (up to, not including, the last)")]
+    return []
+
+
+def _stream_arn(arn: str) -> str:
+    return arn.split("/consumer/", 1)[0]
+
+
+def _stream_name(arn: str) -> str:
+    """The stream name in a stream (or enhanced fan-out consumer) ARN."""
+    if ":stream/" not in arn:
+        raise ValueError(f"not a Kinesis stream ARN: {arn!r}")
+    return arn.split(":stream/", 1)[1].split("/", 1)[0]
+
+
+# --------------------------------------------------------------------------------------- CLI
+
+
+def _stack_outputs(session: boto3.session.Session, stack_name: str) -> dict[str, str]:
+    stacks = session.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+    return {output["OutputKey"]: output["OutputValue"] for output in stacks[0].get("Outputs", [])}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m chatstream.redrive", description="Re-process the messages of the consumer's DLQ."
+    )
+    parser.add_argument("--queue-url", default=os.environ.get(config.DLQ_URL), help="ConsumerDLQ URL (env DLQ_URL)")
+    parser.add_argument(
+        "--stack-name",
+        default=os.environ.get(STACK_NAME),
+        help=f"read defaults from the stack's outputs (env {STACK_NAME})",
+    )
+    parser.add_argument(
+        "--stream-name",
+        default=os.environ.get(config.TOKEN_STREAM_NAME),
+        help="token stream (default: the message's stream ARN)",
+    )
+    parser.add_argument(
+        "--table-name", default=os.environ.get(config.CHAT_TABLE_NAME), help="ChatTable (env CHAT_TABLE_NAME)"
+    )
+    parser.add_argument("--region", default=None, help="AWS region (default: the SDK's)")
+    parser.add_argument("--max", type=int, default=None, metavar="N", help="redrive at most N messages")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="report what would be redriven; write and delete nothing"
+    )
+    parser.add_argument("--discard-lost", action="store_true", help="delete on-failure messages whose records are lost")
+    args = parser.parse_args(argv)
+
+    session = boto3.session.Session(region_name=args.region)
+    if args.stack_name and not (args.queue_url and args.table_name):
+        outputs = _stack_outputs(session, args.stack_name)
+        args.queue_url = args.queue_url or outputs.get("ConsumerDLQUrl")
+        args.table_name = args.table_name or outputs.get("ChatTableName")
+        args.stream_name = args.stream_name or outputs.get("TokenStreamName")
+    if not args.queue_url:
+        parser.error("the DLQ is unknown: pass --queue-url, set DLQ_URL, or pass --stack-name")
+    if not args.table_name:
+        parser.error("the table is unknown: pass --table-name, set CHAT_TABLE_NAME, or pass --stack-name")
+    if args.max is not None and args.max < 1:
+        parser.error("--max must be at least 1")
+
+    ttl_days = config.TableConfig.from_env({**os.environ, config.CHAT_TABLE_NAME: args.table_name}).ttl_days
+    table = ChatTable(session.client("dynamodb"), args.table_name, ttl_days=ttl_days)
+    dlq = DeadLetterQueue(session.client("sqs"), args.queue_url)
+    redrive = Redrive(
+        dlq=dlq,
+        kinesis=session.client("kinesis"),
+        materializer=Materializer(table=table, poison_sink=dlq, reconcile_finished_turns=True),
+        stream_name=args.stream_name,
+        discard_lost=args.discard_lost,
+    )
+    report = redrive.run(max_messages=args.max, dry_run=args.dry_run)
+    sys.stdout.write(report.render())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

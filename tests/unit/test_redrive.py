@@ -1,0 +1,202 @@
+"""The redrive tool on both kinds of DLQ message, against Kinesis, DynamoDB and SQS in moto."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from chatstream.dlq import DeadLetterQueue
+from chatstream.materialize import Materializer, StreamRecord
+from chatstream.records import TokenRecord, Usage
+from chatstream.redrive import Redrive, main
+from chatstream_local.resources import create_queue
+from tests.support import load_event
+
+if TYPE_CHECKING:
+    from chatstream.table import ChatTable
+
+OWNER = "alice"
+SHARD = "shardId-000000000000"
+
+
+@pytest.fixture
+def sqs(moto: None) -> Any:
+    return boto3.client("sqs", region_name="us-east-1")
+
+
+@pytest.fixture
+def dlq(sqs: Any, template: Any) -> DeadLetterQueue:
+    return DeadLetterQueue(sqs, create_queue(sqs, template, "ConsumerDLQ"))
+
+
+@pytest.fixture
+def redrive(dlq: DeadLetterQueue, kinesis: Any, chat_table: ChatTable) -> Redrive:
+    materializer = Materializer(table=chat_table, poison_sink=dlq, reconcile_finished_turns=True)
+    return Redrive(dlq=dlq, kinesis=kinesis, materializer=materializer, receive_wait_s=0)
+
+
+def queued(dlq: DeadLetterQueue) -> list[dict[str, Any]]:
+    """Every message in the queue (received, then made visible again)."""
+    messages = dlq.receive(10, visibility_timeout_s=0, wait_s=0)
+    return [json.loads(message.body) for message in messages]
+
+
+def put_turn(kinesis: Any, stream_name: str, tokens: list[TokenRecord]) -> list[str]:
+    return [
+        kinesis.put_record(StreamName=stream_name, Data=t.encode(), PartitionKey=t.session_id)["SequenceNumber"]
+        for t in tokens
+    ]
+
+
+def new_turn(table: ChatTable) -> tuple[str, int]:
+    session_id = table.create_session(OWNER)
+    return session_id, table.start_turn(session_id, OWNER, "hello")
+
+
+def reply(session_id: str, turn: int, words: list[str]) -> list[TokenRecord]:
+    tokens = [TokenRecord.start(session_id, turn, 1)]
+    tokens += [TokenRecord.delta(session_id, turn, i, word, 1 + i) for i, word in enumerate(words, start=1)]
+    tokens.append(TokenRecord.stop(session_id, turn, len(words) + 1, "end_turn", Usage(1, len(words)), 9))
+    return tokens
+
+
+def on_failure_message(stream_arn: str, start: str, end: str, batch_size: int) -> str:
+    """The sample on-failure record (events/), pointing at a range of this test's stream."""
+    body = load_event("dlq-onfailure-message.json")
+    body["KinesisBatchInfo"].update(
+        startSequenceNumber=start, endSequenceNumber=end, batchSize=batch_size, streamArn=stream_arn
+    )
+    return json.dumps(body)
+
+
+def test_an_on_failure_range_is_re_read_and_restores_the_missing_items(
+    redrive, dlq, sqs, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN a turn whose first records the consumer skipped (their batch went to the DLQ) while the rest arrived
+    session_id, turn = new_turn(chat_table)
+    tokens = reply(session_id, turn, ["Re", "drive", "n"])
+    sequence_numbers = put_turn(kinesis, stream_name, tokens)
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    live = Materializer(table=chat_table, poison_sink=dlq)
+    live.process([StreamRecord(sequence_numbers[-1], session_id, tokens[-1].encode(), SHARD, arn)])
+    sqs.send_message(
+        QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], sequence_numbers[-2], 4)
+    )
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN the missing items are written, the turn's text is whole, and the message is gone
+    assert report.ok, report.render()
+    assert [r.seq for r in chat_table.query_records(session_id, turn)] == [0, 1, 2, 3, 4]
+    stored = chat_table.get_turn(session_id, turn)
+    assert stored is not None and (stored.status, stored.assistant) == ("complete", "Redriven")
+    assert queued(dlq) == []
+    assert "1 redriven" in report.render()
+
+
+def test_a_poison_message_that_is_now_valid_is_written_and_one_that_is_not_stays_with_a_reason(
+    redrive, dlq, sqs, chat_table, monkeypatch
+) -> None:
+    # GIVEN the sample poison message (a truncated record), and one whose payload is a valid record
+    bad = load_event("dlq-poison-message.json")
+    session_id = bad["partitionKey"]
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    chat_table.create_session(OWNER)
+    turn = chat_table.start_turn(session_id, OWNER, "hi")
+    good = dict(bad, payload=base64.b64encode(TokenRecord.delta(session_id, turn, 2, " there", 5).encode()).decode())
+    good["sequenceNumber"] = str(int(bad["sequenceNumber"]) + 1)
+    for body in (bad, good):
+        sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(body))
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN the valid record is an item and its message is deleted
+    assert [r.seq for r in chat_table.query_records(session_id, turn)] == [2]
+    # AND the still-invalid one stays in the queue, reported with the reason, and the run fails
+    assert not report.ok
+    (left,) = [r for r in report.results if r.status == "left in queue"]
+    assert "still not a valid token record (not JSON" in left.detail
+    assert [body["sequenceNumber"] for body in queued(dlq)] == [bad["sequenceNumber"]]
+
+
+def test_redrive_is_idempotent_when_run_twice(
+    redrive, dlq, sqs, kinesis, stream_name, chat_table, dynamodb, table_name
+) -> None:
+    # GIVEN an on-failure message for a whole turn the consumer never wrote
+    session_id, turn = new_turn(chat_table)
+    sequence_numbers = put_turn(kinesis, stream_name, reply(session_id, turn, ["a", "b"]))
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    sqs.send_message(
+        QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], sequence_numbers[-1], 4)
+    )
+    # WHEN the redrive runs twice
+    first = redrive.run()
+    items = dynamodb.scan(TableName=table_name, Select="COUNT")["Count"]
+    second = redrive.run()
+    # THEN the first restored the turn, and the second found nothing to do and changed nothing
+    stored = chat_table.get_turn(session_id, turn)
+    assert first.ok and [r.status for r in first.results] == ["redriven"]
+    assert stored is not None and stored.assistant == "ab"
+    assert second.ok and second.results == []
+    assert dynamodb.scan(TableName=table_name, Select="COUNT")["Count"] == items
+
+
+def test_records_no_longer_in_the_stream_are_reported_lost_by_shard_and_range(redrive, dlq, sqs) -> None:
+    # GIVEN the sample on-failure message, whose stream no longer exists (or whose records expired)
+    body = load_event("dlq-onfailure-message.json")
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(body))
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN the range is reported lost by shard and sequence numbers, the message stays, and the run fails
+    info = body["KinesisBatchInfo"]
+    (result,) = report.results
+    (lost,) = result.lost
+    assert (lost.shard_id, lost.first, lost.last) == (SHARD, info["startSequenceNumber"], info["endSequenceNumber"])
+    assert not report.ok and "LOST shardId-000000000000 sequence numbers" in report.render()
+    assert len(queued(dlq)) == 1
+    # WHEN the operator accepts the loss
+    redrive.discard_lost = True
+    report = redrive.run()
+    # THEN the message is deleted, and the loss is still reported
+    assert queued(dlq) == [] and report.results[0].lost
+
+
+def test_dry_run_writes_and_deletes_nothing(redrive, dlq, sqs, kinesis, stream_name, chat_table) -> None:
+    # GIVEN an on-failure message for records the table does not have
+    session_id, turn = new_turn(chat_table)
+    sequence_numbers = put_turn(kinesis, stream_name, reply(session_id, turn, ["x"]))
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    sqs.send_message(
+        QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], sequence_numbers[-1], 3)
+    )
+    # WHEN a dry run is made
+    report = redrive.run(dry_run=True)
+    # THEN it says what it would do, and the table and the queue are unchanged
+    assert [(r.status, r.records) for r in report.results] == [("would redrive", 3)]
+    assert chat_table.query_records(session_id, turn) == []
+    assert len(queued(dlq)) == 1
+
+
+def test_the_cli_takes_the_queue_and_table_and_caps_with_max(dlq, sqs, kinesis, chat_table, table_name, capsys) -> None:
+    # GIVEN three unknown messages in the DLQ
+    for i in range(3):
+        sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": i}))
+    # WHEN the CLI runs with --max 2
+    status = main(["--queue-url", dlq.queue_url, "--table-name", table_name, "--max", "2"])
+    # THEN it handled two, printed the report, and exits non-zero because they could not be redriven
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.count("not a poison-record or on-failure message") == 2
+    assert len(queued(dlq)) == 3
+
+
+def test_the_cli_names_what_is_missing(monkeypatch, capsys) -> None:
+    # GIVEN no queue URL anywhere
+    monkeypatch.delenv("DLQ_URL", raising=False)
+    monkeypatch.delenv("CHATSTREAM_STACK_NAME", raising=False)
+    # WHEN / THEN the CLI stops with a usage error naming the option
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--table-name", "t"])
+    assert exit_info.value.code == 2 and "--queue-url" in capsys.readouterr().err
