@@ -35,6 +35,7 @@ class Template:
     stack_name: str = "chatstream-local"
     parameter_overrides: dict[str, str] = field(default_factory=dict)
     physical_names: dict[str, str] = field(default_factory=dict)
+    ref_overrides: dict[str, str] = field(default_factory=dict)  # e.g. a queue's real URL in the emulator
 
     @classmethod
     def load(cls, path: Path = TEMPLATE_PATH, **kwargs: Any) -> Template:
@@ -127,6 +128,8 @@ class Template:
             return pseudo[name]
         if name in self.raw.get("Parameters", {}):
             return self.parameter(name)
+        if name in self.ref_overrides:
+            return self.ref_overrides[name]
         if name in self.raw.get("Resources", {}):
             kind = self.raw["Resources"][name]["Type"]
             if kind == "AWS::SQS::Queue":

@@ -133,3 +133,11 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     assert turns[0].usage == {"input_tokens": 1, "output_tokens": 1}
     assert turns[0].max_tokens == 10 and turns[0].temperature == 0.5
     assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
+
+
+def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> None:
+    # GIVEN a terminal record replayed for a turn the table no longer has
+    session_id = chat_table.create_session(OWNER)
+    chat_table.complete_turn(TokenRecord.stop(session_id, 4, 2, "end_turn", Usage(1, 1), 5), "late")
+    # THEN no partial turn item appears in the history
+    assert chat_table.list_turns(session_id) == []

@@ -310,14 +310,20 @@ class ChatTable:
             fields["usage"] = record.usage.to_dict()
         if record.error is not None:
             fields["error"] = record.error.to_dict()
-        self._call(
-            self.client.update_item,
-            TableName=self.table_name,
-            Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
-            UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in fields),
-            ExpressionAttributeNames={f"#{name}": name for name in fields},
-            ExpressionAttributeValues=_ser({f":{name}": value for name, value in fields.items()}),
-        )
+        try:
+            self._call(
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
+                UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in fields),
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={f"#{name}": name for name in fields},
+                ExpressionAttributeValues=_ser({f":{name}": value for name, value in fields.items()}),
+            )
+        except ClientError as err:
+            # No such turn (expired, or a record replayed from the stream after its TTL): nothing to complete.
+            if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
         try:
             self._call(
                 self.client.update_item,
