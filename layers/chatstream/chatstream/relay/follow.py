@@ -187,9 +187,6 @@ class Follower:
         next_status_check = begin
         idle_polls = 0
         while True:
-            if clock.remaining_ms() < s.reconnect_margin_s * 1000:
-                yield self._reconnect(last)
-                return
             try:
                 records = self.table.query_records(self.session_id, self.turn, after_seq=last, limit=s.page_size)
             except Throttled:
@@ -209,6 +206,9 @@ class Follower:
                 last_output = clock.monotonic()
                 if record.is_terminal:
                     return
+            if clock.remaining_ms() < s.reconnect_margin_s * 1000:
+                yield self._reconnect(last)
+                return
             now = clock.monotonic()
             pending = bool(records) and records[-1].seq > last
             if progressed:

@@ -1,0 +1,220 @@
+"""RelayFunction's handler (functions/relay/app.py) on the sample events in events/, under moto.
+
+DynamoDB is moto's; the handler's own Lambda client is stubbed with botocore's Stubber (moto would
+need Docker to run the proxy), so the invoke's parameters are checked against the real API model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.stub import ANY, Stubber
+
+from chatstream.errors import ConfigError
+from streaming_runtime import StreamingResponse
+from streaming_runtime.marshalling import is_function_url_event
+from tests.support import EVENTS, load_event, load_function
+from tests.unit.relay.relay_support import PROXY_FUNCTION, read_stream, turn_records, write_turn
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
+
+    from chatstream.table import ChatTable
+    from chatstream_local.template import Template
+
+SAMPLE_SESSION = "3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60"
+SAMPLE_CALLER = "arn:aws:iam::123456789012:user/alice"  # the userArn of every relay-*.json event
+
+
+class FakeContext:
+    function_name = "RelayFunction"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:RelayFunction"
+    memory_limit_in_mb = 512
+    aws_request_id = "0f5e1a2b-7b61-11e6-9a41-93e812345678"
+    log_group_name = "/aws/lambda/RelayFunction"
+    log_stream_name = "2026/11/29/[$LATEST]abc"
+
+    def __init__(self, remaining_ms: int = 900_000) -> None:
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@pytest.fixture
+def app(monkeypatch: pytest.MonkeyPatch, template: Template, table_name: str) -> ModuleType:
+    for name, value in template.function_settings("RelayFunction")["Environment"]["Variables"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CHAT_TABLE_NAME", table_name)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    return load_function("relay")
+
+
+@pytest.fixture
+def proxy(app: ModuleType) -> Iterator[Stubber]:
+    with Stubber(app.LAMBDA) as stubber:
+        yield stubber
+
+
+@pytest.fixture
+def sample_session(chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The samples' session, owned by the samples' caller, with turn 1 started."""
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: SAMPLE_SESSION)
+    chat_table.create_session(SAMPLE_CALLER)
+    assert chat_table.start_turn(SAMPLE_SESSION, SAMPLE_CALLER, "hello") == 1
+    return SAMPLE_SESSION
+
+
+def run(app: ModuleType, name: str, context: FakeContext | None = None) -> StreamingResponse:
+    response = app.handler(load_event(name), context or FakeContext())
+    assert isinstance(response, StreamingResponse)
+    return response
+
+
+def body_json(response: StreamingResponse) -> Any:
+    assert response.headers["Content-Type"] == "application/json"
+    return json.loads("".join(str(chunk) for chunk in response.body))
+
+
+def emf_metrics(output: str) -> dict[str, Any]:
+    """Metric values in the EMF lines Powertools printed."""
+    values: dict[str, Any] = {}
+    for line in output.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            document = json.loads(line)
+            for definition in document["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+                values[definition["Name"]] = document[definition["Name"]]
+    return values
+
+
+def test_every_relay_sample_is_a_function_url_event() -> None:
+    # GIVEN the relay's sample events
+    names = sorted(path.name for path in EVENTS.glob("relay-*.json"))
+    assert len(names) >= 7
+    for name in names:
+        event = load_event(name)
+        # THEN each is a payload-format-2.0 Function URL request with an IAM caller
+        assert is_function_url_event(event) and event["version"] == "2.0"
+        assert event["rawPath"] == event["requestContext"]["http"]["path"]
+        assert event["requestContext"]["authorizer"]["iam"]["userArn"] == SAMPLE_CALLER
+
+
+def test_health(app: ModuleType) -> None:
+    # WHEN the health sample is handled THEN 200 {"status": "ok"}
+    response = run(app, "relay-health.json")
+    assert response.status_code == 200 and body_json(response) == {"status": "ok"}
+
+
+def test_chat_sample_streams_a_turn_and_flushes_its_metrics(
+    app: ModuleType, proxy: Stubber, chat_table: ChatTable, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN Lambda accepts the proxy's async invocation
+    proxy.add_response(
+        "invoke", {"StatusCode": 202}, {"FunctionName": PROXY_FUNCTION, "InvocationType": "Event", "Payload": ANY}
+    )
+    # WHEN the chat sample is handled
+    response = run(app, "relay-chat.json")
+    # THEN the prelude is an SSE stream and its first chunk carries meta
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    body = iter(response.body)
+    meta = read_stream([next(body)]).events[0].json()
+    assert meta["turn"] == 1
+    proxy.assert_no_pending_responses()
+    # WHEN the turn's records arrive THEN the rest of the stream is the reply
+    write_turn(chat_table, meta["session_id"], 1, ["You", " said:", " hello"])
+    stream = read_stream(body)
+    assert stream.text == "You said: hello" and stream.kinds[-1] == "done"
+    # AND the stream's metrics were flushed when it ended
+    metrics = emf_metrics(capsys.readouterr().out)
+    assert metrics["StreamsOpened"] == [1.0]
+    assert metrics["EventsSent"] == [5.0]  # meta, three tokens, done
+    assert "ClientTimeToFirstToken" in metrics
+
+
+def test_base64_chat_sample_passes_its_options_to_the_proxy(app: ModuleType, proxy: Stubber) -> None:
+    # GIVEN Lambda accepts the invocation, whose payload must carry the sample's max_tokens
+    proxy.add_response(
+        "invoke", {"StatusCode": 202}, {"FunctionName": PROXY_FUNCTION, "InvocationType": "Event", "Payload": ANY}
+    )
+    sent: list[dict[str, Any]] = []
+    app.LAMBDA.meta.events.register(
+        "provide-client-params.lambda.Invoke", lambda params, **_: sent.append(json.loads(params["Payload"]))
+    )
+    # WHEN the base64-encoded chat sample is handled
+    response = run(app, "relay-chat-base64.json")
+    # THEN the stream starts and the proxy was asked for the message with max_tokens 64
+    assert response.status_code == 200
+    assert read_stream([next(iter(response.body))]).kinds == ["meta"]
+    assert sent and sent[0]["message"] == "hello" and sent[0]["max_tokens"] == 64
+
+
+def test_bad_json_sample_is_400_invalid_json(app: ModuleType, proxy: Stubber) -> None:
+    # WHEN the bad-JSON sample is handled THEN 400 invalid_json, and the proxy is not invoked
+    response = run(app, "relay-chat-bad-json.json")
+    assert response.status_code == 400
+    assert body_json(response)["error"]["code"] == "invalid_json"
+    proxy.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("name", ["relay-events.json", "relay-events-after.json"])
+def test_events_samples_resume_after_event_2(
+    app: ModuleType, chat_table: ChatTable, sample_session: str, name: str
+) -> None:
+    # GIVEN the samples' turn finished with four tokens
+    write_turn(chat_table, sample_session, 1, ["a", "b", "c", "d"])
+    # WHEN the resume sample (after event 2) is handled
+    stream = read_stream(run(app, name).body)
+    # THEN exactly the events after 2
+    assert stream.ids == [3, 4, 5] and stream.text == "cd"
+
+
+def test_events_near_the_deadline_end_with_reconnect(
+    app: ModuleType, chat_table: ChatTable, sample_session: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the samples' turn still generating, and an invocation with 5 s left (less than the margin)
+    chat_table.put_records(turn_records(sample_session, 1, ["a", "b", "c", "d"])[:4])
+    # WHEN the resume sample is handled
+    stream = read_stream(run(app, "relay-events.json", FakeContext(remaining_ms=5_000)).body)
+    # THEN the stream tells the client where to resume, and counts a reconnect
+    assert stream.kinds == ["token", "reconnect"]
+    assert stream.events[-1].json() == {
+        "events_url": f"/sessions/{sample_session}/turns/1/events",
+        "last_event_id": 3,
+    }
+    assert emf_metrics(capsys.readouterr().out)["Reconnects"] == [1.0]
+
+
+def test_cancel_sample_is_202(app: ModuleType, chat_table: ChatTable, sample_session: str) -> None:
+    # GIVEN the samples' turn generating WHEN the cancel sample is handled THEN 202 and the flag is set
+    response = run(app, "relay-cancel.json")
+    assert response.status_code == 202
+    assert body_json(response) == {"session_id": sample_session, "turn": 1, "status": "cancelling"}
+    assert chat_table.cancel_requested(sample_session, 1)
+
+
+def test_history_sample(app: ModuleType, chat_table: ChatTable, sample_session: str) -> None:
+    # GIVEN the samples' turn finished WHEN the history sample is handled THEN the turn is listed
+    write_turn(chat_table, sample_session, 1, ["Hi"])
+    history = body_json(run(app, "relay-history.json"))
+    assert history["session_id"] == sample_session
+    assert [(t["turn"], t["status"], t["user"], t["assistant"]) for t in history["turns"]] == [
+        (1, "complete", "hello", "Hi")
+    ]
+
+
+def test_a_missing_proxy_function_name_fails_the_cold_start(
+    monkeypatch: pytest.MonkeyPatch, template: Template, table_name: str
+) -> None:
+    # GIVEN the environment without PROXY_FUNCTION_NAME
+    for name, value in template.function_settings("RelayFunction")["Environment"]["Variables"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CHAT_TABLE_NAME", table_name)
+    monkeypatch.delenv("PROXY_FUNCTION_NAME")
+    # WHEN the function loads THEN the cold start fails naming the variable
+    with pytest.raises(ConfigError, match="PROXY_FUNCTION_NAME"):
+        load_function("relay")
