@@ -1,0 +1,48 @@
+"""One moto DynamoDB table per test module for the relay's service and follower tests.
+
+Creating a table from template.yaml costs a few hundred milliseconds; those tests only ever use
+fresh sessions (128-bit random ids), so they can share one table without seeing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from chatstream.table import ChatTable
+from chatstream_local.resources import create_table
+from chatstream_local.template import Template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class SharedTable:
+    table: ChatTable
+    name: str
+
+
+@pytest.fixture(scope="module")
+def shared_table() -> Iterator[SharedTable]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+        }.items():
+            patch.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
+            patch.delenv(name, raising=False)
+        with mock_aws():
+            client = boto3.client("dynamodb", region_name=REGION)
+            name = create_table(client, Template.load(region=REGION))
+            yield SharedTable(ChatTable(client, name, sleep=lambda _: None), name)
