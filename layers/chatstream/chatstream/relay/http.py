@@ -16,7 +16,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
 
@@ -46,30 +46,41 @@ class Request:
     @classmethod
     def from_event(cls, raw: object) -> Request:
         event = LambdaFunctionUrlEvent(raw if isinstance(raw, dict) else {})
-        request_context = _mapping(event.get("requestContext"))
-        http = _mapping(request_context.get("http"))
-        authorizer = _mapping(request_context.get("authorizer"))
-        path = event.get("rawPath")
-        if not isinstance(path, str):
-            path = http.get("path") if isinstance(http.get("path"), str) else "/"
-        body, valid = _body(event.get("body"), event.get("isBase64Encoded") is True)
+        path = _read(lambda: event.raw_path, str) or _read(lambda: event.request_context.http.path, str) or "/"
+        body, valid = _body(_read(lambda: event.body, str), _read(lambda: event.is_base64_encoded, bool) is True)
         return cls(
-            method=str(http.get("method") or "GET").upper(),
-            path=str(path),
-            headers={str(k).lower(): v for k, v in _mapping(event.get("headers")).items() if isinstance(v, str)},
-            query={str(k): v for k, v in _mapping(event.get("queryStringParameters")).items() if isinstance(v, str)},
+            method=(_read(lambda: event.request_context.http.method, str) or "GET").upper(),
+            path=path,
+            headers=_strings(_read(lambda: event.headers, dict), lower=True),
+            query=_strings(_read(lambda: event.query_string_parameters, dict)),
             body=body,
             body_is_valid_base64=valid,
-            iam=_mapping(authorizer.get("iam")),
-            request_id=str(request_context.get("requestId") or ""),
+            iam=_read(lambda: event.request_context.authorizer.iam.raw_event, dict) or {},
+            request_id=_read(lambda: event.request_context.request_id, str) or "",
         )
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+_T = TypeVar("_T")
+
+
+def _read(getter: Callable[[], object], kind: type[_T]) -> _T | None:
+    """A field through the data class, or ``None`` when the event lacks it or has the wrong shape."""
+    try:
+        value = getter()
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, kind) else None
+
+
+def _strings(mapping: dict[Any, Any] | None, *, lower: bool = False) -> dict[str, str]:
+    return {
+        (str(key).lower() if lower else str(key)): value
+        for key, value in (mapping or {}).items()
+        if isinstance(value, str)
+    }
 
 
 def _body(body: object, is_base64: bool) -> tuple[bytes | None, bool]:

@@ -1,0 +1,65 @@
+"""Reading Function URL events and routing them."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from chatstream.relay.http import Request, Router, json_response
+from tests.support import load_event
+
+
+def test_a_sample_event_reads_as_its_request() -> None:
+    # WHEN the resume sample is read
+    request = Request.from_event(load_event("relay-events.json"))
+    # THEN method, path, headers (any case), caller and request id are there
+    assert (request.method, request.path) == ("GET", "/sessions/3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60/turns/1/events")
+    assert request.header("Last-Event-ID") == "2"
+    assert request.iam["userArn"] == "arn:aws:iam::123456789012:user/alice"
+    assert request.request_id == "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"
+    assert request.body is None
+
+
+def test_query_parameters_and_text_bodies() -> None:
+    # WHEN events carry a query string and a text body
+    after = Request.from_event(load_event("relay-events-after.json"))
+    chat = Request.from_event(load_event("relay-chat.json"))
+    # THEN both are read
+    assert after.query == {"after": "2"}
+    assert chat.body == b'{"message": "hello"}'
+
+
+def test_base64_bodies_are_decoded_and_bad_base64_is_flagged() -> None:
+    # GIVEN the base64 sample, and the same event with a body that is not base64
+    event = load_event("relay-chat-base64.json")
+    broken = {**event, "body": "not base64!"}
+    # WHEN they are read
+    good, bad = Request.from_event(event), Request.from_event(broken)
+    # THEN the first decodes to the JSON the client sent and the second says it could not be decoded
+    assert json.loads(good.body or b"") == {"message": "hello", "max_tokens": 64}
+    assert base64.b64encode(good.body or b"").decode() == event["body"]
+    assert (bad.body, bad.body_is_valid_base64) == (None, False)
+
+
+def test_header_names_are_matched_whatever_their_case() -> None:
+    # GIVEN a hand-made event with a mixed-case header name
+    event = load_event("relay-events.json")
+    event["headers"] = {"Last-Event-Id": "7"}
+    # WHEN it is read THEN the header is found
+    assert Request.from_event(event).header("last-event-id") == "7"
+
+
+def test_route_templates_match_whole_segments() -> None:
+    # GIVEN a router with one templated route
+    router = Router()
+    router.add("GET", "/sessions/{id}/turns/{turn}", lambda request, params: json_response(200, params))
+
+    def answer(path: str) -> tuple[int, object]:
+        response = router.dispatch(Request(method="GET", path=path))
+        return response.status_code, json.loads("".join(response.body))
+
+    # WHEN paths are dispatched THEN only exact segment matches reach the handler, with their values
+    assert answer("/sessions/abc/turns/3") == (200, {"id": "abc", "turn": "3"})
+    assert answer("/sessions//turns/3")[0] == 404
+    assert answer("/sessions/abc/turns/3/")[0] == 404
+    assert answer("/sessions/abc/turns")[0] == 404
