@@ -7,10 +7,13 @@ STAMP := $(VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help venv lint typecheck unit pytest validate build test local deploy clean
+.PHONY: help venv lint typecheck unit pytest validate build test local chat deploy clean
+LOCAL_PATH := PYTHONPATH=local:layers/chatstream:layers/streaming-runtime
 
 help:
 	@echo "make local     run the whole pipeline on this machine (http://127.0.0.1:3000)"
+	@echo "make chat      a terminal chat client (URL=... for a deployed Function URL)"
+	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
 	@echo "make test      lint, type-check, tests, sam validate --lint, sam build"
 	@echo "make build     sam build"
 	@echo "make deploy    sam deploy --guided"
@@ -42,6 +45,13 @@ build: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
 
 test: lint typecheck pytest validate build
+
+# The whole pipeline on this machine (LOCAL_STACK.md). ARGS=--verbose shows every component's logs.
+local: $(STAMP)
+	$(LOCAL_PATH) exec $(BIN)/python -m chatstream_local $(ARGS)
+
+chat: $(STAMP)
+	$(LOCAL_PATH) $(BIN)/python -m chatstream_local.cli $(if $(URL),--url $(URL)) $(ARGS)
 
 deploy: build
 	$(BIN)/sam deploy --guided

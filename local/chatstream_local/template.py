@@ -86,12 +86,14 @@ class Template:
         return service
 
     def function_settings(self, logical_id: str) -> dict[str, Any]:
-        """A function's properties merged over ``Globals.Function`` (Environment merged by variable)."""
+        """A function's properties merged over ``Globals.Function`` as SAM does (maps merged, lists added)."""
         merged: dict[str, Any] = dict(self.resolve(self.raw.get("Globals", {}).get("Function", {})))
         own = self.properties(logical_id)
         env = dict(merged.get("Environment", {}).get("Variables", {}))
         env.update(own.get("Environment", {}).get("Variables", {}))
+        layers = [*merged.get("Layers", []), *own.get("Layers", [])]  # SAM: Globals lists are additive
         merged.update(own)
+        merged["Layers"] = layers
         merged["Environment"] = {"Variables": {key: str(value) for key, value in env.items()}}
         return merged
 

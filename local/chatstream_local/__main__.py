@@ -1,0 +1,70 @@
+"""``python -m chatstream_local`` (what ``make local`` runs): the whole pipeline in the foreground.
+
+Prints ``chatstream local stack ready at http://127.0.0.1:PORT`` once a chat would succeed;
+Ctrl-C or SIGTERM stops every process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from chatstream_local.stack import LocalStack, StackError, StackSettings
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+_print_lock = threading.Lock()
+
+
+def _log(component: str, line: str) -> None:
+    with _print_lock:
+        print(f"[{component}] {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chatstream_local", description=__doc__)
+    parser.add_argument("--port", type=int, help="port of the relay's Function URL (default: $CHATSTREAM_PORT or 3000)")
+    parser.add_argument("--verbose", "-v", action="store_true", help="every component's log lines, not only problems")
+    parser.add_argument(
+        "--model-delay-ms", type=int, help="local model: milliseconds between deltas ($CHATSTREAM_LOCAL_MODEL_DELAY_MS)"
+    )
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if not ready.is_set():
+            raise KeyboardInterrupt  # abort start-up; LocalStack.start() stops what it started
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        settings = StackSettings.from_env(verbose=args.verbose, model_delay_ms=args.model_delay_ms)
+        if args.port is not None:
+            settings.port = args.port
+        stack = LocalStack(settings, log=_log)
+        _log("stack", "starting moto, the local model, the functions and the Function URL …")
+        stack.start()
+    except StackError as err:
+        print(f"chatstream local stack: {err}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    ready.set()
+    try:
+        print(f"chatstream local stack ready at {stack.url}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        _log("stack", "stopping …")
+        stack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

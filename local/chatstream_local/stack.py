@@ -1,0 +1,360 @@
+"""The local stack: the whole pipeline on one machine, configured from template.yaml.
+
+One supervisor process starts, in order: moto in server mode (Kinesis, DynamoDB, SQS; a child
+process), the stream, table and queues that template.yaml declares (from their own properties),
+the local Bedrock model (or real Bedrock with ``CHATSTREAM_BEDROCK=aws``), the local Lambda
+Runtime API with every function of the template (relay on the streaming runtime layer through
+its exec wrapper; proxy and consumer on awslambdaric), the Lambda Invoke endpoint the relay calls
+the proxy through, the event source mapping emulator feeding the consumer, and the relay's
+Function URL on ``127.0.0.1:$CHATSTREAM_PORT`` (default 3000). Each function's environment is the
+template's, with the local endpoints substituted through botocore's standard
+``AWS_ENDPOINT_URL_<SERVICE>`` variables, so nothing is configured twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from chatstream_local.bedrock import LocalModelServer
+from chatstream_local.esm import EventSourceMapping
+from chatstream_local.function_url import FunctionUrlServer
+from chatstream_local.functions import FunctionSpec
+from chatstream_local.invoke import InvokeEndpoint
+from chatstream_local.resources import create_queue, create_stream, create_table
+from chatstream_local.runtime_api import LocalLambda
+from chatstream_local.template import REPO_ROOT, Template
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+DEFAULT_PORT = 3000
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
+EXEC_WRAPPERS = {"/opt/bin/chatstream-streaming": REPO_ROOT / "layers/streaming-runtime/bin/chatstream-streaming"}
+Log = "Callable[[str, str], None]"
+
+
+class StackError(RuntimeError):
+    """The stack cannot start: a port is taken, a dependency is missing, a component failed. One clear line."""
+
+
+@dataclass
+class StackSettings:
+    port: int = DEFAULT_PORT
+    bedrock: str = "local"  # or "aws": the proxy calls real Bedrock with the caller's credentials
+    model_delay_ms: int | None = None
+    verbose: bool = False
+    region: str = "us-east-1"
+    parameter_overrides: dict[str, str] = field(default_factory=lambda: {"FunctionUrlAuthType": "NONE"})
+    function_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    identity_resolver: Any = None
+    esm_poll_interval_s: float = 0.02
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | os._Environ[str] = os.environ, **kwargs: Any) -> StackSettings:
+        raw_port = environ.get("CHATSTREAM_PORT", str(DEFAULT_PORT))
+        try:
+            port = int(raw_port)
+        except ValueError:
+            raise StackError(f"CHATSTREAM_PORT must be a port number, got {raw_port!r}") from None
+        if not 0 <= port <= 65535:
+            raise StackError(f"CHATSTREAM_PORT must be a port number, got {raw_port!r}")
+        bedrock = environ.get("CHATSTREAM_BEDROCK", "local").strip().lower() or "local"
+        if bedrock not in ("local", "aws"):
+            raise StackError(f"CHATSTREAM_BEDROCK must be 'local' or 'aws', got {bedrock!r}")
+        region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        return cls(port=port, bedrock=bedrock, region=region, **kwargs)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _check_port_free(port: int) -> None:
+    if port == 0:
+        return
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            raise StackError(f"port {port} on 127.0.0.1 is already in use (set CHATSTREAM_PORT to another)") from None
+
+
+class LocalStack:
+    """Start with :meth:`start` (blocks until a chat would succeed), stop with :meth:`stop`."""
+
+    def __init__(self, settings: StackSettings, log: Callable[[str, str], None] | None = None) -> None:
+        self.settings = settings
+        self._log = log or (lambda _component, _line: None)
+        self.template = Template.load(region=settings.region, parameter_overrides=dict(settings.parameter_overrides))
+        self._moto: subprocess.Popen[bytes] | None = None
+        self._moto_url = ""
+        self._model: LocalModelServer | None = None
+        self.local_lambda: LocalLambda | None = None
+        self.invoke_endpoint: InvokeEndpoint | None = None
+        self.esm: EventSourceMapping | None = None
+        self.function_url: FunctionUrlServer | None = None
+        self._stopped = threading.Event()
+
+    # ----------------------------------------------------------------------------- names
+
+    @property
+    def url(self) -> str:
+        assert self.function_url is not None, "the stack is not started"
+        return self.function_url.url
+
+    @property
+    def moto_url(self) -> str:
+        return self._moto_url
+
+    @property
+    def model(self) -> LocalModelServer | None:
+        return self._model
+
+    def name(self, logical_id: str) -> str:
+        return self.template.physical_name(logical_id)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for the local AWS emulator."""
+        make_client: Any = boto3.client
+        return make_client(
+            service,
+            endpoint_url=self._moto_url,
+            region_name=self.settings.region,
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+            aws_session_token="local",
+        )
+
+    # ----------------------------------------------------------------------------- start
+
+    def start(self) -> LocalStack:
+        _check_port_free(self.settings.port)
+        try:
+            self._start_moto()
+            self._create_resources()
+            self._start_model()
+            self._start_functions()
+            self._start_url()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_moto(self) -> None:
+        port = _free_port()
+        self._moto_url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": self.settings.region}
+        self._moto = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._pump, args=("moto", self._moto), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self._moto.poll() is not None:
+                raise StackError("moto server exited at start; run `make local ARGS=--verbose` for its output")
+            try:
+                with urllib.request.urlopen(f"{self._moto_url}/moto-api/", timeout=1):
+                    return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        raise StackError("moto server did not answer within 30 s")
+
+    def _pump(self, component: str, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if self.settings.verbose:
+                self._log(component, line)
+
+    def _create_resources(self) -> None:
+        create_stream(self.client("kinesis"), self.template, "TokenStream")
+        create_table(self.client("dynamodb"), self.template, "ChatTable")
+        sqs = self.client("sqs")
+        for logical_id in self.template.resources_of_type("AWS::SQS::Queue"):
+            self.template.ref_overrides[logical_id] = create_queue(sqs, self.template, logical_id)
+
+    def _start_model(self) -> None:
+        if self.settings.bedrock == "aws":
+            self._log("stack", "CHATSTREAM_BEDROCK=aws: the proxy calls Amazon Bedrock with your AWS credentials")
+            return
+        self._model = LocalModelServer(delay_ms=self.settings.model_delay_ms)
+        self._model.start()
+
+    def function_specs(self, invoke_url: str) -> list[FunctionSpec]:
+        """Every function of the template as the local Runtime API runs it."""
+        specs = []
+        for logical_id in self.template.resources_of_type("AWS::Serverless::Function"):
+            settings = self.template.function_settings(logical_id)
+            env = dict(settings["Environment"]["Variables"])
+            env.update(self.settings.function_overrides.get(logical_id, {}))
+            wrapper_path = env.pop("AWS_LAMBDA_EXEC_WRAPPER", None)
+            exec_wrapper = EXEC_WRAPPERS.get(wrapper_path) if wrapper_path else None
+            if wrapper_path and exec_wrapper is None:
+                raise StackError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
+            env.update(self._endpoints(invoke_url, logical_id))
+            code_dirs = [REPO_ROOT / settings["CodeUri"]]
+            for layer in settings.get("Layers", []):
+                layer_id = self._layer_logical_id(layer)
+                code_dirs.append(REPO_ROOT / self.template.resource(layer_id)["Properties"]["ContentUri"])
+            retries = settings.get("EventInvokeConfig", {}).get("MaximumRetryAttempts", 2)
+            specs.append(
+                FunctionSpec(
+                    name=self.name(logical_id),
+                    handler=settings["Handler"],
+                    code_dirs=code_dirs,
+                    environment=env,
+                    timeout_s=float(settings.get("Timeout", 3)),
+                    memory_mb=int(settings.get("MemorySize", 128)),
+                    runtime="streaming" if exec_wrapper else "awslambdaric",
+                    exec_wrapper=exec_wrapper,
+                    max_retry_attempts=int(retries),
+                    max_concurrency=100,
+                )
+            )
+        return specs
+
+    def _layer_logical_id(self, layer: Any) -> str:
+        # Layers are resolved by the template reader to physical names; map them back to logical ids.
+        for logical_id in self.template.resources_of_type("AWS::Serverless::LayerVersion"):
+            if layer in (logical_id, self.name(logical_id)):
+                return logical_id
+        raise StackError(f"layer {layer!r} is not a layer of template.yaml")
+
+    def _endpoints(self, invoke_url: str, logical_id: str) -> dict[str, str]:
+        env = {
+            "AWS_ENDPOINT_URL_KINESIS": self._moto_url,
+            "AWS_ENDPOINT_URL_DYNAMODB": self._moto_url,
+            "AWS_ENDPOINT_URL_SQS": self._moto_url,
+            "AWS_ENDPOINT_URL_LAMBDA": invoke_url,
+            "AWS_REGION": self.settings.region,
+            "AWS_DEFAULT_REGION": self.settings.region,
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+        if self._model is not None:
+            env["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] = self._model.url
+            env.update(LOCAL_CREDENTIALS)
+        return env
+
+    def _start_functions(self) -> None:
+        invoke_port = _free_port()
+        invoke_url = f"http://127.0.0.1:{invoke_port}"
+        specs = self.function_specs(invoke_url)
+        self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
+        self.invoke_endpoint = InvokeEndpoint(
+            self.local_lambda, port=invoke_port, on_failure=self._on_async_failure
+        ).start()
+        self.esm = EventSourceMapping.from_template(
+            self.template,
+            function_logical_id="ConsumerFunction",
+            kinesis=self.client("kinesis"),
+            sqs=self.client("sqs"),
+            invoke=lambda payload: self._invoke_consumer(payload),
+            poll_interval_s=self.settings.esm_poll_interval_s,
+        )
+        self.esm.start()
+
+    def _invoke_consumer(self, payload: bytes) -> Any:
+        assert self.local_lambda is not None
+        return self.local_lambda.invoke(self.name("ConsumerFunction"), payload)
+
+    def _on_async_failure(self, name: str, payload: bytes, error: Any) -> None:
+        """The proxy's EventInvokeConfig OnFailure destination: a record to ProxyFailureQueue."""
+        body = {
+            "version": "1.0",
+            "requestContext": {"functionArn": name, "condition": "RetriesExhausted"},
+            "requestPayload": json.loads(payload or b"null"),
+            "responsePayload": error.document() if hasattr(error, "document") else str(error),
+        }
+        sqs = self.client("sqs")
+        url = sqs.get_queue_url(QueueName=self.name("ProxyFailureQueue"))["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+
+    def _function_log(self, label: str, line: str) -> None:
+        if self.settings.verbose or _is_problem(line):
+            self._log(label.replace(f"{self.template.stack_name}-", ""), line)
+
+    def _start_url(self) -> None:
+        self.function_url = FunctionUrlServer(
+            self.local_lambda,  # type: ignore[arg-type]
+            self.name("RelayFunction"),
+            port=self.settings.port,
+            invoke_mode=self.template.properties("RelayFunction")["FunctionUrlConfig"].get("InvokeMode", "BUFFERED"),
+            identity_resolver=self.settings.identity_resolver,
+        ).start()
+
+    def _wait_ready(self) -> None:
+        """Ready when the relay answers through its URL and the proxy and consumer have started."""
+        deadline = time.monotonic() + 60
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=10) as response:
+                    if response.status == 200:
+                        break
+                    last = f"status {response.status}"
+            except (urllib.error.URLError, OSError) as err:
+                last = str(err)
+            time.sleep(0.1)
+        else:
+            raise StackError(f"the relay did not become healthy within 60 s ({last})")
+        assert self.local_lambda is not None
+        # Warm one consumer environment (an empty batch is a no-op), so the first chat pays one cold start less.
+        self.local_lambda.invoke(self.name("ConsumerFunction"), b'{"Records": []}')
+
+    # ------------------------------------------------------------------------------ stop
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        for component in (self.function_url, self.esm, self.invoke_endpoint, self.local_lambda, self._model):
+            if component is not None:
+                with contextlib.suppress(Exception):
+                    component.stop()
+        if self._moto is not None and self._moto.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._moto.pid, signal.SIGTERM)
+            try:
+                self._moto.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._moto.pid, signal.SIGKILL)
+                self._moto.wait(timeout=2)
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _is_problem(line: str) -> bool:
+    """Quiet mode shows warnings, errors and tracebacks only."""
+    if line.startswith("{"):
+        with contextlib.suppress(ValueError):
+            level = str(json.loads(line).get("level", "")).upper()
+            return level in ("WARNING", "ERROR", "CRITICAL")
+    return any(word in line for word in ("Traceback", "Error", "ERROR", "WARNING", "Exception"))
