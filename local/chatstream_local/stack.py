@@ -208,12 +208,12 @@ class LocalStack:
         for logical_id in self.template.resources_of_type("AWS::Serverless::Function"):
             settings = self.template.function_settings(logical_id)
             env = dict(settings["Environment"]["Variables"])
-            env.update(self.settings.function_overrides.get(logical_id, {}))
             wrapper_path = env.pop("AWS_LAMBDA_EXEC_WRAPPER", None)
             exec_wrapper = EXEC_WRAPPERS.get(wrapper_path) if wrapper_path else None
             if wrapper_path and exec_wrapper is None:
                 raise StackError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
             env.update(self._endpoints(invoke_url, logical_id))
+            env.update(self.settings.function_overrides.get(logical_id, {}))  # last: tests and tools win
             code_dirs = [REPO_ROOT / settings["CodeUri"]]
             for layer in settings.get("Layers", []):
                 layer_id = self._layer_logical_id(layer)

@@ -338,3 +338,13 @@ def test_invalid_event_is_rejected_with_a_clear_error() -> None:
     ]:
         with pytest.raises(InvalidEvent, match=field):
             GenerateRequest.from_event(event)
+
+
+def test_flush_size_one_writes_one_record_per_delta(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN coalescing effectively off (the per-token pipeline the benchmark compares against)
+    request = start_turn(chat_table, "/long 40")
+    generate(request, bedrock, kinesis, stream_name, chat_table, flush_interval_ms=0, flush_max_chars=1)
+    # THEN each model delta is one record, never split or merged
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert [r.text for r in records if r.type is RecordType.DELTA] == list(plan_reply("/long 40").deltas)

@@ -12,6 +12,7 @@ Bedrock stream is closed and the turn ends with ``stop_reason: "cancelled"``.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 32_000
 DEADLINE_MARGIN_MS = 5_000
+MAX_RECORD_CHARS = 200_000
 
 # Bedrock error codes (as ClientError codes, or lower-camel event-stream exception types) →
 # (our error code, retryable).
@@ -168,7 +170,8 @@ class Generation:
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
-        self._buffer = ""
+        self._buffer: collections.deque[str] = collections.deque()  # deltas not yet written
+        self._buffered_chars = 0
         self._first_flushed = False
         self._last_flush = 0.0
         self._last_cancel_check = 0.0
@@ -282,7 +285,8 @@ class Generation:
 
     def _append(self, text: str) -> None:
         with self._cond:
-            self._buffer += text
+            self._buffer.append(text)
+            self._buffered_chars += len(text)
             self._cond.notify_all()
 
     # ------------------------------------------------------------------------------ writer
@@ -325,10 +329,10 @@ class Generation:
                 if self._buffer and (
                     not self._first_flushed
                     or self._done
-                    or len(self._buffer) >= self.flush_max_chars
+                    or self._buffered_chars >= self.flush_max_chars
                     or now - self._last_flush >= interval
                 ):
-                    text, self._buffer = self._buffer[: self.flush_max_chars], self._buffer[self.flush_max_chars :]
+                    text = self._take_buffered()
                     self._first_flushed = True
                     self._last_flush = now
                     return "delta", text
@@ -340,6 +344,20 @@ class Generation:
                 if self._buffer:
                     waits.append(self._last_flush + interval - now)
                 self._cond.wait(timeout=max(0.001, min(waits)))
+
+    def _take_buffered(self) -> str:
+        """Whole deltas up to ``flush_max_chars`` (at least one), never over a Kinesis record's size."""
+        parts: list[str] = []
+        size = 0
+        while self._buffer and (not parts or size + len(self._buffer[0]) <= self.flush_max_chars):
+            delta = self._buffer.popleft()
+            if len(delta) > MAX_RECORD_CHARS:  # 4 bytes a character at most: stays under 1 MiB
+                delta, rest = delta[:MAX_RECORD_CHARS], delta[MAX_RECORD_CHARS:]
+                self._buffer.appendleft(rest)
+            parts.append(delta)
+            size += len(delta)
+        self._buffered_chars -= size
+        return "".join(parts)
 
     def _check_cancel(self) -> None:
         self._last_cancel_check = self.monotonic()
