@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -10,10 +10,11 @@ from moto import mock_aws
 
 from chatstream.table import ChatTable
 from chatstream_local.resources import create_queue, create_stream, create_table
+from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kinesis import KinesisClient
@@ -73,3 +74,20 @@ def chat_table(dynamodb: DynamoDBClient, table_name: str) -> ChatTable:
 @pytest.fixture
 def queue_url(moto: None, template: Template) -> str:
     return create_queue(boto3.client("sqs", region_name=REGION), template, "ProxyFailureQueue")
+
+
+@pytest.fixture
+def start_stack(aws_env: None) -> Iterator[Callable[..., LocalStack]]:
+    """Start local stacks (port 0, model delay 0 by default); every one is stopped at teardown."""
+    stacks: list[LocalStack] = []
+
+    def start(**settings: Any) -> LocalStack:
+        settings.setdefault("port", 0)
+        settings.setdefault("model_delay_ms", 0)
+        stack = LocalStack(StackSettings(**settings))
+        stacks.append(stack)
+        return stack.start()
+
+    yield start
+    for stack in stacks:
+        stack.stop()

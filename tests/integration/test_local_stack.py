@@ -1,0 +1,58 @@
+"""The relay end to end through the local stack: Function URL → relay → proxy → Kinesis → consumer → table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from chatstream_local.bedrock import plan_reply
+from chatstream_local.client import ApiError, ChatClient
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from chatstream_local.stack import LocalStack
+
+pytestmark = pytest.mark.integration
+
+
+def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack
+    stack = start_stack()
+    with ChatClient(stack.url) as client:
+        # WHEN a user chats twice in one session
+        first = client.chat("hello world")
+        second = client.chat("/long 300", first.session_id)
+        # THEN each stream carries the exact reply, ids contiguous from 1, and ends with done
+        assert first.text == "You said: hello world" and first.done is not None
+        assert first.done["stop_reason"] == "end_turn"
+        assert second.text == plan_reply("/long 300").text
+        assert second.ids == list(range(1, len(second.ids) + 1))
+        assert (second.session_id, second.turn) == (first.session_id, 2)
+        # AND history has both turns, complete, with the assembled text
+        history = client.history(first.session_id)
+        assert [(t["turn"], t["status"], t["assistant"]) for t in history["turns"]] == [
+            (1, "complete", "You said: hello world"),
+            (2, "complete", plan_reply("/long 300").text),
+        ]
+
+
+def test_model_errors_reach_the_client(start_stack: Callable[..., LocalStack]) -> None:
+    stack = start_stack()
+    with ChatClient(stack.url) as client:
+        failed = client.chat("/error-after 3")
+        assert failed.text == "w1 w2 w3"
+        assert failed.error is not None and failed.error["code"] == "model_stream_error"
+        throttled = client.chat("/throttle")
+        assert throttled.text == "" and throttled.error is not None and throttled.error["retryable"] is True
+
+
+def test_errors_before_the_stream_are_json(start_stack: Callable[..., LocalStack]) -> None:
+    stack = start_stack()
+    response = httpx.post(f"{stack.url}/chat", content=b"{not json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    with ChatClient(stack.url) as client, pytest.raises(ApiError) as raised:
+        client.history("0" * 32)
+    assert raised.value.status == 404 and raised.value.code == "session_not_found"
