@@ -789,6 +789,24 @@ class LocalLambda:
             name, payload, client_context=client_context, cognito_identity=cognito_identity
         ).result()
 
+    def kill_busy_environment(self, name: str) -> bool:
+        """SIGKILL one environment of ``name`` that is running an invocation (as a crash would).
+
+        Its invocation fails with ``Runtime.ExitError``; the environment is discarded. False when none was busy.
+        """
+        pool = self._pools.get(self.spec(name).name)
+        if pool is None:
+            return False
+        with pool.cond:
+            environments = list(pool.alive)
+        for environment in environments:
+            with environment.cond:
+                busy = environment.current is not None and not environment.dead
+            if busy:
+                environment.kill()
+                return True
+        return False
+
     def stats(self) -> dict[str, PoolStats]:
         with self._lock:
             pools = dict(self._pools)
