@@ -1,0 +1,171 @@
+"""HTTP_API.md through the local Function URL: resume, followers, cancel, disconnects, timeouts, gaps."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from httpx_sse import EventSource
+
+from chatstream.records import TokenRecord, Usage
+from chatstream.table import ChatTable
+from chatstream_local.bedrock import plan_reply
+from chatstream_local.client import ChatClient, TurnResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from chatstream_local.stack import LocalStack
+
+pytestmark = pytest.mark.integration
+LONG = "/long 150"
+
+
+@pytest.fixture(scope="module")
+def slow_stack() -> object:
+    """One stack for the module, with the model at 10 ms a delta so turns last long enough to interact with."""
+    from chatstream_local.stack import LocalStack, StackSettings
+
+    stack = LocalStack(StackSettings(port=0, model_delay_ms=10))
+    stack.start()
+    yield stack
+    stack.stop()
+
+
+def read_events(response: httpx.Response, stop_after_tokens: int | None = None) -> list[tuple[str, str, dict]]:
+    events = []
+    tokens = 0
+    for event in EventSource(response).iter_sse():
+        if event.event == "message" and not event.data:
+            continue  # a `retry:` field alone
+        events.append((event.event, event.id, json.loads(event.data) if event.data else {}))
+        tokens += event.event == "token"
+        if stop_after_tokens is not None and tokens >= stop_after_tokens:
+            break
+    return events
+
+
+def start_turn_and_read(url: str, message: str, tokens: int) -> tuple[dict, list[tuple[str, str, dict]]]:
+    """POST /chat, read ``tokens`` token events, then drop the connection."""
+    with httpx.stream("POST", f"{url}/chat", json={"message": message}, timeout=30) as response:
+        assert response.status_code == 200
+        events = read_events(response, stop_after_tokens=tokens)
+    meta = next(data for name, _, data in events if name == "meta")
+    return meta, events
+
+
+def text_and_ids(events: list[tuple[str, str, dict]]) -> tuple[str, list[int]]:
+    tokens = [(int(event_id), data["text"]) for name, event_id, data in events if name == "token"]
+    return "".join(text for _, text in tokens), [seq for seq, _ in tokens]
+
+
+def test_disconnect_is_not_cancel_and_resume_has_no_duplicate_or_gap(slow_stack: LocalStack) -> None:
+    # GIVEN a client that drops the connection after 3 tokens
+    meta, events = start_turn_and_read(slow_stack.url, LONG, tokens=3)
+    seen_text, seen_ids = text_and_ids(events)
+    last = seen_ids[-1]
+    # WHEN it resumes with Last-Event-ID, and another with ?after=
+    with httpx.stream(
+        "GET", f"{slow_stack.url}{meta['events_url']}", headers={"Last-Event-ID": str(last)}, timeout=30
+    ) as response:
+        resumed = read_events(response)
+    with httpx.stream("GET", f"{slow_stack.url}{meta['events_url']}?after={last}", timeout=30) as response:
+        after = read_events(response)
+    # THEN the generation went on, and each resume continues exactly after the last id
+    for rest in (resumed, after):
+        text, ids = text_and_ids(rest)
+        assert seen_text + text == plan_reply(LONG).text
+        assert seen_ids + ids == list(range(1, len(seen_ids + ids) + 1))
+        assert rest[-1][0] == "done" and rest[-1][2]["stop_reason"] == "end_turn"
+
+
+def test_two_followers_see_the_same_turn(slow_stack: LocalStack) -> None:
+    # GIVEN a turn in progress
+    meta, _ = start_turn_and_read(slow_stack.url, LONG, tokens=1)
+    results: list[TurnResult] = []
+
+    def follow() -> None:
+        with ChatClient(slow_stack.url) as client:
+            results.append(client.follow(meta["events_url"]))
+
+    # WHEN two clients follow it from the start at the same time
+    threads = [threading.Thread(target=follow) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    # THEN both get the whole, exact reply
+    assert [r.text for r in results] == [plan_reply(LONG).text] * 2
+    assert all(r.done is not None for r in results)
+
+
+def test_cancel_ends_the_stream_and_keeps_the_partial_text(slow_stack: LocalStack) -> None:
+    with ChatClient(slow_stack.url) as client:
+        cancelled: dict[str, object] = {}
+
+        def on_token(_: str) -> None:
+            if not cancelled and current:
+                cancelled.update(client.cancel(current[0].session_id, current[0].turn))
+
+        current: list[TurnResult] = []
+        # WHEN a client cancels after its first token
+        result = client.chat("/long 3000", on_token=on_token, on_meta=current.append)
+        # THEN the cancel is accepted, the stream ends 'cancelled' early, and history keeps exactly that text
+        assert cancelled["status"] == "cancelling"
+        assert result.done is not None and result.done["stop_reason"] == "cancelled"
+        assert len(result.ids) > 0 and plan_reply("/long 3000").text.startswith(result.text)
+        assert result.text != plan_reply("/long 3000").text
+        turn = client.history(result.session_id)["turns"][0]
+        assert turn["status"] == "cancelled" and turn["assistant"] == result.text
+        # AND cancelling again is 409 turn_finished
+        response = httpx.post(f"{slow_stack.url}/sessions/{result.session_id}/turns/1/cancel")
+        assert response.status_code == 409 and response.json()["error"]["code"] == "turn_finished"
+
+
+def test_a_second_turn_while_one_generates_is_409(slow_stack: LocalStack) -> None:
+    meta, _ = start_turn_and_read(slow_stack.url, LONG, tokens=1)
+    response = httpx.post(f"{slow_stack.url}/chat", json={"message": "again", "session_id": meta["session_id"]})
+    assert response.status_code == 409 and response.json()["error"]["code"] == "turn_in_progress"
+
+
+def test_a_finished_turn_replays_and_ends(slow_stack: LocalStack) -> None:
+    with ChatClient(slow_stack.url) as client:
+        first = client.chat("hello again")
+        replay = client.follow(first.events_url)
+        assert (replay.text, replay.ids, replay.done) == (first.text, first.ids, first.done)
+
+
+def test_a_proxy_that_never_starts_ends_in_timeout(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN a proxy that fails its cold start (no model configured) and a short start timeout
+    stack = start_stack(
+        function_overrides={"ProxyFunction": {"MODEL_ID": ""}, "RelayFunction": {"START_TIMEOUT_S": "2"}}
+    )
+    with ChatClient(stack.url) as client:
+        result = client.chat("hello")
+    # THEN the stream ends with a retryable timeout error instead of hanging
+    assert result.error is not None and result.error["code"] == "timeout" and result.error["retryable"]
+
+
+def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN a turn whose record 2 never arrives while record 3 did
+    stack = start_stack(function_overrides={"RelayFunction": {"GAP_TIMEOUT_S": "1"}})
+    table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"))
+    session_id = table.create_session("anonymous")
+    table.start_turn(session_id, "anonymous", "hello")
+    table.put_records(
+        [
+            TokenRecord.start(session_id, 1, 1),
+            TokenRecord.delta(session_id, 1, 1, "one", 2),
+            TokenRecord.delta(session_id, 1, 3, "three", 3),
+            TokenRecord.stop(session_id, 1, 4, "end_turn", Usage(1, 3), 4),
+        ]
+    )
+    # WHEN a client follows it
+    with httpx.stream("GET", f"{stack.url}/sessions/{session_id}/turns/1/events", timeout=30) as response:
+        events = read_events(response)
+    # THEN it gets what is contiguous, never past the gap, then a gap error
+    assert [(name, data.get("text")) for name, _, data in events] == [("token", "one"), ("error", None)]
+    assert events[-1][2]["code"] == "gap"
