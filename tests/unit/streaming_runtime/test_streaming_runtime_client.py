@@ -1,0 +1,209 @@
+"""The Runtime API client, over a socket pair standing in for the Runtime API (no network)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+
+from streaming_runtime import client as client_module
+from streaming_runtime.client import RuntimeAPIError, RuntimeClient
+from streaming_runtime.errors import ErrorReport
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.timeout(10)
+
+NEXT_HEADERS = (
+    b"HTTP/1.1 200 OK\r\n"
+    b"Lambda-Runtime-Aws-Request-Id: req-1\r\n"
+    b"Lambda-Runtime-Deadline-Ms: 1700000000000\r\n"
+    b"Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:1:function:f\r\n"
+    b"Content-Type: application/json\r\n"
+)
+ACCEPTED = b'HTTP/1.1 202 Accepted\r\nContent-Length: 15\r\n\r\n{"status":"OK"}'
+
+
+class Server:
+    """The Runtime API's ends of the socket pairs the client connects through."""
+
+    def __init__(self) -> None:
+        self.peers: list[socket.socket] = []
+        self.requests: list[bytes] = []
+        self.answering: threading.Thread | None = None
+
+    def connect(self, address: tuple[str, int], *args: object) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        self.peers.append(ours)
+        return theirs
+
+    @property
+    def peer(self) -> socket.socket:
+        return self.peers[-1]
+
+    def answer(self, response: bytes) -> None:
+        """Send ``response`` once the next request's bytes arrive (as the Runtime API would)."""
+        peer = self.peer
+
+        def run() -> None:
+            self.requests.append(peer.recv(1 << 20))
+            peer.sendall(response)
+
+        self.answering = threading.Thread(target=run, daemon=True)
+        self.answering.start()
+
+    def received(self) -> bytes:
+        """What the client sent on the current connection."""
+        data = b""
+        if self.answering is not None:
+            self.answering.join(timeout=10)
+            self.answering = None
+            data = self.requests[-1]
+        self.peer.setblocking(False)
+        try:
+            while chunk := self.peer.recv(1 << 20):
+                data += chunk
+        except BlockingIOError:
+            pass
+        self.peer.setblocking(True)
+        return data
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    fake = Server()
+    monkeypatch.setattr(client_module.socket, "create_connection", fake.connect)
+    # socketpair sockets are AF_UNIX: TCP_NODELAY does not apply to them.
+    monkeypatch.setattr(socket.socket, "setsockopt", lambda self, *args: None)
+    yield fake
+    for peer in fake.peers:
+        peer.close()
+
+
+def prime(server: Server, client: RuntimeClient, response: bytes) -> None:
+    """Open the client's connection; the Runtime API answers the request made on it with ``response``."""
+    client._socket()
+    server.answer(response)
+
+
+def test_next_invocation(server: Server) -> None:
+    # GIVEN the Runtime API has an invocation
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, NEXT_HEADERS + b'Content-Length: 11\r\n\r\n{"a": "b"}\n')
+    # WHEN the client asks for the next one
+    invocation = client.next_invocation()
+    # THEN it sent GET …/invocation/next and got the event and its headers
+    assert server.received().startswith(b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: 127.0.0.1:9001\r\n")
+    assert invocation.request_id == "req-1"
+    assert invocation.deadline_ms == 1700000000000
+    assert invocation.body == b'{"a": "b"}\n'
+
+
+def test_next_invocation_with_a_chunked_body(server: Server) -> None:
+    # GIVEN a Runtime API that answers with a chunked body
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, NEXT_HEADERS + b'Transfer-Encoding: chunked\r\n\r\n4\r\n{"a"\r\n4\r\n: 1}\r\n0\r\n\r\n')
+    # WHEN read THEN the body is reassembled
+    assert client.next_invocation().body == b'{"a": 1}'
+
+
+def test_post_response(server: Server) -> None:
+    # GIVEN an invocation's result
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, ACCEPTED)
+    # WHEN posted
+    client.post_response("req-1", b'{"ok":true}', "application/json")
+    # THEN it is a buffered POST with its length and type
+    sent = server.received()
+    assert sent.startswith(b"POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\n")
+    assert b"\r\nContent-Type: application/json\r\n" in sent
+    assert b"\r\nContent-Length: 11\r\n" in sent
+    assert sent.endswith(b'\r\n\r\n{"ok":true}')
+
+
+def test_post_error_and_init_error(server: Server) -> None:
+    # GIVEN a failure report
+    client = RuntimeClient("127.0.0.1:9001")
+    report = ErrorReport("Runtime.ImportModuleError", "Unable to import module 'app'")
+    # WHEN posted for an invocation, and for init
+    prime(server, client, ACCEPTED)
+    client.post_error("req-1", report)
+    invocation_error = server.received()
+    prime(server, client, ACCEPTED)
+    client.post_init_error(report)
+    init_error = server.received()
+    # THEN each goes to its endpoint with the error type header and the JSON body
+    assert invocation_error.startswith(b"POST /2018-06-01/runtime/invocation/req-1/error HTTP/1.1\r\n")
+    assert init_error.startswith(b"POST /2018-06-01/runtime/init/error HTTP/1.1\r\n")
+    for sent in (invocation_error, init_error):
+        assert b"\r\nLambda-Runtime-Function-Error-Type: Runtime.ImportModuleError\r\n" in sent
+        assert sent.endswith(report.to_json())
+
+
+def test_stream_headers_chunks_and_answer(server: Server) -> None:
+    # GIVEN a streamed response begun
+    client = RuntimeClient("127.0.0.1:9001")
+    body = client.begin_stream("req-1", "application/vnd.awslambda.http-integration-response")
+    # WHEN a chunk is written THEN headers and the chunk are on the wire at once
+    body.write(b"hello")
+    sent = server.received()
+    head, _, first = sent.partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1")
+    for header in (
+        b"Lambda-Runtime-Function-Response-Mode: streaming",
+        b"Transfer-Encoding: chunked",
+        b"Trailer: Lambda-Runtime-Function-Error-Type, Lambda-Runtime-Function-Error-Body",
+        b"Content-Type: application/vnd.awslambda.http-integration-response",
+    ):
+        assert header in head.split(b"\r\n")
+    assert b"Content-Length" not in head
+    assert first == b"5\r\nhello\r\n"
+    # WHEN the body ends with trailers and the Runtime API accepts it
+    body.close({"Lambda-Runtime-Function-Error-Type": "ValueError"})
+    server.peer.sendall(ACCEPTED)
+    client.end_stream()
+    # THEN the trailers followed the last chunk
+    assert server.received() == b"0\r\nLambda-Runtime-Function-Error-Type: ValueError\r\n\r\n"
+
+
+def test_unexpected_status_is_an_error(server: Server) -> None:
+    # GIVEN a Runtime API that refuses a response as too large
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo big!")
+    # WHEN the response is posted THEN the error names the endpoint and status
+    with pytest.raises(RuntimeAPIError, match="413") as raised:
+        client.post_response("req-1", b"x" * 10, "application/json")
+    assert raised.value.status == 413
+    assert raised.value.body == b"too big!"
+
+
+def test_kept_alive_connection_closed_by_the_server_is_replaced(server: Server) -> None:
+    # GIVEN a connection used once, then closed by the Runtime API while idle
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, ACCEPTED)
+    client.post_response("req-1", b"1", "application/json")
+    server.peer.close()
+    # WHEN the client makes its next request
+    prime(server, client, ACCEPTED)
+    # THEN it connected again, and the new connection works
+    assert len(server.peers) == 2
+    client.post_response("req-2", b"2", "application/json")
+    assert server.received().startswith(b"POST /2018-06-01/runtime/invocation/req-2/response")
+
+
+def test_connection_close_is_honoured(server: Server) -> None:
+    # GIVEN a Runtime API that closes after each response
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, b"HTTP/1.1 202 Accepted\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+    # WHEN a request is answered THEN the client drops the connection and opens a new one next time
+    client.post_response("req-1", b"1", "application/json")
+    assert client._sock is None
+
+
+def test_address_must_be_host_and_port() -> None:
+    # GIVEN a malformed AWS_LAMBDA_RUNTIME_API WHEN a client is made THEN the message says what is expected
+    with pytest.raises(ValueError, match="host:port"):
+        RuntimeClient("localhost")

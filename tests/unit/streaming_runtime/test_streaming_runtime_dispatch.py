@@ -1,0 +1,224 @@
+"""One invocation: what the handler returns, and how it reaches the Runtime API."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from streaming_runtime import StreamingResponse
+from streaming_runtime.context import Invocation
+from streaming_runtime.dispatch import handle_invocation
+from streaming_runtime.streaming import ChunkedBody
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from streaming_runtime.errors import ErrorReport
+
+URL_EVENT = {"version": "2.0", "rawPath": "/chat", "requestContext": {"http": {"method": "POST", "path": "/chat"}}}
+
+
+class RecordingClient:
+    """Stands in for RuntimeClient: records what the runtime would send, chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.chunks: list[bytes] = []
+        self.trailers: Mapping[str, str] | None = None
+
+    def post_response(self, request_id: str, body: bytes, content_type: str) -> None:
+        self.calls.append(("response", (request_id, body, content_type)))
+
+    def post_error(self, request_id: str, error: ErrorReport) -> None:
+        self.calls.append(("error", (request_id, error.to_dict())))
+
+    def begin_stream(self, request_id: str, content_type: str) -> ChunkedBody:
+        self.calls.append(("stream", (request_id, content_type)))
+        return ChunkedBody(self._receive)
+
+    def end_stream(self) -> None:
+        self.calls.append(("end", None))
+
+    def _receive(self, framed: bytes) -> None:
+        size, _, rest = framed.partition(b"\r\n")
+        if int(size, 16):
+            self.chunks.append(rest[:-2])
+        else:
+            self.trailers = dict(
+                line.split(": ", 1)
+                for line in rest.decode().split("\r\n")
+                if line  # type: ignore[misc]
+            )
+
+    @property
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.calls]
+
+
+def invocation(event: object, **headers: str) -> Invocation:
+    return Invocation(
+        "req-1",
+        int(time.time() * 1000) + 60_000,
+        json.dumps(event).encode(),
+        content_type="application/json",
+        **headers,
+    )
+
+
+def run(handler: Callable[[Any, Any], object], event: object) -> RecordingClient:
+    client = RecordingClient()
+    handle_invocation(client, handler, invocation(event))  # type: ignore[arg-type]
+    return client
+
+
+def test_streaming_response_goes_out_with_its_prelude() -> None:
+    # GIVEN a handler returning a StreamingResponse
+    def handler(event: Any, context: Any) -> StreamingResponse:
+        return StreamingResponse(418, {"X-A": "1"}, ["c=1"], iter(["tea", b"", b"pot"]))
+
+    # WHEN invoked
+    client = run(handler, {"any": "event"})
+    # THEN an HTTP integration stream: prelude chunk, then each non-empty item as its own chunk
+    assert client.calls[0] == ("stream", ("req-1", "application/vnd.awslambda.http-integration-response"))
+    assert json.loads(client.chunks[0][:-8]) == {"statusCode": 418, "headers": {"X-A": "1"}, "cookies": ["c=1"]}
+    assert client.chunks[0].endswith(b"\x00" * 8)
+    assert client.chunks[1:] == [b"tea", b"pot"]
+    assert client.trailers == {}
+    assert client.kinds[-1] == "end"
+
+
+def test_generator_for_function_url_is_an_octet_stream() -> None:
+    # GIVEN a generator handler and a Function URL event
+    def handler(event: Any, context: Any) -> Iterator[str]:
+        yield "a"
+        yield "é"
+
+    client = run(handler, URL_EVENT)
+    # WHEN invoked THEN a 200 application/octet-stream HTTP stream
+    assert json.loads(client.chunks[0][:-8])["headers"] == {"Content-Type": "application/octet-stream"}
+    assert client.chunks[1:] == [b"a", "é".encode()]
+
+
+def test_generator_for_other_events_streams_raw_bytes() -> None:
+    # GIVEN a generator handler and a non-HTTP event
+    def handler(event: Any, context: Any) -> Iterator[bytes]:
+        yield b"\x00\x01"
+
+    client = run(handler, {"Records": []})
+    # WHEN invoked THEN raw bytes, no prelude
+    assert client.calls[0] == ("stream", ("req-1", "application/octet-stream"))
+    assert client.chunks == [b"\x00\x01"]
+
+
+def test_status_dict_for_function_url_is_streamed_with_a_prelude() -> None:
+    # GIVEN a handler returning a Function URL style dict, base64 body
+    def handler(event: Any, context: Any) -> dict[str, object]:
+        return {"statusCode": 200, "body": base64.b64encode(b"\xff\xfe").decode(), "isBase64Encoded": True}
+
+    client = run(handler, URL_EVENT)
+    # WHEN invoked THEN the prelude carries the status and the body is the decoded bytes
+    assert json.loads(client.chunks[0][:-8])["statusCode"] == 200
+    assert client.chunks[1:] == [b"\xff\xfe"]
+
+
+@pytest.mark.parametrize("event", [{"Records": []}, URL_EVENT])
+def test_plain_value_is_a_buffered_response(event: object) -> None:
+    # GIVEN a handler returning a dict without statusCode
+    client = run(lambda event, context: {"answer": 42}, event)
+    # WHEN invoked THEN one buffered JSON response
+    assert client.calls == [("response", ("req-1", b'{"answer": 42}', "application/json"))]
+
+
+def test_error_before_the_first_byte_is_posted_as_an_invocation_error() -> None:
+    # GIVEN a StreamingResponse whose body fails before its first item
+    closed = []
+
+    def body() -> Iterator[str]:
+        try:
+            raise LookupError("turn 3 not found")
+            yield "never"
+        finally:
+            closed.append(True)
+
+    client = run(lambda event, context: StreamingResponse(body=body()), URL_EVENT)
+    # WHEN invoked THEN nothing was streamed: the error went to /error with the standard body
+    assert client.kinds == ["error"]
+    request_id, error = client.calls[0][1]
+    assert request_id == "req-1"
+    assert (error["errorType"], error["errorMessage"], error["requestId"]) == (
+        "LookupError",
+        "turn 3 not found",
+        "req-1",
+    )
+    assert closed == [True]
+
+
+def test_handler_raising_directly_is_an_invocation_error() -> None:
+    # GIVEN a handler that raises WHEN invoked THEN /error with its type
+    def handler(event: Any, context: Any) -> None:
+        raise PermissionError("denied")
+
+    client = run(handler, {})
+    assert client.kinds == ["error"]
+    assert client.calls[0][1][1]["errorType"] == "PermissionError"
+
+
+def test_error_mid_stream_ends_with_trailers_and_closes_the_body() -> None:
+    # GIVEN a generator that yields, then raises
+    finished = []
+
+    def handler(event: Any, context: Any) -> Iterator[str]:
+        try:
+            yield "partial"
+            raise ConnectionError("token log gone")
+        finally:
+            finished.append(True)
+
+    client = run(handler, URL_EVENT)
+    # WHEN invoked THEN the partial body was delivered, then error trailers, and the stream was ended
+    assert client.chunks[1:] == [b"partial"]
+    assert client.trailers is not None
+    assert client.trailers["Lambda-Runtime-Function-Error-Type"] == "ConnectionError"
+    body = json.loads(base64.b64decode(client.trailers["Lambda-Runtime-Function-Error-Body"]))
+    assert body["errorMessage"] == "token log gone"
+    assert client.kinds == ["stream", "end"]
+    assert finished == [True]
+
+
+def test_bad_body_item_mid_stream_is_reported_in_trailers() -> None:
+    # GIVEN a body that yields something that is neither str nor bytes
+    client = run(lambda event, context: StreamingResponse(body=["ok", 7]), URL_EVENT)
+    # WHEN invoked THEN the stream ends with a TypeError in the trailers
+    assert client.chunks[1:] == [b"ok"]
+    assert client.trailers is not None and client.trailers["Lambda-Runtime-Function-Error-Type"] == "TypeError"
+
+
+def test_unserializable_value_is_a_marshal_error() -> None:
+    # GIVEN a handler returning something JSON cannot hold WHEN invoked THEN Runtime.MarshalError
+    client = run(lambda event, context: {"when": object()}, {})
+    assert client.calls[0][1][1]["errorType"] == "Runtime.MarshalError"
+
+
+def test_trace_id_is_propagated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an invocation with a trace header (and a stale trace id from a previous one)
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=stale")
+    seen = []
+    client = RecordingClient()
+    # WHEN invoked
+    handle_invocation(
+        client,  # type: ignore[arg-type]
+        lambda event, context: seen.append(os.environ.get("_X_AMZN_TRACE_ID")),
+        invocation({}, trace_id="Root=1-abc;Sampled=1"),
+    )
+    handle_invocation(
+        client,  # type: ignore[arg-type]
+        lambda event, context: seen.append(os.environ.get("_X_AMZN_TRACE_ID")),
+        invocation({}),
+    )
+    # THEN the handler sees it as _X_AMZN_TRACE_ID, and an invocation without one sees none
+    assert seen == ["Root=1-abc;Sampled=1", None]
