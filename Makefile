@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help venv lint typecheck unit pytest validate build test local chat deploy clean
+.PHONY: help venv lint typecheck unit pytest validate build test local chat deploy clean browser-deps screenshot
 LOCAL_PATH := PYTHONPATH=local:layers/chatstream:layers/streaming-runtime
 
 help:
@@ -32,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) browser-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)
@@ -45,6 +45,21 @@ build: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
 
 test: lint typecheck pytest validate build
+
+# Debian's Chromium for the browser test (tests/e2e/test_browser.py drives it with Playwright, which never
+# downloads a browser of its own). Installed with apt-get when missing; where it cannot be, the test skips.
+CHROMIUM ?= /usr/bin/chromium
+browser-deps:
+	@if [ ! -x "$(CHROMIUM)" ] && command -v apt-get >/dev/null 2>&1; then \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo="sudo -n"; \
+		echo "installing Debian's chromium for the browser test"; \
+		{ $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; } \
+			>/dev/null 2>&1 || echo "could not install chromium; the browser test will be skipped"; \
+	fi
+
+# Refresh docs/screenshot.png (the README's): the browser test's mid-stream screenshot.
+screenshot: $(STAMP) browser-deps
+	CHATSTREAM_SCREENSHOT=docs/screenshot.png $(BIN)/pytest tests/e2e/test_browser.py -k grows $(PYTEST_ARGS)
 
 # The whole pipeline on this machine (LOCAL_STACK.md). ARGS=--verbose shows every component's logs.
 local: $(STAMP)

@@ -308,7 +308,7 @@ def test_a_base64_chat_body_is_decoded(service: RelayService) -> None:
     assert meta_of(response)["turn"] == 1
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/chat/", "//chat", "/sessions", "/sessions/a/turns", "/health/x"])
+@pytest.mark.parametrize("path", ["//", "/nope", "/chat/", "//chat", "/sessions", "/sessions/a/turns", "/health/x"])
 def test_unknown_routes_are_404_not_found(service: RelayService, path: str) -> None:
     # WHEN a path matches no route THEN 404 not_found
     assert_error(service.handle(event("GET", path)), 404, "not_found")
@@ -319,6 +319,7 @@ def test_unknown_routes_are_404_not_found(service: RelayService, path: str) -> N
     [
         ("GET", "/chat", "POST"),
         ("PUT", "/chat", "POST"),
+        ("POST", "/", "GET"),
         ("POST", "/health", "GET"),
         ("DELETE", "/sessions/abc", "GET"),
         ("POST", "/sessions/abc/turns/1/events", "GET"),

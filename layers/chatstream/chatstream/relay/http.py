@@ -46,7 +46,8 @@ class Request:
     @classmethod
     def from_event(cls, raw: object) -> Request:
         event = LambdaFunctionUrlEvent(raw if isinstance(raw, dict) else {})
-        path = _read(lambda: event.raw_path, str) or _read(lambda: event.request_context.http.path, str) or "/"
+        # No path at all is a malformed event (a Function URL always sends one), not the page at "/".
+        path = _read(lambda: event.raw_path, str) or _read(lambda: event.request_context.http.path, str) or ""
         body, valid = _body(_read(lambda: event.body, str), _read(lambda: event.is_base64_encoded, bool) is True)
         return cls(
             method=(_read(lambda: event.request_context.http.method, str) or "GET").upper(),

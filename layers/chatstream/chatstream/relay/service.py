@@ -43,6 +43,7 @@ from chatstream.relay.http import (
     json_response,
     sse_response,
 )
+from chatstream.relay.page import SITE
 from chatstream.relay.validation import parse_chat_request, parse_position
 from chatstream.table import STATUS_IN_PROGRESS
 
@@ -104,6 +105,8 @@ class _Exchange:
         self.started_at = self.clock.monotonic()
         router = Router()
         router.add("GET", "/health", lambda request, params: json_response(200, {"status": "ok"}))
+        router.add("GET", "/", lambda request, params: SITE.index())
+        router.add("GET", "/static/{name}", lambda request, params: SITE.asset(params["name"]))
         router.add("POST", "/chat", lambda request, params: self.chat())
         router.add("GET", "/sessions/{session_id}", lambda request, params: self.history(params["session_id"]))
         router.add(

@@ -1,0 +1,92 @@
+"""The browser chat page: ``GET /`` and ``GET /static/{name}``, served from the API's own origin.
+
+The files live beside this module in ``static/`` and ship in the layer with the package. They are
+read once per execution environment (at import, so a missing file fails the cold start, naming it)
+and answered with a strict Content-Security-Policy: scripts, styles, images and connections from
+this origin only, no inline script, no frames, no plugins. The page renders model text with
+``textContent``, and the policy is the second line of defence if that ever slipped.
+
+The page has no build step and makes no third-party requests. A browser cannot sign requests with
+SigV4, so it is for a Function URL with ``AuthType NONE`` (the local stack, demos); with ``AWS_IAM``
+the Function URL refuses the unsigned page request before the relay sees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chatstream.relay.http import HttpError, Response
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+STATIC_DIR = Path(__file__).with_name("static")
+INDEX = "index.html"
+CONTENT_TYPES: Mapping[str, str] = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml; charset=utf-8",
+}
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self'",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    ]
+)
+SECURITY_HEADERS: Mapping[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # Small files, no build step to version their names: the browser revalidates every time.
+    "Cache-Control": "no-cache",
+}
+
+
+@dataclass(frozen=True)
+class StaticFile:
+    content_type: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StaticSite:
+    """The page's files by name; only the files that exist at load time are ever served."""
+
+    files: Mapping[str, StaticFile]
+
+    @classmethod
+    def load(cls, directory: Path = STATIC_DIR) -> StaticSite:
+        files = {
+            path.name: StaticFile(CONTENT_TYPES[path.suffix], path.read_text(encoding="utf-8"))
+            for path in sorted(directory.iterdir())
+            if path.is_file() and path.suffix in CONTENT_TYPES
+        }
+        if INDEX not in files:
+            raise FileNotFoundError(f"the chat page {directory / INDEX} is missing from the package")
+        return cls(files)
+
+    def index(self) -> Response:
+        return self._response(self.files[INDEX])
+
+    def asset(self, name: str) -> Response:
+        found = self.files.get(name)
+        if found is None or name == INDEX:
+            shown = name if len(name) <= 80 else name[:80] + "…"
+            raise HttpError(404, "not_found", f"no static file {shown!r}; the chat page is at /")
+        return self._response(found)
+
+    @staticmethod
+    def _response(found: StaticFile) -> Response:
+        return Response(200, {"Content-Type": found.content_type, **SECURITY_HEADERS}, [found.text])
+
+
+SITE = StaticSite.load()

@@ -1,0 +1,478 @@
+// The chat page: POST /chat streamed through fetch() and a ReadableStream, resumed through the turn's
+// events_url with Last-Event-ID after a dropped connection (token ids at or below the last one seen
+// are skipped, so no text is ever doubled), Stop through POST …/cancel, history from GET /sessions/{id}
+// with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
+// text nodes (textContent), never as HTML.
+"use strict";
+
+(function () {
+  const { SseParser } = window.ChatstreamSse;
+  const MAX_RESUMES = 5; // consecutive failed resumes before the page gives up on a turn
+  const DEFAULT_RETRY_MS = 1000;
+
+  const el = {
+    conversation: document.getElementById("conversation"),
+    transcript: document.getElementById("transcript"),
+    empty: document.getElementById("empty"),
+    status: document.getElementById("status"),
+    error: document.getElementById("error"),
+    composer: document.getElementById("composer"),
+    message: document.getElementById("message"),
+    send: document.getElementById("send"),
+    stop: document.getElementById("stop"),
+    newChat: document.getElementById("new-chat"),
+  };
+
+  let sessionId = sessionFromUrl();
+  let run = null; // the turn being followed: {view, turn, eventsUrl, lastId, retryMs, controller, ...}
+  let generation = 0; // bumped by "new chat" and session loads, so a stale load cannot draw
+
+  // ------------------------------------------------------------------------------ the session
+
+  function sessionFromUrl() {
+    const id = new URLSearchParams(location.hash.slice(1)).get("session");
+    return id && /^[A-Za-z0-9_-]{1,128}$/.test(id) ? id : null;
+  }
+
+  function rememberSession(id) {
+    sessionId = id;
+    const hash = id ? "#session=" + encodeURIComponent(id) : "";
+    if (location.hash !== hash) history.replaceState(null, "", location.pathname + location.search + hash);
+  }
+
+  // ---------------------------------------------------------------------------- HTTP helpers
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  // A 4xx/5xx answer as an ApiError: the API's {"error": {"code", "message"}}, or what the body says.
+  async function apiError(response) {
+    let text = "";
+    try {
+      text = await response.text();
+      const body = JSON.parse(text);
+      if (body && body.error && typeof body.error.message === "string") {
+        return new ApiError(response.status, String(body.error.code || ""), body.error.message);
+      }
+    } catch (err) {
+      // not JSON: fall through to the status line
+    }
+    const detail = text.trim().slice(0, 300);
+    return new ApiError(response.status, "http_" + response.status, `HTTP ${response.status}${detail ? ": " + detail : ""}`);
+  }
+
+  async function getJson(path) {
+    const response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    if (!response.ok) throw await apiError(response);
+    return response.json();
+  }
+
+  // ------------------------------------------------------------------------------- the view
+
+  function setStatus(text) {
+    el.status.textContent = text;
+  }
+
+  function showError(text) {
+    el.error.textContent = text;
+    el.error.hidden = !text;
+  }
+
+  function nearBottom() {
+    const c = el.conversation;
+    return c.scrollHeight - c.scrollTop - c.clientHeight < 80;
+  }
+
+  function keepScrolled(stick) {
+    if (stick) el.conversation.scrollTop = el.conversation.scrollHeight;
+  }
+
+  function bubble(role, label) {
+    const box = document.createElement("div");
+    box.className = "msg " + role;
+    const who = document.createElement("span");
+    who.className = "who";
+    who.textContent = label;
+    const text = document.createElement("p");
+    text.className = "text";
+    box.append(who, text);
+    return { box, text };
+  }
+
+  // One turn on the page: the user's message and the assistant's reply, whose text only grows by
+  // text nodes.
+  function addTurn(userText) {
+    const stick = nearBottom();
+    const li = document.createElement("li");
+    li.className = "turn";
+    const user = bubble("user", "You");
+    user.text.textContent = userText;
+    const reply = bubble("assistant", "Assistant");
+    const note = document.createElement("p");
+    note.className = "note";
+    reply.box.append(note);
+    li.append(user.box, reply.box);
+    el.transcript.append(li);
+    el.empty.hidden = true;
+    keepScrolled(stick);
+    const view = {
+      li,
+      setTurn(turn) {
+        li.dataset.turn = String(turn);
+      },
+      setText(text) {
+        reply.text.textContent = text;
+      },
+      append(text) {
+        const stick = nearBottom();
+        reply.text.append(document.createTextNode(text));
+        keepScrolled(stick);
+      },
+      text() {
+        return reply.text.textContent;
+      },
+      setStatus(status, detail) {
+        reply.box.dataset.status = status;
+        reply.box.setAttribute("aria-busy", status === "streaming" ? "true" : "false");
+        note.textContent = detail || "";
+      },
+    };
+    view.setStatus("streaming");
+    return view;
+  }
+
+  function noteFor(status, stopReason, error) {
+    if (status === "cancelled" || stopReason === "cancelled") return "Stopped: cancelled.";
+    if (status === "error") return "Error: " + (error && error.message ? error.message : "the reply failed.");
+    if (stopReason === "max_tokens") return "Stopped at the token limit.";
+    return "";
+  }
+
+  function setBusy(busy) {
+    el.send.disabled = busy;
+    el.stop.hidden = !busy;
+    el.stop.disabled = false;
+  }
+
+  // ----------------------------------------------------------------------------- streaming
+
+  function newRun(view) {
+    return {
+      view,
+      turn: null,
+      eventsUrl: null,
+      lastId: -1, // the highest token id shown; a resume asks for what comes after it
+      retryMs: DEFAULT_RETRY_MS,
+      controller: new AbortController(),
+      ended: false,
+      stopping: false,
+    };
+  }
+
+  function finish(r, status, detail) {
+    r.ended = true;
+    r.view.setStatus(status, detail);
+    if (run === r) {
+      run = null;
+      setBusy(false);
+      setStatus(status === "complete" ? "Reply complete." : status === "cancelled" ? "Reply stopped." : "");
+    }
+  }
+
+  // Apply one event; returns "ended" (done/error), "reconnect", or null to go on reading.
+  function apply(r, event) {
+    let data;
+    try {
+      data = JSON.parse(event.data);
+    } catch (err) {
+      return null; // not ours to understand; the API only sends JSON data
+    }
+    switch (event.type) {
+      case "meta":
+        r.turn = data.turn;
+        r.eventsUrl = data.events_url;
+        r.view.setTurn(data.turn);
+        if (data.session_id && data.session_id !== sessionId) rememberSession(data.session_id);
+        el.stop.disabled = false;
+        return null;
+      case "token": {
+        const id = event.lastEventId === "" ? null : Number(event.lastEventId);
+        if (id !== null && id <= r.lastId) return null; // already shown (replayed on resume)
+        if (id !== null) r.lastId = id;
+        if (typeof data.text === "string") r.view.append(data.text);
+        setStatus("Receiving…");
+        return null;
+      }
+      case "done":
+        finish(r, data.stop_reason === "cancelled" ? "cancelled" : "complete", noteFor("", data.stop_reason));
+        return "ended";
+      case "error":
+        finish(r, "error", noteFor("error", null, data));
+        showError(`The reply failed: ${data.message || "unknown error"}${data.code ? " (" + data.code + ")" : ""}`);
+        return "ended";
+      case "reconnect":
+        if (typeof data.events_url === "string") r.eventsUrl = data.events_url;
+        return "reconnect";
+      default:
+        return null;
+    }
+  }
+
+  // Read one response's event stream to its end: "ended", "reconnect", or "dropped".
+  async function read(r, response) {
+    const parser = new SseParser();
+    const reader = response.body.getReader();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        const events = done ? parser.end() : parser.push(value);
+        if (parser.retry !== null) r.retryMs = parser.retry;
+        for (const event of events) {
+          const outcome = apply(r, event);
+          if (outcome) return outcome;
+        }
+        if (done) return "dropped";
+      }
+    } catch (err) {
+      return "dropped";
+    } finally {
+      reader.cancel().catch(() => {});
+    }
+  }
+
+  function pause(ms, signal) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  // Follow a turn to its end, resuming through events_url whenever the connection drops. Without a
+  // first response, it starts with a resume (attaching to a turn still generating after a reload).
+  async function follow(r, firstResponse) {
+    let response = firstResponse;
+    let failures = 0;
+    for (;;) {
+      if (response === null) response = await resume(r);
+      if (r.ended || r.controller.signal.aborted) return;
+      if (response) {
+        const outcome = await read(r, response);
+        if (outcome === "ended" || r.ended || r.controller.signal.aborted) return;
+        failures = outcome === "reconnect" ? 0 : failures + 1;
+      } else {
+        failures += 1;
+      }
+      response = null;
+      if (!r.eventsUrl) {
+        finish(r, "error", "Error: the connection dropped before the turn started. Send again.");
+        return;
+      }
+      if (failures > MAX_RESUMES) {
+        finish(r, "error", "Error: the connection dropped and could not be resumed.");
+        showError("The connection dropped and could not be resumed. Reload the page to see what was saved.");
+        return;
+      }
+      if (failures > 0) {
+        setStatus("Connection lost; resuming…");
+        await pause(r.retryMs * failures, r.controller.signal);
+      }
+    }
+  }
+
+  // One resume request; null when it should be tried again.
+  async function resume(r) {
+    const headers = { Accept: "text/event-stream" };
+    if (r.lastId >= 0) headers["Last-Event-ID"] = String(r.lastId);
+    let response;
+    try {
+      response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: r.controller.signal });
+    } catch (err) {
+      return null;
+    }
+    if (response.ok) return response;
+    const error = await apiError(response);
+    if (response.status >= 500 || response.status === 429) return null;
+    finish(r, "error", "Error: " + error.message);
+    showError(error.message);
+    return null;
+  }
+
+  async function send(message) {
+    if (run || !message.trim()) return;
+    showError("");
+    const view = addTurn(message);
+    const r = newRun(view);
+    run = r;
+    setBusy(true);
+    el.stop.disabled = true; // until meta names the turn
+    setStatus("Sending…");
+    const body = { message };
+    if (sessionId) body.session_id = sessionId;
+    let response;
+    try {
+      response = await fetch("/chat", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: JSON.stringify(body),
+        signal: r.controller.signal,
+      });
+    } catch (err) {
+      if (r.controller.signal.aborted) return;
+      rejected(r, message, "Could not reach the server: " + err.message);
+      return;
+    }
+    if (!response.ok) {
+      const error = await apiError(response);
+      if (error.code === "session_not_found") rememberSession(null);
+      rejected(r, message, error.message);
+      return;
+    }
+    await follow(r, response);
+  }
+
+  // The turn never started: take it off the page, give the text back, say why.
+  function rejected(r, message, why) {
+    r.ended = true;
+    r.view.li.remove();
+    el.empty.hidden = el.transcript.children.length > 0;
+    if (run === r) {
+      run = null;
+      setBusy(false);
+    }
+    if (!el.message.value) el.message.value = message;
+    setStatus("");
+    showError(why);
+    el.message.focus();
+  }
+
+  async function stop() {
+    const r = run;
+    if (!r || r.turn === null || r.stopping) return;
+    r.stopping = true;
+    el.stop.disabled = true;
+    setStatus("Stopping…");
+    const url = `/sessions/${encodeURIComponent(sessionId)}/turns/${r.turn}/cancel`;
+    try {
+      const response = await fetch(url, { method: "POST" });
+      // 202: the stream ends with done (cancelled). 409 turn_finished: it ended anyway.
+      if (!response.ok && response.status !== 409) {
+        const error = await apiError(response);
+        showError("Could not stop the reply: " + error.message);
+        r.stopping = false;
+        el.stop.disabled = false;
+      }
+    } catch (err) {
+      showError("Could not stop the reply: " + err.message);
+      r.stopping = false;
+      el.stop.disabled = false;
+    }
+    el.message.focus();
+  }
+
+  // --------------------------------------------------------------------------- the history
+
+  function clearConversation() {
+    if (run) {
+      run.controller.abort(); // closing is not cancelling: the reply is still saved in its session
+      run = null;
+    }
+    setBusy(false);
+    el.transcript.replaceChildren();
+    el.empty.hidden = false;
+    showError("");
+    setStatus("");
+  }
+
+  async function loadSession() {
+    const mine = ++generation;
+    clearConversation();
+    sessionId = sessionFromUrl();
+    if (!sessionId) return;
+    setStatus("Loading the conversation…");
+    let history;
+    try {
+      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`);
+    } catch (err) {
+      if (mine !== generation) return;
+      setStatus("");
+      if (err instanceof ApiError && err.code === "session_not_found") {
+        rememberSession(null);
+        showError("That conversation was not found (it may have expired). This is a new chat.");
+      } else {
+        showError("Could not load the conversation: " + err.message);
+      }
+      return;
+    }
+    if (mine !== generation) return;
+    setStatus("");
+    const turns = Array.isArray(history.turns) ? history.turns : [];
+    for (const turn of turns) {
+      const view = addTurn(turn.user || "");
+      view.setTurn(turn.turn);
+      if (turn.status === "in_progress") {
+        // Follow it live from its start: the stream gives the whole text, ids included.
+        const r = newRun(view);
+        r.turn = turn.turn;
+        r.eventsUrl = `/sessions/${encodeURIComponent(sessionId)}/turns/${turn.turn}/events`;
+        if (!run) {
+          run = r;
+          setBusy(true);
+        }
+        follow(r, null);
+        continue;
+      }
+      view.setText(turn.assistant || "");
+      view.setStatus(turn.status === "complete" ? "complete" : turn.status, noteFor(turn.status, turn.stop_reason, turn.error));
+    }
+    keepScrolled(true);
+  }
+
+  // ------------------------------------------------------------------------------ controls
+
+  el.composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const message = el.message.value;
+    if (!message.trim()) {
+      showError("Type a message first.");
+      el.message.focus();
+      return;
+    }
+    if (run) return;
+    el.message.value = "";
+    send(message);
+  });
+
+  el.message.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      el.composer.requestSubmit();
+    } else if (event.key === "Escape" && run) {
+      event.preventDefault();
+      stop();
+    }
+  });
+
+  el.stop.addEventListener("click", () => stop());
+
+  el.newChat.addEventListener("click", () => {
+    generation++;
+    clearConversation();
+    rememberSession(null);
+    el.message.focus();
+  });
+
+  window.addEventListener("hashchange", () => {
+    if (sessionFromUrl() !== sessionId) loadSession();
+  });
+
+  loadSession();
+  el.message.focus();
+})();
