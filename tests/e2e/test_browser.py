@@ -1,0 +1,435 @@
+"""The chat page in a real browser: headless Debian Chromium, driven by Playwright, against the local stack.
+
+Chromium comes from Debian (``make browser-deps`` installs the ``chromium`` package when apt-get can);
+Playwright only drives it through ``executable_path`` and never downloads a browser. Where it is
+missing, every test here skips, naming what is missing.
+
+Every page the tests open collects uncaught script errors and Content-Security-Policy violations,
+and each test ends by asserting there were none.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from chatstream_local.stack import LocalStack, StackSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Route
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path(os.environ.get("CHATSTREAM_CHROMIUM", "/usr/bin/chromium"))
+# As root, on a machine whose network is closed: no sandbox, no GPU, no background connections.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+MODEL_DELAY_MS = 30  # the local model's pace: slow enough to see a reply grow
+WAIT_MS = 30_000  # how long a condition may take on a busy machine before the test fails
+ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+def long_reply(words: int) -> str:
+    return " ".join(f"w{i}" for i in range(1, words + 1))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+        pytest.skip(
+            f"Chromium is not installed at {CHROMIUM}: `make browser-deps` installs Debian's chromium package "
+            "(it needs apt-get, as root or with passwordless sudo)"
+        )
+    expect.set_options(timeout=WAIT_MS)
+    with sync_playwright() as playwright:
+        # Playwright gives every launch a fresh, empty profile directory of its own.
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    """One local stack for the module (a few seconds to start); every test uses sessions of its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in ENV.items():
+            patch.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB"):
+            patch.delenv(name, raising=False)
+        local = LocalStack(StackSettings(port=0, model_delay_ms=MODEL_DELAY_MS))
+        try:
+            yield local.start()
+        finally:
+            local.stop()
+
+
+@dataclass
+class Problems:
+    """Uncaught script errors and policy violations a page reported."""
+
+    seen: list[str] = field(default_factory=list)
+
+    def console(self, message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            self.seen.append(f"console: {message.text}")
+
+
+@dataclass
+class ChatPage:
+    """The page under test, with the few things a user does on it."""
+
+    page: Page
+    url: str
+    problems: Problems
+
+    @classmethod
+    def new(cls, context: BrowserContext, url: str) -> ChatPage:
+        page = context.new_page()
+        problems = Problems()
+        page.on("pageerror", lambda error: problems.seen.append(f"pageerror: {error}"))
+        page.on("console", problems.console)
+        return cls(page, url, problems)
+
+    def open(self, fragment: str = "") -> None:
+        self.page.goto(f"{self.url}/{fragment}")
+        expect(self.page.locator("#message")).to_be_focused()
+
+    def send(self, message: str) -> None:
+        """Type a message and press Enter, as a keyboard user would."""
+        box = self.page.locator("#message")
+        box.fill(message)
+        box.press("Enter")
+
+    def turns(self) -> Any:
+        return self.page.locator("#transcript > li")
+
+    def reply(self) -> Any:
+        """The last reply on the page."""
+        return self.turns().last.locator(".assistant")
+
+    def wait_status(self, status: str) -> str:
+        """Wait until the last reply has ``status``; return its text."""
+        reply = self.reply()
+        expect(reply).to_have_attribute("data-status", status)
+        return str(reply.locator(".text").text_content())
+
+    def session_id(self) -> str:
+        fragment = self.page.evaluate("location.hash")
+        assert fragment.startswith("#session="), fragment
+        return str(fragment.removeprefix("#session="))
+
+    def history(self) -> dict[str, Any]:
+        response = self.page.request.get(f"{self.url}/sessions/{self.session_id()}")
+        assert response.ok, response.text()
+        return dict(response.json())
+
+
+@pytest.fixture
+def chat(browser: Browser, stack: LocalStack) -> Iterator[ChatPage]:
+    context = browser.new_context(viewport={"width": 1000, "height": 720})
+    page = ChatPage.new(context, stack.url)
+    yield page
+    context.close()
+    assert page.problems.seen == []
+
+
+# --------------------------------------------------------------------------------- streaming
+
+
+def test_a_reply_streams_in_and_the_text_grows(chat: ChatPage, tmp_path: Path) -> None:
+    # GIVEN the page, and a first exchange in a new session
+    chat.open()
+    chat.send("hello there")
+    assert chat.wait_status("complete") == "You said: hello there"
+    # WHEN the user asks for a long reply (Enter sends; the model writes a word every 30 ms)
+    chat.send("/long 200")
+    expect(chat.reply().locator(".text")).to_contain_text("w12")
+    shot = tmp_path / "mid-stream.png"
+    chat.page.screenshot(path=str(shot))
+    partial = str(chat.reply().locator(".text").text_content())
+    # THEN the reply ends complete, and what was on screen mid-stream was a strict prefix of it
+    final = chat.wait_status("complete")
+    assert final == long_reply(200)
+    assert partial.startswith("w1 w2 w3") and final.startswith(partial) and len(partial) < len(final)
+    assert shot.stat().st_size > 0
+    if target := os.environ.get("CHATSTREAM_SCREENSHOT"):  # `make screenshot` refreshes the README's image
+        shutil.copyfile(shot, target)
+    # AND both turns belong to one session, kept in the URL and in the history
+    history = chat.history()
+    assert [(t["user"], t["status"], t["assistant"]) for t in history["turns"]] == [
+        ("hello there", "complete", "You said: hello there"),
+        ("/long 200", "complete", long_reply(200)),
+    ]
+    expect(chat.page.locator("#send")).to_be_enabled()
+    expect(chat.page.locator("#stop")).to_be_hidden()
+
+
+def test_stop_ends_the_turn_as_cancelled(chat: ChatPage) -> None:
+    # GIVEN a reply that would take minutes, streaming
+    chat.open()
+    chat.send("/long 5000")
+    expect(chat.reply().locator(".text")).to_contain_text("w5")
+    # WHEN the user presses Stop
+    chat.page.get_by_role("button", name="Stop").click()
+    # THEN the turn ends as cancelled on the page, keeping the text generated so far
+    text = chat.wait_status("cancelled")
+    expect(chat.reply().locator(".note")).to_contain_text("cancelled")
+    assert text.startswith("w1 w2 w3 w4 w5") and long_reply(5000).startswith(text) and text != long_reply(5000)
+    expect(chat.page.locator("#stop")).to_be_hidden()
+    # AND the history says cancelled, with the same text
+    turn = chat.history()["turns"][-1]
+    assert (turn["status"], turn["stop_reason"], turn["assistant"]) == ("cancelled", "cancelled", text)
+
+
+def test_a_reload_shows_the_history_and_new_chat_starts_over(chat: ChatPage) -> None:
+    # GIVEN a conversation of two turns
+    chat.open()
+    chat.send("first message")
+    chat.wait_status("complete")
+    chat.send("/long 5")
+    chat.wait_status("complete")
+    first_session = chat.session_id()
+    # WHEN the page is reloaded
+    chat.page.reload()
+    # THEN both turns are back, from the history, in order and exact
+    expect(chat.turns()).to_have_count(2)
+    assert chat.turns().locator(".user .text").all_text_contents() == ["first message", "/long 5"]
+    assert chat.turns().locator(".assistant .text").all_text_contents() == ["You said: first message", long_reply(5)]
+    # AND the conversation goes on in the same session
+    chat.send("third")
+    assert chat.wait_status("complete") == "You said: third"
+    assert chat.session_id() == first_session and len(chat.history()["turns"]) == 3
+    # WHEN the user starts a new chat
+    chat.page.get_by_role("button", name="New chat").click()
+    # THEN the page is empty, and the next message starts another session
+    expect(chat.turns()).to_have_count(0)
+    assert chat.page.evaluate("location.hash") == ""
+    chat.send("hello again")
+    assert chat.wait_status("complete") == "You said: hello again"
+    assert chat.session_id() != first_session and len(chat.history()["turns"]) == 1
+
+
+def test_a_turn_still_generating_is_followed_after_a_reload(chat: ChatPage) -> None:
+    # GIVEN a long reply streaming
+    chat.open()
+    chat.send("/long 150")
+    expect(chat.reply().locator(".text")).to_contain_text("w3")
+    # WHEN the page is reloaded mid-stream (closing the connection is not a cancel)
+    chat.page.reload()
+    # THEN the page attaches to the turn and shows the whole reply once, complete
+    assert chat.wait_status("complete") == long_reply(150)
+    assert chat.history()["turns"][-1]["status"] == "complete"
+
+
+# ---------------------------------------------------------------------------------- safety
+
+
+def test_markup_in_a_message_is_shown_as_text_and_runs_nothing(browser: Browser, stack: LocalStack) -> None:
+    # GIVEN a page whose Content-Security-Policy is bypassed, so only the rendering stands between markup and the DOM
+    context = browser.new_context(bypass_csp=True)
+    chat = ChatPage.new(context, stack.url)
+    page = chat.page
+    message = '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script><b>bold</b>'
+    try:
+        chat.open()
+        # WHEN the message is sent, echoed back by the model, and the history is rendered after a reload
+        chat.send(message)
+        for _ in range(2):
+            assert chat.wait_status("complete") == f"You said: {message}"
+            # THEN the markup is literal text: no element was made from it, and no script ran
+            assert chat.turns().locator(".user .text").all_text_contents() == [message]
+            assert page.locator("#transcript img, #transcript script, #transcript b").count() == 0
+            assert page.evaluate("window.__pwned") is None
+            page.reload()
+    finally:
+        context.close()
+    assert chat.problems.seen == []
+
+
+# ------------------------------------------------------------------------------ resumption
+
+
+def test_a_dropped_connection_resumes_without_repeating_text(chat: ChatPage) -> None:
+    # GIVEN the first stream cut off by the network after its first token, in the middle of the next event
+    # (the route lets the real response arrive, then hands the page only its beginning)
+    cut: dict[str, str] = {}
+
+    def drop_after_first_token(route: Route) -> None:
+        response = route.fetch()
+        events = response.text().split("\n\n")
+        first_token = next(i for i, event in enumerate(events) if "event: token" in event)
+        kept = events[: first_token + 1]
+        cut["last_id"] = kept[-1].split("id: ", 1)[1].split("\n", 1)[0]
+        half = events[first_token + 1][: max(1, len(events[first_token + 1]) // 2)]
+        route.fulfill(response=response, body="\n\n".join(kept) + "\n\n" + half)
+
+    resumes: list[str | None] = []
+
+    def replay_from_the_start(route: Route) -> None:
+        # AND a resume answered with the whole turn again, ids already shown included
+        resumes.append(route.request.headers.get("last-event-id"))
+        headers = {k: v for k, v in route.request.headers.items() if k.lower() != "last-event-id"}
+        response = route.fetch(headers=headers)
+        route.fulfill(response=response, body=response.text())
+
+    chat.page.route("**/chat", drop_after_first_token)
+    chat.page.route("**/sessions/*/turns/*/events*", replay_from_the_start)
+    chat.open()
+    # WHEN a reply is streamed through that connection
+    chat.send("/long 40")
+    # THEN the page resumes once, asking for what comes after the last id it saw, and shows every word once
+    assert chat.wait_status("complete") == long_reply(40)
+    assert resumes == [cut["last_id"]]
+    assert chat.history()["turns"][-1]["assistant"] == long_reply(40)
+
+
+# ---------------------------------------------------------------------------------- errors
+
+
+def test_a_model_error_mid_stream_is_shown_and_the_text_so_far_kept(chat: ChatPage) -> None:
+    # GIVEN the page WHEN the model fails after three words
+    chat.open()
+    chat.send("/error-after 3")
+    # THEN the reply is marked failed, keeps its words, and the error is announced in plain words
+    assert chat.wait_status("error") == "w1 w2 w3"
+    expect(chat.page.get_by_role("alert")).to_contain_text("The reply failed")
+    # AND the next message can be sent
+    chat.send("again")
+    assert chat.wait_status("complete") == "You said: again"
+
+
+def test_a_rejected_message_shows_the_apis_reason_and_keeps_the_text(chat: ChatPage) -> None:
+    # GIVEN the page WHEN a message over the API's limit is sent (the page leaves the limit to the API)
+    chat.open()
+    too_long = "x" * 32_001
+    chat.send(too_long)
+    # THEN the API's 400 message is shown, no turn is left on the page, and the text is given back
+    expect(chat.page.get_by_role("alert")).to_contain_text("message")
+    expect(chat.turns()).to_have_count(0)
+    assert chat.page.locator("#message").input_value() == too_long
+
+
+def test_an_unknown_session_in_the_url_is_reported_and_a_new_chat_begins(chat: ChatPage) -> None:
+    # GIVEN a link to a session that does not exist WHEN it is opened
+    chat.open("#session=" + "0" * 32)
+    # THEN the 404 is reported plainly and the URL no longer names it
+    expect(chat.page.get_by_role("alert")).to_contain_text("not found")
+    assert chat.page.evaluate("location.hash") == ""
+    chat.send("fresh start")
+    assert chat.wait_status("complete") == "You said: fresh start"
+
+
+# ------------------------------------------------------------------------- phone and keyboard
+
+
+def test_usable_on_a_phone_sized_screen_and_by_keyboard(browser: Browser, stack: LocalStack) -> None:
+    # GIVEN a phone-sized touch screen
+    context = browser.new_context(viewport={"width": 360, "height": 640}, has_touch=True, is_mobile=True)
+    chat = ChatPage.new(context, stack.url)
+    page = chat.page
+    try:
+        chat.open()
+        # WHEN a reply with a very long word arrives, and a message of two lines (Shift+Enter) is sent
+        chat.send("y" * 400)
+        chat.wait_status("complete")
+        page.locator("#message").press_sequentially("line one")
+        page.locator("#message").press("Shift+Enter")
+        page.locator("#message").press_sequentially("line two")
+        page.locator("#message").press("Enter")
+        chat.wait_status("complete")
+        # THEN nothing scrolls sideways, and the message box and its buttons are on screen
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360
+        for selector in ("#message", "#send", "#new-chat"):
+            box = page.locator(selector).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 360, selector
+            assert box["y"] >= 0 and box["y"] + box["height"] <= 640, selector
+        assert chat.turns().locator(".user .text").all_text_contents()[-1] == "line one\nline two"
+        # AND the keyboard reaches the buttons, with a visible focus ring
+        page.locator("#message").focus()
+        page.keyboard.press("Tab")
+        expect(page.locator("#send")).to_be_focused()
+        assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none"
+        # AND every control is labelled
+        expect(page.get_by_label("Message")).to_be_visible()
+    finally:
+        context.close()
+    assert chat.problems.seen == []
+
+
+# ---------------------------------------------------------------------------- the SSE parser
+
+SSE_CASES = r"""
+(() => {
+  const { SseParser } = window.ChatstreamSse;
+  const stream =
+    "\ufeffretry: 2500\r\n: a comment\r\n\r\n" +
+    "event: meta\ndata: {\"a\":1}\n\n" +
+    "id: 7\revent: token\rdata: first line\rdata:  second  \rdata\r\r" +
+    "data: h\u00e9llo \u{1F30D}\r\n\r\n" +
+    "id: bad\u0000id\ndata: x\n\n" +
+    "event: no-data\nid: 9\n\n" +
+    "data\n\n" +
+    "retry: 12x\nevent: cut\ndata: an event the connection cut";
+  const bytes = new TextEncoder().encode(stream);
+  const run = (chunks) => {
+    const parser = new SseParser();
+    const events = [];
+    for (const chunk of chunks) events.push(...parser.push(chunk));
+    events.push(...parser.end());
+    return JSON.stringify({ events, retry: parser.retry, comments: parser.comments });
+  };
+  const whole = run([bytes]);
+  const splits = [];
+  for (let i = 1; i < bytes.length; i++) {
+    const got = run([bytes.slice(0, i), bytes.slice(i)]);
+    if (got !== whole) splits.push(i);
+  }
+  const byteByByte = run(Array.from(bytes, (b) => Uint8Array.of(b)));
+  return { whole: JSON.parse(whole), splits, byteByByte: byteByByte === whole };
+})()
+"""
+
+
+def test_the_pages_sse_parser_follows_the_event_stream_rules(chat: ChatPage) -> None:
+    # GIVEN the page's parser, in the browser WHEN a stream exercising every rule is fed whole,
+    # split in two at every byte, and byte by byte
+    chat.open()
+    result = chat.page.evaluate(SSE_CASES)
+    # THEN it reads the same events however it is split (a CRLF or a UTF-8 character across chunks included)
+    assert result["splits"] == [] and result["byteByByte"] is True
+    # AND they are the rule's events: BOM dropped, comments skipped, data lines joined with "\n", one space
+    # stripped after the colon, id kept until changed (and ignored with NUL), no event without data,
+    # a bad retry ignored, and an event the stream cut off never delivered
+    assert result["whole"] == {
+        "events": [
+            {"type": "meta", "data": '{"a":1}', "lastEventId": ""},
+            {"type": "token", "data": "first line\n second  \n", "lastEventId": "7"},
+            {"type": "message", "data": "h\u00e9llo \U0001f30d", "lastEventId": "7"},
+            {"type": "message", "data": "x", "lastEventId": "7"},
+            {"type": "message", "data": "", "lastEventId": "9"},
+        ],
+        "retry": 2500,
+        "comments": 1,
+    }
