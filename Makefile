@@ -44,7 +44,7 @@ validate: $(STAMP)
 build: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
 
-test: lint typecheck pytest validate build
+test: lint typecheck scan pytest validate build
 
 # Debian's Chromium for the browser test (tests/e2e/test_browser.py drives it with Playwright, which never
 # downloads a browser of its own). Installed with apt-get when missing; where it cannot be, the test skips.
@@ -79,3 +79,19 @@ clean:
 .PHONY: redrive
 redrive: $(STAMP)
 	PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
+
+# Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through.
+.PHONY: chaos scan
+chaos: $(STAMP)
+	PYTHONPATH=local:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)
+
+# The IaC security scanner (checkov), in its own virtualenv: its dependencies conflict with the pinned SAM CLI set.
+SCAN_VENV := .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
+$(SCAN_STAMP): requirements/scan.txt
+	test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/scan.txt
+	touch $(SCAN_STAMP)
+
+scan: $(SCAN_STAMP)
+	$(SCAN_VENV)/bin/checkov --quiet --compact --skip-download --framework cloudformation --file template.yaml
