@@ -1,0 +1,190 @@
+"""Property-based tests of what crosses a trust boundary on the producer side.
+
+- ``TokenRecord.decode`` reads whatever is on the stream: it raises ``InvalidRecord`` or nothing.
+- ``GenerateRequest.from_event`` reads the proxy's invocation event: ``InvalidEvent`` or nothing.
+- ``Generation`` turns whatever ConverseStream events arrive into records: always ending with exactly
+  one terminal record, after every delta, with contiguous ``seq`` from 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatstream.errors import InvalidRecord
+from chatstream.generation import GenerateRequest, Generation, InvalidEvent
+from chatstream.records import RecordType, TokenRecord
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+NEAR_RECORDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "v": st.sampled_from([1, 2, True, "1", 1.0]) | JSON_SCALARS,
+        "session_id": st.sampled_from(["s1", "", "a" * 200]) | JSON_SCALARS,
+        "turn": st.integers(-2, 2**70) | JSON_SCALARS,
+        "seq": st.integers(-2, 2**70) | JSON_SCALARS,
+        "type": st.sampled_from([t.value for t in RecordType]) | JSON_SCALARS,
+        "text": JSON_VALUES,
+        "stop_reason": JSON_VALUES,
+        "usage": JSON_VALUES | st.fixed_dictionaries({"input_tokens": JSON_SCALARS, "output_tokens": JSON_SCALARS}),
+        "error": JSON_VALUES
+        | st.fixed_dictionaries({"code": JSON_SCALARS, "message": JSON_SCALARS, "retryable": JSON_SCALARS}),
+        "ts": st.integers(-1, 2**64) | JSON_SCALARS,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_decoding_arbitrary_bytes_raises_only_invalid_record(data: bytes) -> None:
+    # GIVEN any bytes on the stream, WHEN decoded, THEN a record or InvalidRecord, nothing else
+    with contextlib.suppress(InvalidRecord):
+        TokenRecord.decode(data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(NEAR_RECORDS)
+def test_almost_valid_records_raise_only_invalid_record_and_valid_ones_round_trip(
+    raw: dict[str, Any],
+) -> None:
+    # GIVEN a JSON object shaped like a token record, with any field wrong or missing
+    data = json.dumps(raw, allow_nan=True).encode()
+    # WHEN decoded
+    try:
+        record = TokenRecord.decode(data)
+    except InvalidRecord:
+        return
+    # THEN a record that decodes is one the consumer can store and re-read unchanged
+    assert TokenRecord.decode(record.encode()) == record
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    JSON_VALUES
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "session_id": JSON_SCALARS | st.sampled_from(["abc", "x" * 129, "a b"]),
+            "turn": JSON_SCALARS | st.integers(-1, 2**64),
+            "message": JSON_SCALARS | st.text(max_size=40) | st.just("x" * 32_001),
+            "max_tokens": JSON_SCALARS,
+            "temperature": JSON_SCALARS,
+        },
+    )
+)
+def test_the_proxy_event_parser_raises_only_invalid_event(event: Any) -> None:
+    # GIVEN any invocation event, WHEN parsed, THEN a request or InvalidEvent, nothing else
+    try:
+        request = GenerateRequest.from_event(event)
+    except InvalidEvent:
+        return
+    assert request.turn >= 1 and request.message.strip()
+
+
+# ------------------------------------------------------------------------------- the generation
+
+
+@dataclass
+class _Writer:
+    records: list[TokenRecord] = field(default_factory=list)
+    put_calls: int = 0
+    throttle_retries: int = 0
+
+    def put(self, record: TokenRecord) -> None:
+        self.put_calls += 1
+        self.records.append(record)
+
+
+class _Table:
+    def list_turns(self, session_id: str) -> list[Any]:
+        return []
+
+    def cancel_requested(self, session_id: str, turn: int) -> bool:
+        return False
+
+
+class _Stream:
+    def __init__(self, events: list[Any], fail_after: bool) -> None:
+        self.events = events
+        self.fail_after = fail_after
+
+    def __iter__(self) -> Any:
+        yield from self.events
+        if self.fail_after:
+            raise RuntimeError("the connection dropped mid-stream")
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _Bedrock:
+    events: list[Any]
+    fail_after: bool
+
+    def converse_stream(self, **params: Any) -> dict[str, Any]:
+        return {"stream": _Stream(self.events, self.fail_after)}
+
+
+CONVERSE_EVENTS = st.one_of(
+    st.fixed_dictionaries({"messageStart": st.fixed_dictionaries({"role": st.just("assistant")})}),
+    st.fixed_dictionaries(
+        {"contentBlockDelta": st.fixed_dictionaries({"delta": st.fixed_dictionaries({"text": st.text(max_size=20)})})}
+    ),
+    st.fixed_dictionaries({"contentBlockDelta": JSON_VALUES}),
+    st.fixed_dictionaries({"messageStop": st.fixed_dictionaries({}, optional={"stopReason": JSON_SCALARS})}),
+    st.fixed_dictionaries({"metadata": JSON_VALUES}),
+    st.fixed_dictionaries(
+        {"metadata": st.fixed_dictionaries({"usage": st.fixed_dictionaries({"inputTokens": JSON_SCALARS})})}
+    ),
+    st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=2),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(CONVERSE_EVENTS, max_size=12), st.booleans())
+def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(events: list[Any], fail: bool) -> None:
+    # GIVEN a model stream of arbitrary events (malformed ones included), maybe failing at its end
+    writer = _Writer()
+    generation = Generation(
+        request=GenerateRequest("s1", 1, "hello"),
+        bedrock=_Bedrock(events, fail),  # type: ignore[arg-type]
+        writer=writer,  # type: ignore[arg-type]
+        table=_Table(),  # type: ignore[arg-type]
+        model_id="local",
+        flush_interval_ms=0,
+    )
+
+    # WHEN the generation runs
+    result = generation.run()
+
+    # THEN the records are start, deltas, and exactly one terminal record, last, with contiguous seq
+    records = writer.records
+    assert [record.seq for record in records] == list(range(len(records)))
+    assert records[0].type is RecordType.START
+    assert [record.is_terminal for record in records].count(True) == 1 and records[-1].is_terminal
+    assert result.terminal == records[-1]
+    # AND no delta text was lost: what was written is every text delta the model sent, in order
+    texts = []
+    for event in events:
+        delta = event.get("contentBlockDelta")
+        if isinstance(delta, dict) and isinstance(delta.get("delta"), dict):
+            text = delta["delta"].get("text")
+            if isinstance(text, str) and text:
+                texts.append(text)
+            elif text:
+                break  # a malformed delta ends the turn in error: nothing after it is expected
+    written = "".join(record.text or "" for record in records if record.type is RecordType.DELTA)
+    assert "".join(texts).startswith(written)
+    if records[-1].type is RecordType.STOP:
+        assert written == "".join(texts)
