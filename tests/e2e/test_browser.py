@@ -10,6 +10,7 @@ and each test ends by asserting there were none.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -271,19 +272,26 @@ def test_markup_in_a_message_is_shown_as_text_and_runs_nothing(browser: Browser,
 # ------------------------------------------------------------------------------ resumption
 
 
-def test_a_dropped_connection_resumes_without_repeating_text(chat: ChatPage) -> None:
-    # GIVEN the first stream cut off by the network after its first token, in the middle of the next event
+@pytest.mark.parametrize("ending", ["dropped mid-event", "reconnect event"])
+def test_a_cut_stream_resumes_without_repeating_text(chat: ChatPage, ending: str) -> None:
+    # GIVEN the first stream cut off after its first token: by the network in the middle of the next event,
+    # or by the relay's own `reconnect` (what it sends before its time limit, naming where to resume)
     # (the route lets the real response arrive, then hands the page only its beginning)
     cut: dict[str, str] = {}
 
-    def drop_after_first_token(route: Route) -> None:
+    def cut_after_first_token(route: Route) -> None:
         response = route.fetch()
         events = response.text().split("\n\n")
         first_token = next(i for i, event in enumerate(events) if "event: token" in event)
         kept = events[: first_token + 1]
         cut["last_id"] = kept[-1].split("id: ", 1)[1].split("\n", 1)[0]
-        half = events[first_token + 1][: max(1, len(events[first_token + 1]) // 2)]
-        route.fulfill(response=response, body="\n\n".join(kept) + "\n\n" + half)
+        meta = json.loads(next(e for e in events if "event: meta" in e).split("data: ", 1)[1])
+        if ending == "reconnect event":
+            reconnect = {"events_url": meta["events_url"], "last_event_id": int(cut["last_id"])}
+            tail = f"event: reconnect\ndata: {json.dumps(reconnect)}\n\n"
+        else:
+            tail = events[first_token + 1][: max(1, len(events[first_token + 1]) // 2)]
+        route.fulfill(response=response, body="\n\n".join(kept) + "\n\n" + tail)
 
     resumes: list[str | None] = []
 
@@ -294,7 +302,7 @@ def test_a_dropped_connection_resumes_without_repeating_text(chat: ChatPage) -> 
         response = route.fetch(headers=headers)
         route.fulfill(response=response, body=response.text())
 
-    chat.page.route("**/chat", drop_after_first_token)
+    chat.page.route("**/chat", cut_after_first_token)
     chat.page.route("**/sessions/*/turns/*/events*", replay_from_the_start)
     chat.open()
     # WHEN a reply is streamed through that connection
