@@ -1,0 +1,180 @@
+"""Property-based requests through the local Function URL front end of a running stack (one per module).
+
+Whatever the method, path, headers or body, the answer is a JSON error from HTTP_API.md (its status
+and code in the table) or a valid response of the route (an SSE stream that ends with ``done`` or
+``error``; a JSON document): never a 5xx, a hang, or a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatstream_local.stack import LocalStack, StackSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.integration
+
+ERRORS = {
+    (400, "invalid_json"),
+    (400, "invalid_request"),
+    (404, "not_found"),
+    (404, "session_not_found"),
+    (404, "turn_not_found"),
+    (405, "method_not_allowed"),
+    (409, "turn_in_progress"),
+    (409, "turn_finished"),
+    (413, "payload_too_large"),
+}
+ASCII = st.characters(min_codepoint=32, max_codepoint=126)
+SEGMENT = st.sampled_from(["0", "1", "-1", "99999999999999999999", "a" * 129, "%00", "..", "x y"]) | st.text(
+    ASCII.filter(lambda c: c not in "/?#%"), min_size=1, max_size=20
+)
+KiB64 = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
+            patch.setenv(name, value)
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        running = LocalStack(StackSettings(port=0, model_delay_ms=0)).start()
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.fixture(scope="module")
+def session(stack: LocalStack) -> dict[str, Any]:
+    """A real session with one finished turn, so fuzzed paths also hit existing ids."""
+    with httpx.Client(base_url=stack.url, timeout=30) as http:
+        text = http.post("/chat", json={"message": "hello"}).text
+    meta = json.loads(text.split("event: meta\ndata: ", 1)[1].split("\n", 1)[0])
+    return dict(meta)
+
+
+def _sized_message(total: int) -> bytes:
+    """A valid chat body of exactly ``total`` bytes (message capped at 32,000 characters by the API)."""
+    frame = b'{"message":"","pad":""}'
+    message = min(total - len(frame), 100)
+    return b'{"message":"' + b"m" * message + b'","pad":"' + b"p" * (total - len(frame) - message) + b'"}'
+
+
+BODIES = st.one_of(
+    st.just(b""),
+    st.binary(max_size=200),  # invalid UTF-8 among them
+    st.sampled_from(
+        [
+            b"\xff\xfe\xfd",
+            b"[" * 50_000 + b"]" * 50_000,  # deep nesting
+            b'{"message":' * 5000 + b'"x"' + b"}" * 5000,
+            b'{"message":"hi","max_tokens":1e999999}',
+            b'{"message":"hi","max_tokens":123456789012345678901234567890}',
+            b'{"message":"hi","temperature":NaN}',
+            b'{"message":"\\ud800"}',
+            b'{"message":"\\u0000"}',
+            b'{"message":"hi","session_id":"\\u202e\\ufeff"}',
+            b'{"message":["hi"]}',
+            b'{"message":null}',
+            b'"just a string"',
+            b"null",
+            b"[]",
+            json.dumps({"message": "x" * 32_001}).encode(),
+            _sized_message(KiB64 - 1),
+            _sized_message(KiB64),
+            _sized_message(KiB64 + 1),
+            b"x" * (KiB64 + 1),
+        ]
+    ),
+    st.dictionaries(
+        st.sampled_from(["message", "session_id", "max_tokens", "temperature", "extra"]),
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30) | st.lists(st.integers()),
+        max_size=4,
+    ).map(lambda body: json.dumps(body).encode()),
+)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[str, str, dict[str, str], bytes]:
+    method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]))
+    s, t = draw(SEGMENT), draw(SEGMENT)
+    path = draw(
+        st.sampled_from(
+            [
+                "/chat",
+                "/health",
+                f"/sessions/{s}",
+                f"/sessions/{s}/turns/{t}/events",
+                f"/sessions/{s}/turns/{t}/cancel",
+                f"/{s}",
+                f"/chat/{s}",
+                f"/sessions/{{real}}/turns/{t}/events",
+                "/sessions/{real}/turns/1/events",
+                "/sessions/{real}/turns/1/cancel",
+                "/sessions/{real}",
+                f"/sessions/{{real}}/turns/1/events?after={s}",
+            ]
+        )
+    )
+    headers: dict[str, str] = {}
+    if draw(st.booleans()):
+        garbage = st.text(ASCII, max_size=40).map(lambda value: value.strip() or "x")  # h11 refuses padded values
+        headers["Last-Event-ID"] = draw(garbage | st.sampled_from(["-1", "1e9", "99" * 20, "1.5", "0x10"]))
+    if draw(st.booleans()):
+        headers["Content-Type"] = draw(st.sampled_from(["application/json", "text/plain", "application/octet-stream"]))
+    if draw(st.integers(0, 9)) == 0:
+        headers["X-Huge"] = "h" * draw(st.sampled_from([8_000, 16_000]))
+    body = draw(BODIES) if method in ("POST", "PUT", "PATCH") else b""
+    return method, path, headers, body
+
+
+def _check_sse(text: str) -> None:
+    events = [block for block in text.split("\n\n") if block.strip()]
+    kinds = [line.split(": ", 1)[1] for block in events for line in block.split("\n") if line.startswith("event: ")]
+    assert kinds, text[:300]
+    assert kinds[-1] in ("done", "error", "reconnect"), text[-300:]
+    assert kinds.count("done") + kinds.count("error") <= 1, text[-300:]
+    for block in events:
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                json.loads(line[6:])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=requests())
+def test_any_request_gets_a_documented_error_or_a_valid_answer(
+    stack: LocalStack, session: dict[str, Any], request: tuple[str, str, dict[str, str], bytes]
+) -> None:
+    # GIVEN any request
+    method, path, headers, body = request
+    path = path.replace("{real}", session["session_id"])
+
+    # WHEN it is sent to the Function URL (a hang fails the client's timeout)
+    with httpx.Client(base_url=stack.url, timeout=httpx.Timeout(30.0)) as http:
+        response = http.request(method, path, headers=headers, content=body)
+
+    # THEN never a 5xx nor a traceback; a JSON error from the table, or a valid answer of the route
+    text = response.text
+    assert response.status_code < 500, (method, path, response.status_code, text[:300])
+    assert "Traceback" not in text
+    content_type = response.headers.get("content-type", "")
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert (response.status_code, error["code"]) in ERRORS, (method, path, response.status_code, error)
+        assert isinstance(error["message"], str) and error["message"]
+        if response.status_code == 405:
+            assert response.headers.get("allow")
+    elif content_type.startswith("text/event-stream"):
+        _check_sse(text)
+    else:
+        assert content_type.startswith("application/json"), content_type
+        assert isinstance(response.json(), dict)
