@@ -95,3 +95,9 @@ $(SCAN_STAMP): requirements/scan.txt
 
 scan: $(SCAN_STAMP)
 	$(SCAN_VENV)/bin/checkov --quiet --compact --skip-download --framework cloudformation --file template.yaml
+
+# The benchmark (bench/README.md): direct, naive and chatstream side by side on the local stack, in one run;
+# writes bench/results.json, results.md and results.png. Not part of `make test`. ARGS="--quick" checks the harness.
+.PHONY: bench
+bench: $(STAMP)
+	PYTHONPATH=local:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)

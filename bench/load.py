@@ -1,0 +1,85 @@
+"""The benchmark's clients: N chats at once against one URL, each in its own thread, timed by the client.
+
+Runs in its own process (see :func:`run_in_subprocess`), so the clients' SSE parsing does not compete for the
+interpreter that hosts the local stack's front end, model and emulators. Times are the client's own
+``time.monotonic()``: time to first token is request sent → first ``token`` event; gaps are between consecutive
+``token`` events of one chat.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from chatstream_local.client import ChatClient
+
+
+@dataclass
+class ChatSample:
+    """One chat as its client saw it."""
+
+    ok: bool
+    text: str = ""
+    ids_contiguous: bool = False
+    token_events: int = 0
+    ttft_ms: float | None = None
+    gaps_ms: list[float] = field(default_factory=list)
+    started: float = 0.0
+    finished: float = 0.0
+    error: str | None = None
+
+
+def _one_chat(url: str, message: str, barrier: threading.Barrier, out: list[ChatSample], index: int) -> None:
+    with ChatClient(url, timeout=120) as client:
+        barrier.wait()
+        started = time.monotonic()
+        try:
+            result = client.chat(message)
+        except Exception as err:  # a failed chat is a result (exact: false), not a crash of the benchmark
+            out[index] = ChatSample(ok=False, started=started, finished=time.monotonic(), error=repr(err))
+            return
+        finished = time.monotonic()
+    times = result.token_times
+    out[index] = ChatSample(
+        ok=result.done is not None and result.error is None,
+        text=result.text,
+        ids_contiguous=result.ids == list(range(1, len(result.ids) + 1)),
+        token_events=len(result.ids),
+        ttft_ms=None if result.first_token_at is None else result.first_token_at * 1000,
+        gaps_ms=[(b - a) * 1000 for a, b in zip(times, times[1:], strict=False)],
+        started=started,
+        finished=finished,
+        error=None if result.error is None else str(result.error),
+    )
+
+
+def run_load(url: str, message: str, concurrency: int) -> list[dict[str, object]]:
+    """``concurrency`` chats of ``message`` started together; their samples as dicts (picklable)."""
+    barrier = threading.Barrier(concurrency)
+    out: list[ChatSample] = [ChatSample(ok=False, error="not run")] * concurrency
+    threads = [
+        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i), daemon=True)
+        for i in range(concurrency)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [asdict(sample) for sample in out]
+
+
+class LoadRunner:
+    """A long-lived client process; :meth:`run` sends it one batch of chats and returns their samples."""
+
+    def __init__(self) -> None:
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+    def run(self, url: str, message: str, concurrency: int) -> list[ChatSample]:
+        samples = self._pool.submit(run_load, url, message, concurrency).result()
+        return [ChatSample(**sample) for sample in samples]  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

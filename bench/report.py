@@ -1,0 +1,282 @@
+"""results.md (tables, ratios, targets, where the time goes) and results.png (TTFT and gap distributions)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+VARIANT_ORDER = ("direct", "naive", "chatstream", "poll-fast", "flush-250", "tuned")
+COLORS = {
+    "direct": "#4c72b0",
+    "naive": "#dd8452",
+    "chatstream": "#55a868",
+    "poll-fast": "#8172b3",
+    "flush-250": "#937860",
+    "tuned": "#c44e52",
+}
+
+
+def _order(variant: str) -> int:
+    return VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER)
+
+
+def _present(results: dict[str, Any]) -> list[str]:
+    return sorted({r["variant"] for r in results["runs"]}, key=_order)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "**NO**"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 10 else f"{value:,.0f}"
+    return str(value)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"{a / b:.2f}"
+
+
+def _index(results: dict[str, Any]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    return {(r["variant"], r["model_delay_ms"], r["concurrency"]): r for r in results["runs"]}
+
+
+def run_table(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "| variant | delay ms | chats at once | exact | TTFT p50 / p95 / p99 ms | gap p50 / p99 ms | tokens/s "
+        "| token events/chat | Kinesis records /1k | PutRecords /1k | DynamoDB writes /1k | relay Query /turn "
+        "| relay CPU ms /1k |",
+        "|---|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(results["runs"], key=lambda r: (r["model_delay_ms"], r["concurrency"], _order(r["variant"]))):
+        t, g = r["ttft_ms"], r["gap_ms"]
+        lines.append(
+            f"| {r['variant']} | {r['model_delay_ms']} | {r['concurrency']} | {_cell(r['exact'])} "
+            f"| {_cell(t['p50'])} / {_cell(t['p95'])} / {_cell(t['p99'])} | {_cell(g['p50'])} / {_cell(g['p99'])} "
+            f"| {_cell(r['tokens_per_s'])} | {_cell(r['token_events_per_chat'])} "
+            f"| {_cell(r['kinesis_records_per_1k_tokens'])} | {_cell(r['put_calls_per_1k_tokens'])} "
+            f"| {_cell(r['dynamodb_writes_per_1k_tokens'])} | {_cell(r['relay_queries_per_turn'])} "
+            f"| {_cell(r['relay_cpu_ms_per_1k_tokens'])} |"
+        )
+    return lines
+
+
+def ratio_table(results: dict[str, Any]) -> list[str]:
+    index = _index(results)
+    lines = [
+        "| delay ms | chats at once | TTFT p50 cs−direct ms | TTFT p50 cs/direct | tokens/s cs/direct "
+        "| TTFT p50 cs/naive | records cs/naive | DynamoDB writes cs/naive | relay CPU cs/naive | tokens/s cs/naive |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    keys = sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]})
+    for delay, c in keys:
+        cs, d, n = (index.get((v, delay, c)) for v in ("chatstream", "direct", "naive"))
+        if cs is None:
+            continue
+        diff = "–"
+        if d is not None and cs["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None:
+            diff = f"{cs['ttft_ms']['p50'] - d['ttft_ms']['p50']:+.0f}"
+
+        def ratio(other: dict[str, Any] | None, *path: str, cs: dict[str, Any] = cs) -> str:
+            if other is None:
+                return "–"
+            a: Any = cs
+            b: Any = other
+            for key in path:
+                a, b = a[key], b[key]
+            return _ratio(a, b)
+
+        lines.append(
+            f"| {delay} | {c} | {diff} | {ratio(d, 'ttft_ms', 'p50')} | {ratio(d, 'tokens_per_s')} "
+            f"| {ratio(n, 'ttft_ms', 'p50')} | {ratio(n, 'kinesis_records_per_1k_tokens')} "
+            f"| {ratio(n, 'dynamodb_writes_per_1k_tokens')} | {ratio(n, 'relay_cpu_ms_per_1k_tokens')} "
+            f"| {ratio(n, 'tokens_per_s')} |"
+        )
+    return lines
+
+
+def candidates_table(results: dict[str, Any]) -> list[str]:
+    """Tuning candidates beside the defaults and naive: the numbers a change of default rests on."""
+    present = [v for v in _present(results) if v not in ("direct",)]
+    if not any(v not in ("naive", "chatstream") for v in present):
+        return []
+    index = _index(results)
+    lines = [
+        "| delay ms | chats at once | variant | TTFT p50 ms | gap p50 / p99 ms | records /1k "
+        "| DynamoDB writes /1k | relay Query /turn | tokens/s |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for delay, c in sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]}):
+        for variant in present:
+            r = index.get((variant, delay, c))
+            if r is None:
+                continue
+            lines.append(
+                f"| {delay} | {c} | {variant} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['gap_ms']['p50'])} / "
+                f"{_cell(r['gap_ms']['p99'])} | {_cell(r['kinesis_records_per_1k_tokens'])} "
+                f"| {_cell(r['dynamodb_writes_per_1k_tokens'])} | {_cell(r['relay_queries_per_turn'])} "
+                f"| {_cell(r['tokens_per_s'])} |"
+            )
+    return ["## Tuning candidates", "", *lines, ""]
+
+
+def targets(results: dict[str, Any]) -> list[str]:
+    index = _index(results)
+    lines = []
+    for r in results["runs"]:
+        if r["variant"] != "chatstream":
+            continue
+        key = (r["model_delay_ms"], r["concurrency"])
+        n, d = index.get(("naive", *key)), index.get(("direct", *key))
+        checks = [f"exact {'✔' if r['exact'] else '✘'}"]
+        if n is not None and n["kinesis_records_per_1k_tokens"]:
+            rec = r["kinesis_records_per_1k_tokens"] / n["kinesis_records_per_1k_tokens"]
+            wr = r["dynamodb_writes_per_1k_tokens"] / n["dynamodb_writes_per_1k_tokens"]
+            checks.append(f"records ×{rec:.3f} of naive {'✔' if rec <= 0.1 else '✘'}")
+            checks.append(f"table writes ×{wr:.3f} of naive {'✔' if wr <= 0.1 else '✘'}")
+        if d is not None and r["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None:
+            over = r["ttft_ms"]["p50"] - d["ttft_ms"]["p50"]
+            checks.append(f"TTFT p50 {over:+.0f} ms over direct {'✔' if over <= 100 else '✘'}")
+        lines.append(f"- delay {key[0]} ms, {key[1]} at once: " + "; ".join(checks))
+    return lines
+
+
+def time_goes(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "CPU milliseconds per 1,000 tokens, by process (the local stack's own front end, model and emulators run in "
+        "`bench-process`; `moto` is the AWS emulator; `clients` the load generator), and the mean time of each AWS "
+        "call through the counting forwarder:",
+        "",
+    ]
+    for r in results["runs"]:
+        if r["variant"] not in ("naive", "chatstream") or r["concurrency"] not in (
+            1,
+            max(x["concurrency"] for x in results["runs"]),
+        ):
+            continue
+        cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_ms_per_1k_tokens_by_process"].items() if v)
+        calls = ", ".join(f"{k} {v} ms" for k, v in r["upstream_ms_per_call"].items())
+        lines.append(f"- **{r['variant']}**, delay {r['model_delay_ms']} ms, {r['concurrency']} at once: CPU {cpu}.")
+        lines.append(f"  Calls per run: {r['calls']}. Mean call time: {calls}.")
+    return lines
+
+
+def write_markdown(results: dict[str, Any], path: Path) -> None:
+    env = results["environment"]
+    cold = results.get("cold_start", {})
+    cost = results.get("cost_breakdown_per_million_output_tokens", {})
+    lines = [
+        "# chatstream benchmark results",
+        "",
+        f"Generated by `make bench` on {env['started_at']} ({env['machine']['cpus']} CPUs, Python "
+        f"{env['machine']['python']}, {env['machine']['platform']}); whole run {env.get('duration_s', '?')} s. "
+        f"Workload: `{env['workload']['message']}` ({env['workload']['deltas_per_reply']} model deltas a reply), "
+        f"{env['workload']['chats_at_concurrency_1']} chats one after another at concurrency 1, one chat per "
+        "client above. Local stack: moto, the local model, the local Lambda; numbers are local and noisy, "
+        "compare them within this run.",
+        "",
+        "TTFT is request sent → first `token` event at the client. Gaps are between consecutive `token` events of one "
+        "chat (chatstream coalesces deltas, so it sends fewer, larger events: see token events/chat). Per-1k figures "
+        "are per 1,000 model deltas (output tokens).",
+        "",
+        "## Runs",
+        "",
+        *run_table(results),
+        "",
+        "## Ratios (cs = chatstream)",
+        "",
+        *ratio_table(results),
+        "",
+        "## Targets (issue 7)",
+        "",
+        *targets(results),
+        "",
+        "## Cost per million output tokens (USD, usage-proportional, us-east-1 list prices "
+        f"as of {env['prices']['as_of']})",
+        "",
+        "| variant | Kinesis (on demand) | DynamoDB writes | DynamoDB reads | Lambda requests | Lambda duration "
+        "| **total** | (Kinesis provisioned PUT units instead) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for variant, b in cost.items():
+        lines.append(
+            f"| {variant} | {b['kinesis']:.4f} | {b['dynamodb_writes']:.4f} | {b['dynamodb_reads']:.4f} "
+            f"| {b['lambda_requests']:.4f} | {b['lambda_duration']:.4f} | **{b['total']:.4f}** "
+            f"| {b['kinesis_provisioned_put_units']:.4f} |"
+        )
+    lines += ["", f"Basis: {results.get('cost_basis', '')}.", ""]
+    if cold:
+        med = cold["median_ms"]
+        ratio = cold["ratio_streaming_over_awslambdaric"]
+        lines += [
+            f"## Runtime cold start (process start → first `/next`, median of {cold['repeat']})",
+            "",
+            "| handler | streaming runtime layer | awslambdaric | ratio |",
+            "|---|---:|---:|---:|",
+            f"| smallest handler | {med['hello_streaming']} ms | {med['hello_awslambdaric']} ms | {ratio['hello']} |",
+            f"| the relay (`functions/relay`) | {med['relay_streaming']} ms | {med['relay_awslambdaric']} ms "
+            f"| {ratio['relay']} |",
+            "",
+        ]
+    lines += candidates_table(results)
+    lines += ["## Where the time goes", "", *time_goes(results), ""]
+    path.write_text("\n".join(lines))
+
+
+def write_plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    delays = sorted({r["model_delay_ms"] for r in results["runs"]})
+    concurrencies = sorted({r["concurrency"] for r in results["runs"]})
+    index = _index(results)
+    variants = _present(results)
+    fig, axes = plt.subplots(len(delays), 2, figsize=(13, 4.2 * len(delays)), squeeze=False)
+    for row, delay in enumerate(delays):
+        ax = axes[row][0]
+        positions, data, colors = [], [], []
+        for i, c in enumerate(concurrencies):
+            for j, variant in enumerate(variants):
+                run = index.get((variant, delay, c))
+                if run is None or not run["ttft_samples_ms"]:
+                    continue
+                positions.append(i * (len(variants) + 1) + j)
+                data.append(run["ttft_samples_ms"])
+                colors.append(COLORS.get(variant, "grey"))
+        if data:
+            boxes = ax.boxplot(data, positions=positions, widths=0.8, patch_artist=True, showfliers=True)
+            for patch, color in zip(boxes["boxes"], colors, strict=False):
+                patch.set_facecolor(color)
+        width = len(variants) + 1
+        ax.set_xticks(
+            [i * width + (len(variants) - 1) / 2 for i in range(len(concurrencies))],
+            [f"{c} at once" for c in concurrencies],
+        )
+        ax.set_yscale("log")
+        ax.set_ylabel("time to first token (ms, log)")
+        ax.set_title(f"TTFT, model delay {delay} ms")
+        ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=COLORS.get(v, "grey")) for v in variants], labels=variants)
+        ax = axes[row][1]
+        for variant in variants:
+            for c, style in zip(concurrencies, ("-", "--", ":"), strict=False):
+                run = index.get((variant, delay, c))
+                if run is None or not run["gap_samples_ms"]:
+                    continue
+                gaps = sorted(max(g, 0.01) for g in run["gap_samples_ms"])
+                ys = [(i + 1) / len(gaps) for i in range(len(gaps))]
+                ax.plot(gaps, ys, style, color=COLORS.get(variant, "grey"), label=f"{variant}, {c} at once")
+        ax.set_xscale("log")
+        ax.set_xlabel("gap between token events (ms, log)")
+        ax.set_ylabel("fraction of gaps ≤ x")
+        ax.set_title(f"Inter-token gaps (CDF), model delay {delay} ms")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,494 @@
+"""``make bench``: direct, naive and chatstream side by side on the local stack, in one run.
+
+For each variant (``direct``: ConverseStream straight out as SSE, see ``bench/direct``; ``naive``: the pipeline with
+coalescing off, one Kinesis record and one table item per model delta; ``chatstream``: the template's defaults), at
+model delay 0 and 20 ms, at 1, 10 and 50 concurrent chats, it measures what clients see (exactness, time to first
+token, gaps between token events, throughput) and what the pipeline spends (Kinesis records and calls, DynamoDB
+units, Lambda requests and durations, CPU by function), then writes ``bench/results.json``, ``bench/results.md``
+and ``bench/results.png``. See ``bench/README.md``.
+
+Usage: ``python -m bench.run [--quick] [--out-dir bench]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import coldstart, procstat
+from bench.cost import UnitCounts, cost_per_million_tokens, price_table
+from bench.load import ChatSample, LoadRunner
+from bench.report import write_markdown, write_plot
+from chatstream_local.bedrock import LocalModelServer, plan_reply
+from chatstream_local.function_url import FunctionUrlServer
+from chatstream_local.functions import FunctionSpec
+from chatstream_local.runtime_api import LocalLambda
+from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from chatstream_local.runtime_api import StreamHandle
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("direct", "naive", "chatstream")
+NAIVE_PROXY = {"FLUSH_INTERVAL_MS": "0", "FLUSH_MAX_CHARS": "1"}
+# Function environment overrides per pipeline variant: naive turns coalescing off; the others are candidate
+# settings measured beside the defaults (``--variants direct,naive,chatstream,poll-fast``), for tuning.
+PIPELINE_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
+    "naive": {"ProxyFunction": NAIVE_PROXY},
+    "chatstream": {},
+    "poll-fast": {"RelayFunction": {"POLL_MAX_MS": "20"}},
+    "flush-250": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "250"}},
+    "tuned": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "250"}, "RelayFunction": {"POLL_MAX_MS": "50"}},
+}
+DIRECT_NAME = "bench-direct"
+
+
+@dataclass(frozen=True)
+class Workload:
+    deltas: int = 100
+    delays_ms: tuple[int, ...] = (0, 20)
+    concurrency: tuple[int, ...] = (1, 10, 50)
+    repeat_at_1: int = 5
+    coldstart_repeat: int = 7
+
+    @property
+    def message(self) -> str:
+        return f"/long {self.deltas}"
+
+
+QUICK = Workload(deltas=60, delays_ms=(0, 20), concurrency=(1, 4), repeat_at_1=2, coldstart_repeat=2)
+
+
+def log(line: str) -> None:
+    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {line}\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------------- measurement helpers
+
+
+class Invocations:
+    """Times every invocation of a LocalLambda (invoke, async and Function URL streams alike)."""
+
+    def __init__(self, local: LocalLambda) -> None:
+        self._lock = threading.Lock()
+        self._durations: dict[str, list[float]] = {}
+        original: Callable[..., StreamHandle] = local.invoke_stream
+
+        def timed(name: str, payload: bytes, **kwargs: Any) -> StreamHandle:
+            started = time.monotonic()
+            handle = original(name, payload, **kwargs)
+            threading.Thread(target=self._wait, args=(name, handle, started), daemon=True).start()
+            return handle
+
+        local.invoke_stream = timed  # type: ignore[method-assign]  # measurement hook, bench only
+
+    def _wait(self, name: str, handle: StreamHandle, started: float) -> None:
+        handle.wait()
+        with self._lock:
+            self._durations.setdefault(name, []).append(time.monotonic() - started)
+
+    def take(self) -> dict[str, list[float]]:
+        with self._lock:
+            out, self._durations = self._durations, {}
+        return out
+
+
+class CountingProxy:
+    """The forwarder process of ``bench.counting_proxy``: one listener per function."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.process = subprocess.Popen(  # noqa: S603 - our own module
+            [sys.executable, "-m", "bench.counting_proxy", *labels],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert self.process.stdout is not None
+        self.ports: dict[str, int] = json.loads(self.process.stdout.readline())
+
+    def url(self, label: str) -> str:
+        return f"http://127.0.0.1:{self.ports[label]}"
+
+    def _call(self, path: str, body: bytes | None = None) -> Any:
+        port = next(iter(self.ports.values()))
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/__bench/{path}", data=body)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def set_upstream(self, url: str) -> None:
+        self._call("upstream", url.encode())
+
+    def reset(self) -> None:
+        self._call("reset", b"")
+
+    def counts(self) -> dict[str, dict[str, dict[str, float]]]:
+        return dict(self._call("counts"))
+
+    def timeline(self) -> list[list[Any]]:
+        return list(self._call("timeline"))
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (``q`` in 0..100); ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _r(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --------------------------------------------------------------------------------------------- the targets
+
+
+@dataclass
+class Target:
+    """One variant's running system: its URL, and how to read what it spent."""
+
+    variant: str
+    url: str
+    model: LocalModelServer
+    invocations: Invocations
+    function_names: dict[str, str]  # role (relay, proxy, consumer) -> function name
+    memory_mb: dict[str, int]
+    stop: Callable[[], None]
+    proxy: CountingProxy | None = None
+
+
+def start_direct() -> Target:
+    model = LocalModelServer(delay_ms=0)
+    model.start()
+    spec = FunctionSpec(
+        name=DIRECT_NAME,
+        handler="app.handler",
+        code_dirs=[ROOT / "bench/direct", ROOT / "layers/chatstream", ROOT / "layers/streaming-runtime"],
+        environment={
+            **LOCAL_CREDENTIALS,
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": model.url,
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        },
+        timeout_s=900,
+        memory_mb=512,
+        runtime="streaming",
+        exec_wrapper=ROOT / "layers/streaming-runtime/bin/chatstream-streaming",
+        max_concurrency=100,
+    )
+    local = LocalLambda([spec]).start()
+    invocations = Invocations(local)
+    front = FunctionUrlServer(local, DIRECT_NAME, port=0, invoke_mode="RESPONSE_STREAM").start()
+
+    def stop() -> None:
+        front.stop()
+        local.stop()
+        model.stop()
+
+    return Target("direct", front.url, model, invocations, {"relay": DIRECT_NAME}, {"relay": 512}, stop)
+
+
+def start_pipeline(variant: str, proxy: CountingProxy) -> Target:
+    endpoints = {
+        "ProxyFunction": {
+            "AWS_ENDPOINT_URL_KINESIS": proxy.url("proxy"),
+            "AWS_ENDPOINT_URL_DYNAMODB": proxy.url("proxy"),
+        },
+        "RelayFunction": {"AWS_ENDPOINT_URL_DYNAMODB": proxy.url("relay")},
+        "ConsumerFunction": {"AWS_ENDPOINT_URL_DYNAMODB": proxy.url("consumer")},
+    }
+    for logical_id, overrides in PIPELINE_VARIANTS[variant].items():
+        endpoints[logical_id].update(overrides)
+    settings = StackSettings(port=0, model_delay_ms=0, function_overrides=endpoints)
+    stack = LocalStack(settings, log=lambda component, line: log(f"{component}: {line}"))
+    # The functions reach moto only through the forwarder; until it knows moto's URL it answers 503 (nothing
+    # calls AWS before the first chat: start-up checks /health and warms the consumer with an empty batch).
+    stack.start()
+    proxy.set_upstream(stack.moto_url)
+    assert stack.local_lambda is not None and stack.model is not None
+    invocations = Invocations(stack.local_lambda)
+    roles = {"relay": "RelayFunction", "proxy": "ProxyFunction", "consumer": "ConsumerFunction"}
+    names = {role: stack.name(logical_id) for role, logical_id in roles.items()}
+    memory = {role: stack.local_lambda.spec(name).memory_mb for role, name in names.items()}
+    return Target(variant, stack.url, stack.model, invocations, names, memory, stack.stop, proxy)
+
+
+# ------------------------------------------------------------------------------------------------ the runs
+
+
+@dataclass
+class Measured:
+    """One (variant, delay, concurrency) cell: the samples and what the system spent producing them."""
+
+    samples: list[ChatSample] = field(default_factory=list)
+    wall_s: float = 0.0
+    counts: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    durations: dict[str, list[float]] = field(default_factory=dict)
+
+
+def warm_up(target: Target, load: LoadRunner, top: int) -> None:
+    """Start as many execution environments as the largest run needs, a few at a time (cold starts are
+    CPU-bound and the local init limit is 10 s), so the measured runs are warm as on a busy service."""
+    target.model.delay_ms = 0
+    step = 10
+    for concurrency in [*range(step, top, step), top, top]:
+        samples = load.run(target.url, "/long 30", concurrency)
+        failed = sum(not s.ok for s in samples)
+        log(f"{target.variant}: warm-up {concurrency} chats, {failed} failed")
+    target.invocations.take()
+
+
+def measure_cell(target: Target, load: LoadRunner, workload: Workload, concurrency: int) -> Measured:
+    out = Measured()
+    if target.proxy is not None:
+        target.proxy.reset()
+    target.invocations.take()
+    cpu_before = procstat.cpu_by_label()
+    batches = workload.repeat_at_1 if concurrency == 1 else 1
+    for _ in range(batches):
+        samples = load.run(target.url, workload.message, concurrency)
+        out.samples.extend(samples)
+        out.wall_s += max(s.finished for s in samples) - min(s.started for s in samples)
+    time.sleep(0.5)  # the consumer's turn completion lands just after the stop record the relay sent
+    out.cpu_s = procstat.delta(procstat.cpu_by_label(), cpu_before)
+    out.durations = target.invocations.take()
+    if target.proxy is not None:
+        out.counts = target.proxy.counts()
+    return out
+
+
+def _op_sum(
+    counts: dict[str, dict[str, dict[str, float]]],
+    field_name: str,
+    *,
+    label: str | None = None,
+    ops: tuple[str, ...] | None = None,
+) -> float:
+    total = 0.0
+    for who, by_op in counts.items():
+        if label is not None and who != label:
+            continue
+        for op, values in by_op.items():
+            if ops is None or op in ops:
+                total += values.get(field_name, 0.0)
+    return total
+
+
+WRITE_OPS = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+
+
+def units_of(target: Target, m: Measured, tokens: int) -> UnitCounts:
+    requests = 0.0
+    gb_seconds = 0.0
+    for role, name in target.function_names.items():
+        durations = m.durations.get(name, [])
+        requests += len(durations)
+        gb_seconds += sum(durations) * target.memory_mb[role] / 1024
+    return UnitCounts(
+        tokens=tokens,
+        kinesis_ingest_kb=_op_sum(m.counts, "ingest_kb", ops=("PutRecords",)),
+        kinesis_put_payload_units=_op_sum(m.counts, "put_payload_units", ops=("PutRecords",)),
+        dynamodb_write_units=_op_sum(m.counts, "write_units"),
+        dynamodb_read_units=_op_sum(m.counts, "read_units"),
+        lambda_requests=requests,
+        lambda_gb_seconds=gb_seconds,
+    )
+
+
+def run_record(target: Target, delay: int, concurrency: int, m: Measured, expected: str) -> dict[str, Any]:
+    samples = m.samples
+    exact = all(s.ok and s.text == expected and s.ids_contiguous for s in samples)
+    ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
+    gaps = [g for s in samples for g in s.gaps_ms]
+    tokens = sum(len(s.text.split()) for s in samples)  # /long N: one word per model delta
+    per_1k = 1000 / tokens if tokens else 0.0
+    relay = target.function_names["relay"]
+    record: dict[str, Any] = {
+        "variant": target.variant,
+        "model_delay_ms": delay,
+        "concurrency": concurrency,
+        "chats": len(samples),
+        "exact": exact,
+        "failures": [s.error for s in samples if not s.ok][:3],
+        "ttft_ms": {
+            "p50": _r(percentile(ttfts, 50)),
+            "p95": _r(percentile(ttfts, 95)),
+            "p99": _r(percentile(ttfts, 99)),
+        },
+        "gap_ms": {"p50": _r(percentile(gaps, 50), 2), "p99": _r(percentile(gaps, 99), 2)},
+        "tokens_per_s": _r(tokens / m.wall_s if m.wall_s else 0.0),
+        "token_events_per_chat": _r(sum(s.token_events for s in samples) / max(len(samples), 1)),
+        "wall_s": _r(m.wall_s, 2),
+        "kinesis_records_per_1k_tokens": _r(_op_sum(m.counts, "items", ops=("PutRecords",)) * per_1k, 2),
+        "put_calls_per_1k_tokens": _r(_op_sum(m.counts, "calls", ops=("PutRecords",)) * per_1k, 2),
+        "dynamodb_writes_per_1k_tokens": _r(_op_sum(m.counts, "items", ops=WRITE_OPS) * per_1k, 2),
+        "dynamodb_token_item_writes_per_1k_tokens": _r(
+            _op_sum(m.counts, "items", label="consumer", ops=("BatchWriteItem",)) * per_1k, 2
+        ),
+        "relay_queries_per_turn": _r(
+            _op_sum(m.counts, "calls", label="relay", ops=("Query",)) / max(len(samples), 1), 1
+        ),
+        "relay_cpu_ms_per_1k_tokens": _r(m.cpu_s.get(relay, 0.0) * 1000 * per_1k, 1),
+        "cpu_ms_per_1k_tokens_by_process": {k: _r(v * 1000 * per_1k, 1) for k, v in sorted(m.cpu_s.items())},
+        "upstream_ms_per_call": {
+            f"{who}.{op}": _r(v["seconds"] * 1000 / v["calls"], 2)
+            for who, by_op in sorted(m.counts.items())
+            for op, v in sorted(by_op.items())
+            if v["calls"]
+        },
+        "calls": {
+            f"{who}.{op}": int(v["calls"]) for who, by_op in sorted(m.counts.items()) for op, v in sorted(by_op.items())
+        },
+        "units": units_of(target, m, tokens).__dict__,
+        "ttft_samples_ms": [_r(v) for v in ttfts],
+        "gap_samples_ms": [_r(v, 2) for v in gaps],
+    }
+    if target.variant == "direct":
+        for key in (
+            "kinesis_records_per_1k_tokens",
+            "put_calls_per_1k_tokens",
+            "dynamodb_writes_per_1k_tokens",
+            "dynamodb_token_item_writes_per_1k_tokens",
+            "relay_queries_per_turn",
+        ):
+            record[key] = 0.0
+    return record
+
+
+@contextlib.contextmanager
+def running(variant: str, proxy: CountingProxy) -> Iterator[Target]:
+    target = start_direct() if variant == "direct" else start_pipeline(variant, proxy)
+    try:
+        yield target
+    finally:
+        target.stop()
+
+
+def environment(workload: Workload) -> dict[str, Any]:
+    import boto3
+    import moto
+
+    template = ROOT / "template.yaml"
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+        },
+        "versions": {"boto3": boto3.__version__, "moto": moto.__version__},
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "workload": {
+            "message": workload.message,
+            "deltas_per_reply": workload.deltas,
+            "model_delays_ms": list(workload.delays_ms),
+            "concurrency": list(workload.concurrency),
+            "chats_at_concurrency_1": workload.repeat_at_1,
+            "chats_at_higher_concurrency": "one per client",
+        },
+        "settings": {
+            "naive": {"ProxyFunction": NAIVE_PROXY},
+            "chatstream": "template.yaml defaults",
+            "template_sha1": _sha1(template),
+        },
+        "prices": price_table(),
+        "note": "Local stack on one machine (moto, local model, local Lambda); other work may share the CPUs, "
+        "so compare variants within this run, as ratios, not against other runs.",
+    }
+
+
+def _sha1(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha1(path.read_bytes()).hexdigest()  # noqa: S324 - a fingerprint, not security
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a tiny workload, to check the harness")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of direct, {', '.join(PIPELINE_VARIANTS)}")
+    parser.add_argument("--deltas", type=int, help="model deltas per reply")
+    parser.add_argument("--concurrency", help="comma-separated, e.g. 1,10,50")
+    parser.add_argument("--no-coldstart", action="store_true", help="skip the runtime cold start measurement")
+    args = parser.parse_args(argv)
+    workload = QUICK if args.quick else Workload()
+    if args.deltas:
+        workload = dataclasses.replace(workload, deltas=args.deltas)
+    if args.concurrency:
+        workload = dataclasses.replace(workload, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
+    variants = [v for v in args.variants.split(",") if v]
+    began = time.monotonic()
+    results: dict[str, Any] = {"environment": environment(workload), "runs": []}
+    if not args.no_coldstart:
+        log(f"cold start: {workload.coldstart_repeat} starts per case")
+        results["cold_start"] = coldstart.measure(workload.coldstart_repeat)
+    expected = plan_reply(workload.message).text
+    proxy = CountingProxy(["relay", "proxy", "consumer"])
+    load = LoadRunner()
+    totals: dict[str, UnitCounts] = {}
+    try:
+        for variant in variants:
+            log(f"{variant}: starting")
+            with running(variant, proxy) as target:
+                warm_up(target, load, max(workload.concurrency))
+                for delay in workload.delays_ms:
+                    target.model.delay_ms = delay
+                    for concurrency in workload.concurrency:
+                        m = measure_cell(target, load, workload, concurrency)
+                        record = run_record(target, delay, concurrency, m, expected)
+                        results["runs"].append(record)
+                        log(
+                            f"{variant} delay={delay} c={concurrency}: exact={record['exact']} "
+                            f"ttft p50={record['ttft_ms']['p50']} ms, gap p50={record['gap_ms']['p50']} ms, "
+                            f"{record['tokens_per_s']} tok/s, records/1k={record['kinesis_records_per_1k_tokens']}"
+                        )
+                        if variant != "direct" and delay == max(workload.delays_ms):
+                            units = UnitCounts(**record["units"])
+                            totals[variant] = totals[variant] + units if variant in totals else units
+    finally:
+        load.close()
+        proxy.stop()
+    results["cost_per_million_output_tokens"] = {
+        v: round(cost_per_million_tokens(u).total, 4) for v, u in totals.items()
+    }
+    results["cost_breakdown_per_million_output_tokens"] = {
+        v: cost_per_million_tokens(u).to_dict() for v, u in totals.items()
+    }
+    results["cost_basis"] = (
+        f"measured units of the {max(workload.delays_ms)} ms model delay runs, all concurrencies together, "
+        "at the list prices in environment.prices"
+    )
+    results["environment"]["duration_s"] = round(time.monotonic() - began, 1)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_markdown(results, args.out_dir / "results.md")
+    write_plot(results, args.out_dir / "results.png")
+    log(f"done in {results['environment']['duration_s']} s: {args.out_dir}/results.{{json,md,png}}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The benchmark's arithmetic: the cost model, the billed units of a call, and the results file's schema.
+
+No timing here: performance is measured by ``make bench`` and reported as ratios, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import cost
+from bench.counting_proxy import measure
+from bench.run import percentile
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
+RUN_KEYS = {
+    "variant",
+    "concurrency",
+    "exact",
+    "ttft_ms",
+    "gap_ms",
+    "tokens_per_s",
+    "kinesis_records_per_1k_tokens",
+    "put_calls_per_1k_tokens",
+    "dynamodb_writes_per_1k_tokens",
+    "relay_queries_per_turn",
+    "relay_cpu_ms_per_1k_tokens",
+}
+
+
+def test_cost_per_million_tokens_applies_each_list_price_to_its_unit() -> None:
+    # GIVEN a workload of 1,000 tokens: 1,024 KB into Kinesis, 2,000 write and 4,000 read units, 10 requests, 8 GB-s
+    units = cost.UnitCounts(
+        tokens=1000,
+        kinesis_ingest_kb=1024,
+        kinesis_put_payload_units=500,
+        dynamodb_write_units=2000,
+        dynamodb_read_units=4000,
+        lambda_requests=10,
+        lambda_gb_seconds=8,
+    )
+
+    # WHEN it is scaled to a million tokens
+    breakdown = cost.cost_per_million_tokens(units)
+
+    # THEN every service is its units × 1,000 × its price
+    mb_in_gb = 1024 * 1024 / cost.GB
+    in_out = cost.KINESIS_ON_DEMAND_PER_GB_IN + cost.KINESIS_ON_DEMAND_PER_GB_OUT
+    assert breakdown.kinesis == pytest.approx(1000 * mb_in_gb * in_out)
+    assert breakdown.kinesis_provisioned_put_units == pytest.approx(
+        0.5 * cost.KINESIS_PROVISIONED_PER_MILLION_PUT_UNITS
+    )
+    assert breakdown.dynamodb_writes == pytest.approx(2 * cost.DYNAMODB_PER_MILLION_WRITE_UNITS)
+    assert breakdown.dynamodb_reads == pytest.approx(4 * cost.DYNAMODB_PER_MILLION_READ_UNITS)
+    assert breakdown.lambda_requests == pytest.approx(0.01 * cost.LAMBDA_PER_MILLION_REQUESTS)
+    assert breakdown.lambda_duration == pytest.approx(8000 * cost.LAMBDA_ARM64_PER_GB_SECOND)
+    # and the total leaves out the provisioned alternative (the template's stream is on demand)
+    parts = [breakdown.kinesis, breakdown.dynamodb_writes, breakdown.dynamodb_reads]
+    assert breakdown.total == pytest.approx(sum(parts) + breakdown.lambda_requests + breakdown.lambda_duration)
+    assert breakdown.to_dict()["total"] == round(breakdown.total, 4)
+
+
+def test_unit_counts_add_up_and_no_tokens_has_no_cost_per_token() -> None:
+    a = cost.UnitCounts(tokens=10, dynamodb_write_units=3)
+    b = cost.UnitCounts(tokens=5, dynamodb_write_units=1, lambda_requests=2)
+
+    assert a + b == cost.UnitCounts(tokens=15, dynamodb_write_units=4, lambda_requests=2)
+    with pytest.raises(ValueError, match="no tokens"):
+        cost.cost_per_million_tokens(cost.UnitCounts(tokens=0))
+
+
+def test_prices_are_dated_and_for_one_region() -> None:
+    table = cost.price_table()
+
+    assert table["region"] == "us-east-1"
+    assert str(table["as_of"])[:2] == "20"
+    assert set(table["sources"]) == {"kinesis", "dynamodb", "lambda"}  # type: ignore[arg-type]
+
+
+def test_billed_units_of_calls() -> None:
+    # GIVEN a PutRecords of a 100-byte and a 30,000-byte record
+    small, big = base64.b64encode(b"x" * 100).decode(), base64.b64encode(b"x" * 30_000).decode()
+    put = measure(
+        "PutRecords", {"Records": [{"Data": small, "PartitionKey": "s"}, {"Data": big, "PartitionKey": "s"}]}, {}
+    )
+    # THEN on demand rounds each record up to 1 KB, provisioned to 25 KB chunks
+    assert (put.items, put.ingest_kb, put.put_payload_units) == (2, 1 + 30, 1 + 2)
+
+    # GIVEN a batch of two small items and a transaction of two
+    batch = {"RequestItems": {"t": [{"PutRequest": {"Item": {"pk": {"S": "a"}}}}] * 2}}
+    transaction = {"TransactItems": [{"Put": {"Item": {"pk": {"S": "a"}}}}] * 2}
+    # THEN one write unit per small item, twice that in a transaction
+    assert measure("BatchWriteItem", batch, {}).write_units == 2
+    assert measure("TransactWriteItems", transaction, {}).write_units == 4
+
+    # GIVEN queries that return nothing: still one unit when consistent, half when not
+    assert measure("Query", {"ConsistentRead": True}, {"Items": []}).read_units == 1
+    assert measure("Query", {}, {"Items": []}).read_units == 0.5
+    assert measure("GetItem", {"ConsistentRead": True}, {"Item": {"pk": {"S": "x" * 9000}}}).read_units == 3
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([4.0, 1.0, 3.0, 2.0], 100) == 4.0
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="bench/results.json is written by make bench")
+def test_committed_results_follow_the_issue_schema() -> None:
+    results = json.loads(RESULTS.read_text())
+
+    assert {"environment", "runs", "cost_per_million_output_tokens"} <= set(results)
+    assert {"naive", "chatstream"} <= set(results["cost_per_million_output_tokens"])
+    variants = {run["variant"] for run in results["runs"]}
+    assert {"direct", "naive", "chatstream"} <= variants
+    for run in results["runs"]:
+        assert set(run) >= RUN_KEYS, run["variant"]
+        assert set(run["ttft_ms"]) == {"p50", "p95", "p99"}
+        assert set(run["gap_ms"]) == {"p50", "p99"}
+        assert isinstance(run["exact"], bool)
