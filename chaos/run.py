@@ -70,7 +70,7 @@ class ChaosSettings:
     proxy_kills: int = 4
     consumer_kills: int = 8
     stale_turn_s: int = 30  # the relay's STALE_TURN_S: a killed generation's stream ends after this
-    retry_budget_s: float = 60.0  # a client resumes after the relay's own retryable errors this long without progress
+    retry_budget_s: float = 180.0  # a client resumes after the relay's own retryable errors this long without progress
     settle_timeout_s: float = 60.0
     run_timeout_s: float = 1200.0
 
@@ -221,7 +221,7 @@ def _retry_relay_error(seen: StreamSeen, progress: tuple[int, float], budget_s: 
     return tokens, since
 
 
-def run_chat(http: httpx.Client, plan: ChatPlan, deadline: float, retry_budget_s: float = 60.0) -> StreamSeen:
+def run_chat(http: httpx.Client, plan: ChatPlan, deadline: float, retry_budget_s: float = 180.0) -> StreamSeen:
     seen = StreamSeen()
     headers = {"Accept": "text/event-stream"}
     try:
