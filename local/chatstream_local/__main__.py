@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from chatstream_local.process import die_with_parent
 from chatstream_local.stack import LocalStack, StackError, StackSettings
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model-delay-ms", type=int, help="local model: milliseconds between deltas ($CHATSTREAM_LOCAL_MODEL_DELAY_MS)"
     )
     args = parser.parse_args(argv)
+    die_with_parent(signal.SIGTERM)  # make (or a shell) dying stops the whole tree
     stop = threading.Event()
     ready = threading.Event()
 

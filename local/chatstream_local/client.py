@@ -44,6 +44,7 @@ class TurnResult:
     text: str = ""
     last_event_id: int = 0
     ids: list[int] = field(default_factory=list)
+    chunks: list[str] = field(default_factory=list)  # each token event's text, parallel to ids
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     resumes: int = 0
@@ -102,6 +103,7 @@ class ChatClient:
         *,
         auth: httpx.Auth | None = None,
         timeout: float = 30.0,
+        read_timeout: float = 60.0,  # the relay sends a keep-alive every 10 s: a silent minute is a dead stream
         max_resumes: int = 20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -109,7 +111,7 @@ class ChatClient:
         self.max_resumes = max_resumes
         self._clock = clock
         self._http = httpx.Client(
-            base_url=self.base_url, auth=auth, timeout=httpx.Timeout(timeout, read=None), follow_redirects=False
+            base_url=self.base_url, auth=auth, timeout=httpx.Timeout(timeout, read=read_timeout), follow_redirects=False
         )
 
     def close(self) -> None:
@@ -228,6 +230,7 @@ class ChatClient:
                     result.first_token_at = now - started
                 result.token_times.append(now)
                 result.ids.append(seq)
+                result.chunks.append(data["text"])
                 result.last_event_id = seq
                 result.text += data["text"]
                 if on_token is not None:

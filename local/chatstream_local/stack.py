@@ -34,6 +34,7 @@ from chatstream_local.esm import EventSourceMapping
 from chatstream_local.function_url import FunctionUrlServer
 from chatstream_local.functions import FunctionSpec
 from chatstream_local.invoke import InvokeEndpoint
+from chatstream_local.process import die_with_parent
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.runtime_api import LocalLambda
 from chatstream_local.template import REPO_ROOT, Template
@@ -168,6 +169,7 @@ class LocalStack:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # started from the supervisor's main thread
         )
         threading.Thread(target=self._pump, args=("moto", self._moto), daemon=True).start()
         deadline = time.monotonic() + 30

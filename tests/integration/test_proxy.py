@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from chatstream.generation import GenerateRequest, Generation, build_messages
 from chatstream.kinesis import TokenStreamWriter
@@ -196,6 +196,8 @@ class FlakyKinesis:
             raise ClientError(
                 {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}}, "PutRecords"
             )
+        if action == "transport":
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
         if action == "entry":
             return {
                 "FailedRecordCount": 1,
@@ -206,7 +208,7 @@ class FlakyKinesis:
 
 def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN Kinesis throttles whole calls and single entries, again and again
-    flaky = FlakyKinesis(kinesis, ["raise", "entry", "ok", "entry", "entry", "ok", "raise"] * 6)
+    flaky = FlakyKinesis(kinesis, ["raise", "entry", "ok", "entry", "transport", "ok", "raise"] * 6)
     request = start_turn(chat_table, "/long 300")
     # WHEN a reply is generated with small records
     writer = TokenStreamWriter(flaky, stream_name, sleep=lambda _: None)  # type: ignore[arg-type]

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
 
-from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo, TokenRecord, Usage, validate_session_id
 from chatstream.table import STATUS_CANCELLED, STATUS_COMPLETE, STOP_REASON_CANCELLED
 
@@ -165,6 +164,8 @@ class Generation:
     flush_max_chars: int = 1024
     cancel_check_interval_ms: int = 500
     remaining_ms: Callable[[], int] | None = None
+    table_attempts: int = 5
+    sleep: Callable[[float], None] = time.sleep
     now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     monotonic: Callable[[], float] = time.monotonic
 
@@ -313,7 +314,7 @@ class Generation:
                     self._write(record)
                     self._result_terminal = record
                     return
-        except (Throttled, ClientError) as err:
+        except Exception as err:  # any failure to write ends the turn through the table, never silently
             logger.error("token stream write failed at seq %d: %s", self._next_seq, err)
             self._write_failed = err
             if self._stream is not None:
@@ -378,13 +379,15 @@ class Generation:
         """Kinesis refused the reply: write the error record straight into the read model."""
         record = terminal(self._next_seq)
         self._result_terminal = record
-        try:
-            self.table.put_records([record])
-            self.table.complete_turn(record, "".join(self._written_text))
-        except Exception:  # the last resort failed too; the relay's timeout ends the stream
-            logger.exception("could not end the turn through the table either")
-            return False
-        return True
+        for attempt in range(self.table_attempts):
+            try:
+                self.table.complete_turn(record, "".join(self._written_text))
+                self.table.put_records([record])
+                return True
+            except Exception:  # retried below; the relay's timeouts are the last resort
+                logger.exception("could not end the turn through the table (attempt %d)", attempt + 1)
+                self.sleep(min(5.0, 0.2 * 2**attempt))
+        return False
 
 
 def _usage(metadata: Mapping[str, Any]) -> dict[str, int]:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import Throttled
 
@@ -38,7 +38,8 @@ RETRYABLE_CALL_ERRORS = frozenset(
 class TokenStreamWriter:
     """Writes one record per ``PutRecords`` call, so no record is ever stored after a later one.
 
-    A failed entry (throttled, internal failure) is retried with full-jitter exponential backoff
+    A failed entry (throttled, internal failure) or a failed call (throttling, transport error) is retried
+    with full-jitter exponential backoff
     up to ``max_attempts`` calls; then :class:`Throttled` is raised and nothing later is written.
     """
 
@@ -66,6 +67,11 @@ class TokenStreamWriter:
                 if code not in RETRYABLE_CALL_ERRORS:
                     raise
                 last_error = code
+                continue
+            except BotoCoreError as err:
+                # Connection reset, read timeout…: the record may or may not be stored. Writing it again is
+                # safe, since readers de-duplicate by (session_id, turn, seq); losing it is not.
+                last_error = type(err).__name__
                 continue
             result = response["Records"][0]
             if "ErrorCode" not in result:

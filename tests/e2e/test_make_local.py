@@ -1,0 +1,264 @@
+"""`make local` as a user runs it: a subprocess on its own port, driven with curl, httpx + SSE, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from chatstream_local.bedrock import plan_reply
+from chatstream_local.client import ChatClient
+from tests.support import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.e2e
+READY = "chatstream local stack ready at "
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc), however it detached its session."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class RunningStack:
+    def __init__(self, process: subprocess.Popen[str], url: str, output: list[str]) -> None:
+        self.process = process
+        self.url = url
+        self.output = output
+
+
+@pytest.fixture(scope="module")
+def make_local() -> Iterator[RunningStack]:
+    """`make local` on a free port, with a fast model; waits for the ready line."""
+    port = free_port()
+    env = {**os.environ, "CHATSTREAM_PORT": str(port), "CHATSTREAM_LOCAL_MODEL_DELAY_MS": "5"}
+    process = subprocess.Popen(
+        ["make", "-s", "local"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            output.append(line.rstrip())
+            if line.startswith(READY):
+                ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not ready.wait(timeout=120):
+        process.kill()
+        pytest.fail("make local printed no ready line:\n" + "\n".join(output[-30:]))
+    url = next(line for line in output if line.startswith(READY))[len(READY) :]
+    yield RunningStack(process, url, output)
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        for pid in descendants(process.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def curl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["curl", "-sS", *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def sse_events(text: str) -> list[tuple[str, dict]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":"))
+        if "event" in fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_ready_line_uses_the_requested_port(make_local: RunningStack) -> None:
+    assert make_local.url.startswith("http://127.0.0.1:")
+    assert httpx.get(f"{make_local.url}/health").json() == {"status": "ok"}
+
+
+def test_the_readme_curl_line_streams_a_reply(make_local: RunningStack) -> None:
+    # WHEN the README's curl line is run THEN the reply streams as HTTP_API.md shows
+    result = curl("-N", f"{make_local.url}/chat", "-d", '{"message":"hello"}')
+    events = sse_events(result.stdout)
+    assert result.stdout.startswith("retry: 1000\n")
+    assert events[0][0] == "meta" and events[-1] == ("done", events[-1][1])
+    assert "".join(data["text"] for name, data in events if name == "token") == "You said: hello"
+    assert events[-1][1]["stop_reason"] == "end_turn"
+
+
+def test_tokens_arrive_while_the_model_is_still_generating(make_local: RunningStack) -> None:
+    # GIVEN curl streaming a long reply
+    process = subprocess.Popen(
+        ["curl", "-sN", f"{make_local.url}/chat", "-d", '{"message":"/long 5000"}'],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    meta = None
+    try:
+        for line in process.stdout:
+            if line.startswith("data: ") and "session_id" in line:
+                meta = json.loads(line[6:])
+            if line.startswith("event: token"):
+                break
+        # WHEN the first token has arrived THEN the turn is still generating: tokens are not held to the end
+        assert meta is not None
+        history = httpx.get(f"{make_local.url}/sessions/{meta['session_id']}").json()
+        assert history["turns"][0]["status"] == "in_progress"
+        httpx.post(f"{make_local.url}/sessions/{meta['session_id']}/turns/1/cancel")
+    finally:
+        rest = process.communicate(timeout=60)[0]
+    assert "event: done" in rest and '"stop_reason":"cancelled"' in rest
+
+
+def test_multi_turn_resume_cancel_and_errors_with_the_python_client(make_local: RunningStack) -> None:
+    with ChatClient(make_local.url) as client:
+        first = client.chat("hello")
+        second = client.chat("/long 50", first.session_id)
+        assert (first.text, second.text, second.turn) == ("You said: hello", plan_reply("/long 50").text, 2)
+        history = client.history(first.session_id)["turns"]
+        assert [t["assistant"] for t in history] == [first.text, second.text]
+        middle = len(second.ids) // 2
+        resumed = client.follow(second.events_url, after=second.ids[middle - 1])
+        assert resumed.ids == second.ids[middle:] and resumed.text == "".join(second.chunks[middle:])
+        errored = client.chat("/error-after 2", first.session_id)
+        assert errored.text == "w1 w2" and errored.error is not None
+        throttled = client.chat("/throttle", first.session_id)
+        assert throttled.error is not None and throttled.error["code"] == "throttled"
+
+
+def test_twenty_concurrent_chats_are_each_exact(make_local: RunningStack) -> None:
+    def chat(index: int) -> bool:
+        with ChatClient(make_local.url) as client:
+            message = f"/long {20 + index * 7}"
+            result = client.chat(message)
+            return result.text == plan_reply(message).text and result.done is not None
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        assert all(pool.map(chat, range(20)))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("POST", "/chat", "{not json", 400, "invalid_json"),
+        ("POST", "/chat", "[1, 2]", 400, "invalid_json"),
+        ("POST", "/chat", "{}", 400, "invalid_request"),
+        ("POST", "/chat", '{"message": ""}', 400, "invalid_request"),
+        ("POST", "/chat", json.dumps({"message": "x" * 32_001}), 400, "invalid_request"),
+        ("POST", "/chat", '{"message": "hi", "max_tokens": 0}', 400, "invalid_request"),
+        ("POST", "/chat", '{"message": "hi", "temperature": 1.5}', 400, "invalid_request"),
+        ("POST", "/chat", json.dumps({"message": "x" * 70_000}), 413, "payload_too_large"),
+        ("GET", "/nope", None, 404, "not_found"),
+        ("GET", "/sessions/0123456789abcdef0123456789abcdef", None, 404, "session_not_found"),
+        ("GET", "/chat", None, 405, "method_not_allowed"),
+    ],
+)
+def test_error_rows(make_local: RunningStack, method: str, path: str, body: str | None, status: int, code: str) -> None:
+    args = ["-X", method, f"{make_local.url}{path}", "-w", "\n%{http_code}"]
+    if body is not None:
+        args += ["--data-binary", body]
+    result = curl(*args)
+    payload, _, http_code = result.stdout.rpartition("\n")
+    assert int(http_code) == status
+    assert json.loads(payload)["error"]["code"] == code
+
+
+def test_turn_and_cancel_errors(make_local: RunningStack) -> None:
+    with ChatClient(make_local.url) as client:
+        done = client.chat("hello")
+    missing = httpx.get(f"{make_local.url}/sessions/{done.session_id}/turns/9/events")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "turn_not_found")
+    finished = httpx.post(f"{make_local.url}/sessions/{done.session_id}/turns/1/cancel")
+    assert (finished.status_code, finished.json()["error"]["code"]) == (409, "turn_finished")
+    not_allowed = httpx.delete(f"{make_local.url}/chat")
+    assert not_allowed.status_code == 405 and "POST" in not_allowed.headers["allow"]
+
+
+def test_cli_one_shot(make_local: RunningStack) -> None:
+    env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
+    ok = subprocess.run(
+        [sys.executable, "-m", "chatstream_local.cli", "--url", make_local.url, "--message", "hello cli"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (ok.returncode, ok.stdout.strip()) == (0, "You said: hello cli")
+    failed = subprocess.run(
+        [sys.executable, "-m", "chatstream_local.cli", "--url", make_local.url, "--message", "/error-after 1"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert failed.returncode == 1 and failed.stdout.strip() == "w1" and "model_stream_error" in failed.stderr
+
+
+def test_sigterm_stops_everything_within_five_seconds(make_local: RunningStack) -> None:
+    # GIVEN the running tree (make, the stack, moto, every execution environment)
+    tree = descendants(make_local.process.pid) | {make_local.process.pid}
+    assert len(tree) >= 4
+    # WHEN make is sent SIGTERM
+    make_local.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(alive(pid) for pid in tree):
+        time.sleep(0.1)
+    make_local.process.wait(timeout=5)
+    # THEN no process of the tree is left and the port is free again
+    assert [pid for pid in tree if alive(pid)] == []
+    port = int(make_local.url.rsplit(":", 1)[1])
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
