@@ -193,7 +193,9 @@ def _consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: in
             return False
         elif event.event == "error":
             seen.error = data
-            seen.error_from_record = bool(event.id)
+            # The turn's own error record has an id past every token; SSE carries the last id over to events
+            # without one, so an error the relay raised itself arrives with (at most) the last token's id.
+            seen.error_from_record = event.id.isdigit() and int(event.id) > seen.last_id
             return False
         elif event.event == "reconnect":
             seen.events_url = data.get("events_url", seen.events_url)
