@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from httpx_sse import ServerSentEvent
 
 MAX_RESUMES = 200
-LOST_GENERATION_CODES = frozenset({"timeout"})
+LOST_GENERATION_CODES = frozenset({"timeout", "generation_failed"})
+REAPED_CODES = frozenset({"generation_failed"})  # a turn whose proxy died, ended from ProxyFailureQueue
 
 
 @dataclass(frozen=True)
@@ -322,15 +323,19 @@ class Checker:
             tally.problems.append(f"{label}: {seen.failure}")
             tally.lost_tokens += len(split_deltas(expected))
             return
-        generator_lost = (seen.session_id, seen.turn) in lost
         turn = self.table.get_turn(seen.session_id, seen.turn)
         records = self.table.query_records(seen.session_id, seen.turn)
         table_text = "".join(record.text or "" for record in records if record.type.value == "delta")
         contiguous = [record.seq for record in records] == list(range(len(records)))
         terminals = [record for record in records if record.is_terminal]
+        reaped = turn is not None and turn.status == "error" and (turn.error or {}).get("code") in REAPED_CODES
+        generator_lost = (seen.session_id, seen.turn) in lost or reaped
         # -- the table
-        if generator_lost and (turn is None or not turn.finished):
-            if not expected.startswith(table_text) or not contiguous or terminals:
+        if generator_lost:
+            # Its proxy died: the turn is either still in progress (no terminal record) or was ended by the
+            # reaper; either way what it holds is a clean prefix of the reply.
+            clean_end = not terminals or (len(terminals) == 1 and records[-1].is_terminal)
+            if not expected.startswith(table_text) or not contiguous or not clean_end:
                 tally.problems.append(f"{label}: a lost generation's records are not a clean prefix")
         else:
             if turn is None or not turn.finished:
@@ -351,7 +356,7 @@ class Checker:
         tally.relay_retries += seen.relay_retries
         tally.drops += plan.drop_after is not None
         stream_lost, stream_duplicated = compare_text(expected, seen.text)
-        if generator_lost and not seen.done:
+        if generator_lost and seen.done is None:
             code = (seen.error or {}).get("code")
             if code in LOST_GENERATION_CODES and expected.startswith(seen.text) and not repeated:
                 tally.generator_lost += 1
