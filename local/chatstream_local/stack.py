@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,13 @@ from chatstream_local.invoke import InvokeEndpoint
 from chatstream_local.process import die_with_parent
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.runtime_api import LocalLambda
+from chatstream_local.sqs_esm import SqsEventSource
 from chatstream_local.template import REPO_ROOT, Template
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from chatstream_local.runtime_api import FunctionError
 
 DEFAULT_PORT = 3000
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
@@ -110,6 +114,7 @@ class LocalStack:
         self.local_lambda: LocalLambda | None = None
         self.invoke_endpoint: InvokeEndpoint | None = None
         self.esm: EventSourceMapping | None = None
+        self.reaper_source: SqsEventSource | None = None
         self.function_url: FunctionUrlServer | None = None
         self._stopped = threading.Event()
 
@@ -277,21 +282,47 @@ class LocalStack:
             poll_interval_s=self.settings.esm_poll_interval_s,
         )
         self.esm.start()
+        self.reaper_source = SqsEventSource.from_template(
+            self.template,
+            function_logical_id="TurnReaperFunction",
+            sqs=self.client("sqs"),
+            invoke=lambda payload: self.local_lambda.invoke(self.name("TurnReaperFunction"), payload),  # type: ignore[union-attr]
+        ).start()
 
     def _invoke_consumer(self, payload: bytes) -> Any:
         assert self.local_lambda is not None
         return self.local_lambda.invoke(self.name("ConsumerFunction"), payload)
 
-    def _on_async_failure(self, name: str, payload: bytes, error: Any) -> None:
-        """The proxy's EventInvokeConfig OnFailure destination: a record to ProxyFailureQueue."""
+    def _on_async_failure(self, name: str, payload: bytes, error: FunctionError) -> None:
+        """A failed asynchronous invocation goes to the function's OnFailure destination, as Lambda sends it."""
+        logical_id = next(
+            (lid for lid in self.template.resources_of_type("AWS::Serverless::Function") if self.name(lid) == name),
+            None,
+        )
+        settings = self.template.function_settings(logical_id) if logical_id else {}
+        destination = settings.get("EventInvokeConfig", {}).get("DestinationConfig", {}).get("OnFailure", {})
+        if destination.get("Type") != "SQS":
+            self._log("stack", f"{name}: asynchronous invocation failed ({error.error_type}); no SQS destination")
+            return
+        try:
+            request_payload = json.loads(payload or b"null")
+        except ValueError:
+            request_payload = payload.decode("utf-8", "replace")
         body = {
             "version": "1.0",
-            "requestContext": {"functionArn": name, "condition": "RetriesExhausted"},
-            "requestPayload": json.loads(payload or b"null"),
-            "responsePayload": error.document() if hasattr(error, "document") else str(error),
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": f"{self.template.arn(logical_id)}:$LATEST" if logical_id else name,
+                "condition": "RetriesExhausted",
+                "approximateInvokeCount": 1,
+            },
+            "requestPayload": request_payload,
+            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+            "responsePayload": error.document(),
         }
         sqs = self.client("sqs")
-        url = sqs.get_queue_url(QueueName=self.name("ProxyFailureQueue"))["QueueUrl"]
+        url = sqs.get_queue_url(QueueName=str(destination["Destination"]).rsplit(":", 1)[-1])["QueueUrl"]
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
 
     def _function_log(self, label: str, line: str) -> None:
@@ -332,7 +363,15 @@ class LocalStack:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        for component in (self.function_url, self.esm, self.invoke_endpoint, self.local_lambda, self._model):
+        components = (
+            self.function_url,
+            self.esm,
+            self.reaper_source,
+            self.invoke_endpoint,
+            self.local_lambda,
+            self._model,
+        )
+        for component in components:
             if component is not None:
                 with contextlib.suppress(Exception):
                     component.stop()

@@ -18,7 +18,7 @@ from chatstream.records import TokenRecord, Usage
 from chatstream.table import ChatTable
 from chatstream_local.esm import CONDITION_RECORD_AGE, CONDITION_RETRIES_EXHAUSTED, EventSourceMapping, Invoked
 from chatstream_local.resources import create_queue, create_stream, create_table
-from tests.support import load_function
+from tests.support import FakeContext, load_function
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -29,19 +29,6 @@ pytestmark = pytest.mark.integration
 
 REGION = "us-east-1"
 OWNER = "alice"
-
-
-class FakeContext:
-    function_name = "ConsumerFunction"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ConsumerFunction"
-    memory_limit_in_mb = 512
-    aws_request_id = "6f1c2b3a-7b61-11e6-9a41-93e812345678"
-    log_group_name = "/aws/lambda/ConsumerFunction"
-    log_stream_name = "2026/11/29/[$LATEST]abc"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
 
 
 class Stack:
@@ -129,7 +116,7 @@ def consumer(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
     def invoke(event: dict[str, Any]) -> Invoked:
         try:
-            return Invoked(json.dumps(app.handler(event, FakeContext())).encode())
+            return Invoked(json.dumps(app.handler(event, FakeContext("ConsumerFunction"))).encode())
         except Exception as err:
             return Invoked(
                 json.dumps({"errorType": type(err).__name__, "errorMessage": str(err)}).encode(), "Unhandled"

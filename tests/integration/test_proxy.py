@@ -15,7 +15,7 @@ from chatstream.generation import GenerateRequest, Generation, build_messages
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.records import RecordType, TokenRecord, Usage
 from chatstream_local.bedrock import LocalModelServer, plan_reply
-from tests.support import load_event, load_function
+from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -294,19 +294,6 @@ def test_history_becomes_converse_messages(chat_table) -> None:
     ]
 
 
-class FakeContext:
-    function_name = "ProxyFunction"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ProxyFunction"
-    memory_limit_in_mb = 512
-    aws_request_id = "c6af9ac6-7b61-11e6-9a41-93e812345678"
-    log_group_name = "/aws/lambda/ProxyFunction"
-    log_stream_name = "2026/11/29/[$LATEST]abc"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 900_000
-
-
 def test_sample_event_runs_through_the_handler(
     monkeypatch, template, local_model, kinesis, stream_name, chat_table, table_name
 ) -> None:
@@ -320,7 +307,7 @@ def test_sample_event_runs_through_the_handler(
     app = load_function("proxy")
     event = load_event("proxy-generate.json")
     # WHEN the sample event is handled
-    result = app.handler(event, FakeContext())
+    result = app.handler(event, FakeContext("ProxyFunction"))
     # THEN the reply is on the stream and the handler reports how the turn ended
     records = read_stream(kinesis, stream_name)
     assert text_of(records) == "You said: hello"

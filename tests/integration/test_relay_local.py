@@ -138,15 +138,17 @@ def test_a_finished_turn_replays_and_ends(slow_stack: LocalStack) -> None:
         assert (replay.text, replay.ids, replay.done) == (first.text, first.ids, first.done)
 
 
-def test_a_proxy_that_never_starts_ends_in_timeout(start_stack: Callable[..., LocalStack]) -> None:
-    # GIVEN a proxy that fails its cold start (no model configured) and a short start timeout
-    stack = start_stack(
-        function_overrides={"ProxyFunction": {"MODEL_ID": ""}, "RelayFunction": {"START_TIMEOUT_S": "2"}}
-    )
+def test_a_proxy_that_fails_outside_its_handler_is_reaped(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN a proxy that fails its cold start (no model configured): no terminal record will ever come
+    stack = start_stack(function_overrides={"ProxyFunction": {"MODEL_ID": ""}, "RelayFunction": {"GAP_TIMEOUT_S": "1"}})
     with ChatClient(stack.url) as client:
         result = client.chat("hello")
-    # THEN the stream ends with a retryable timeout error instead of hanging
-    assert result.error is not None and result.error["code"] == "timeout" and result.error["retryable"]
+        # THEN the async failure goes to ProxyFailureQueue, the reaper ends the turn, and the stream ends in error
+        assert result.error is not None and result.error["code"] == "generation_failed" and result.error["retryable"]
+        assert client.history(result.session_id)["turns"][0]["status"] == "error"
+        # AND the session is free for the next turn at once
+        again = client.chat("again", result.session_id)
+    assert again.turn == 2 and again.error is not None
 
 
 def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., LocalStack]) -> None:

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from chatstream.errors import ConfigError
 from chatstream_local.resources import create_queue
-from tests.support import load_event, load_function
+from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -20,19 +20,6 @@ if TYPE_CHECKING:
     from chatstream.table import ChatTable
 
 OWNER = "alice"
-
-
-class FakeContext:
-    function_name = "ConsumerFunction"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ConsumerFunction"
-    memory_limit_in_mb = 512
-    aws_request_id = "6f1c2b3a-7b61-11e6-9a41-93e812345678"
-    log_group_name = "/aws/lambda/ConsumerFunction"
-    log_stream_name = "2026/11/29/[$LATEST]abc"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
 
 
 @pytest.fixture
@@ -67,7 +54,7 @@ def test_the_sample_turn_is_materialized_and_completed(app, chat_table, monkeypa
     session_id = session_of(event)
     turn = open_turn(chat_table, session_id, monkeypatch)
     # WHEN the handler runs on it
-    response = app.handler(event, FakeContext())
+    response = app.handler(event, FakeContext("ConsumerFunction"))
     # THEN nothing is reported for retry, and history shows the completed turn with the exact text
     assert response == {"batchItemFailures": []}
     stored = chat_table.get_turn(session_id, turn)
@@ -85,7 +72,7 @@ def test_the_sample_with_a_poison_record_sends_it_to_the_dlq_and_writes_the_rest
     turn = open_turn(chat_table, session_id, monkeypatch)
     poison = event["Records"][2]["kinesis"]
     # WHEN the handler runs on it
-    response = app.handler(event, FakeContext())
+    response = app.handler(event, FakeContext("ConsumerFunction"))
     # THEN the batch succeeds, the poison record is in the DLQ with its payload, and the rest is written
     assert response == {"batchItemFailures": []}
     sqs = boto3.client("sqs", region_name="us-east-1")
@@ -110,7 +97,7 @@ def test_throttled_writes_are_reported_as_batch_item_failures(app, chat_table, m
 
     monkeypatch.setattr(app.DYNAMODB, "batch_write_item", throttled)
     # WHEN the handler runs on the sample turn
-    response = app.handler(event, FakeContext())
+    response = app.handler(event, FakeContext("ConsumerFunction"))
     # THEN every record is reported, in Powertools' partial batch response shape (not a function error)
     sequence_numbers = [r["kinesis"]["sequenceNumber"] for r in event["Records"]]
     assert response == {"batchItemFailures": [{"itemIdentifier": seq} for seq in sequence_numbers]}
@@ -118,7 +105,7 @@ def test_throttled_writes_are_reported_as_batch_item_failures(app, chat_table, m
 
 def test_an_empty_batch_succeeds(app) -> None:
     # GIVEN / WHEN the handler runs on a batch without records (the local stack's warm-up)
-    response = app.handler({"Records": []}, FakeContext())
+    response = app.handler({"Records": []}, FakeContext("ConsumerFunction"))
     # THEN nothing is reported
     assert response == {"batchItemFailures": []}
 

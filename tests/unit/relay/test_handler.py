@@ -15,7 +15,7 @@ from botocore.stub import ANY, Stubber
 from chatstream.errors import ConfigError
 from streaming_runtime import StreamingResponse
 from streaming_runtime.marshalling import is_function_url_event
-from tests.support import EVENTS, load_event, load_function
+from tests.support import EVENTS, FakeContext, load_event, load_function
 from tests.unit.relay.relay_support import PROXY_FUNCTION, read_stream, turn_records, write_turn
 
 if TYPE_CHECKING:
@@ -27,22 +27,6 @@ if TYPE_CHECKING:
 
 SAMPLE_SESSION = "3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60"
 SAMPLE_CALLER = "arn:aws:iam::123456789012:user/alice"  # the userArn of every relay-*.json event
-
-
-class FakeContext:
-    function_name = "RelayFunction"
-    function_version = "$LATEST"
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:RelayFunction"
-    memory_limit_in_mb = 512
-    aws_request_id = "0f5e1a2b-7b61-11e6-9a41-93e812345678"
-    log_group_name = "/aws/lambda/RelayFunction"
-    log_stream_name = "2026/11/29/[$LATEST]abc"
-
-    def __init__(self, remaining_ms: int = 900_000) -> None:
-        self.remaining_ms = remaining_ms
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
 
 
 @pytest.fixture
@@ -70,7 +54,7 @@ def sample_session(chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch) -> st
 
 
 def run(app: ModuleType, name: str, context: FakeContext | None = None) -> StreamingResponse:
-    response = app.handler(load_event(name), context or FakeContext())
+    response = app.handler(load_event(name), context or FakeContext("RelayFunction"))
     assert isinstance(response, StreamingResponse)
     return response
 
@@ -179,7 +163,7 @@ def test_events_near_the_deadline_end_with_reconnect(
     # GIVEN the samples' turn still generating, and an invocation with 5 s left (less than the margin)
     chat_table.put_records(turn_records(sample_session, 1, ["a", "b", "c", "d"])[:4])
     # WHEN the resume sample is handled
-    stream = read_stream(run(app, "relay-events.json", FakeContext(remaining_ms=5_000)).body)
+    stream = read_stream(run(app, "relay-events.json", FakeContext("RelayFunction", remaining_ms=5_000)).body)
     # THEN the stream tells the client where to resume, and counts a reconnect
     assert stream.kinds == ["token", "reconnect"]
     assert stream.events[-1].json() == {

@@ -1,0 +1,68 @@
+"""TurnReaperFunction: ends turns whose proxy invocation failed (ProxyFailureQueue → see chatstream.reaper).
+
+SQS-triggered (events/reaper-proxy-failure.json) with partial batch responses: a message that is
+not a generation's destination record is logged and dropped (nothing to end); a DynamoDB failure
+is reported as a batch item failure, so SQS delivers the message again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from botocore.config import Config
+
+from chatstream.config import TableConfig
+from chatstream.generation import InvalidEvent
+from chatstream.reaper import FailedGeneration, end_abandoned_turn
+from chatstream.table import ChatTable
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer()
+
+CONFIG = TableConfig.from_env(os.environ)
+DYNAMODB = boto3.session.Session().client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+TABLE = ChatTable(DYNAMODB, CONFIG.table_name, ttl_days=CONFIG.ttl_days)
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def record_handler(record: SQSRecord) -> None:
+    try:
+        failed = FailedGeneration.from_destination_record(record.body)
+    except InvalidEvent as err:
+        logger.warning("not a failed generation; dropped", extra={"reason": str(err), "message_id": record.message_id})
+        metrics.add_metric(name="UnrecognizedMessages", unit=MetricUnit.Count, value=1)
+        return
+    ended = end_abandoned_turn(TABLE, failed, now_ms=lambda: int(time.time() * 1000))
+    logger.info(
+        "failed generation",
+        extra={
+            "session_id": failed.request.session_id,
+            "turn": failed.request.turn,
+            "condition": failed.condition,
+            "error_type": failed.error_type,
+            "ended_turn": ended,
+        },
+    )
+    if ended:
+        metrics.add_metric(name="TurnsReaped", unit=MetricUnit.Count, value=1)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    return dict(response)

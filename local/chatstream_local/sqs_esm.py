@@ -1,0 +1,136 @@
+"""An emulator of Lambda's SQS event source mapping, for the local stack.
+
+Long-polls the queue in the AWS emulator, builds real SQS events (``Records[]`` with
+``messageId``, ``receiptHandle``, ``body``, ``attributes``, ``md5OfBody``, ``eventSource:
+aws:sqs``, ``eventSourceARN``, ``awsRegion``), invokes the function, and deletes what succeeded:
+the whole batch after a success, all but the reported ``batchItemFailures`` when the function
+uses ``ReportBatchItemFailures``, nothing after a function error (the messages come back after
+their visibility timeout, as on Lambda). Settings (queue, batch size, response types) come from
+the function's SQS event in template.yaml.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from mypy_boto3_sqs import SQSClient
+
+    from chatstream_local.esm import InvokeOutcome
+    from chatstream_local.template import Template
+
+
+class SqsEventSource:
+    def __init__(
+        self,
+        *,
+        sqs: SQSClient,
+        queue_url: str,
+        queue_arn: str,
+        invoke: Callable[[bytes], InvokeOutcome],
+        batch_size: int = 10,
+        report_batch_item_failures: bool = False,
+        region: str = "us-east-1",
+        wait_s: int = 1,
+    ) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.queue_arn = queue_arn
+        self.invoke = invoke
+        self.batch_size = batch_size
+        self.report_batch_item_failures = report_batch_item_failures
+        self.region = region
+        self.wait_s = wait_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_template(
+        cls, template: Template, *, function_logical_id: str, sqs: SQSClient, invoke: Callable[[bytes], InvokeOutcome]
+    ) -> SqsEventSource:
+        events = template.properties(function_logical_id).get("Events", {})
+        sqs_events = [event["Properties"] for event in events.values() if event.get("Type") == "SQS"]
+        if not sqs_events:
+            raise ValueError(f"{function_logical_id} has no SQS event in template.yaml")
+        properties = sqs_events[0]
+        queue_arn = str(properties["Queue"])
+        queue_name = queue_arn.rsplit(":", 1)[-1]
+        return cls(
+            sqs=sqs,
+            queue_url=sqs.get_queue_url(QueueName=queue_name)["QueueUrl"],
+            queue_arn=queue_arn,
+            invoke=invoke,
+            batch_size=int(properties.get("BatchSize", 10)),
+            report_batch_item_failures="ReportBatchItemFailures" in properties.get("FunctionResponseTypes", []),
+            region=template.region,
+        )
+
+    def event(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {
+            "Records": [
+                {
+                    "messageId": message["MessageId"],
+                    "receiptHandle": message["ReceiptHandle"],
+                    "body": message["Body"],
+                    "attributes": message.get("Attributes", {}),
+                    "messageAttributes": message.get("MessageAttributes", {}),
+                    "md5OfBody": message.get("MD5OfBody") or hashlib.md5(message["Body"].encode()).hexdigest(),  # noqa: S324
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": self.queue_arn,
+                    "awsRegion": self.region,
+                }
+                for message in messages
+            ]
+        }
+
+    def poll_once(self, wait_s: int | None = None) -> int:
+        """Receive one batch and deliver it; the number of messages received."""
+        messages = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=min(self.batch_size, 10),
+            WaitTimeSeconds=self.wait_s if wait_s is None else wait_s,
+            AttributeNames=["All"],
+        ).get("Messages", [])
+        if not messages:
+            return 0
+        outcome = self.invoke(json.dumps(self.event(messages)).encode())
+        if outcome.function_error:
+            return len(messages)  # redelivered after the visibility timeout
+        failed: set[str] = set()
+        if self.report_batch_item_failures:
+            try:
+                response = json.loads(outcome.payload or b"null")
+                failed = {str(item["itemIdentifier"]) for item in (response or {}).get("batchItemFailures", [])}
+            except (ValueError, TypeError, KeyError):
+                return len(messages)  # an invalid response fails the whole batch
+        done = [m for m in messages if m["MessageId"] not in failed]
+        if done:
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+            )
+        return len(messages)
+
+    def start(self) -> SqsEventSource:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="sqs-event-source", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # the emulator keeps polling, as the service does
+                self._stop.wait(1.0)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None

@@ -1,0 +1,97 @@
+"""Ending turns whose proxy invocation failed: the destination-record parser, the core and the handler."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from chatstream.generation import InvalidEvent
+from chatstream.reaper import FailedGeneration, end_abandoned_turn
+from chatstream.records import TokenRecord, Usage
+from tests.support import FakeContext, load_event, load_function
+
+if TYPE_CHECKING:
+    from chatstream.table import ChatTable
+
+OWNER = "owner"
+
+
+def destination_record(session_id: str, turn: int = 1, error_type: str = "Sandbox.Timedout") -> dict[str, object]:
+    body = json.loads(load_event("reaper-proxy-failure.json")["Records"][0]["body"])
+    body["requestPayload"].update(session_id=session_id, turn=turn)
+    body["responsePayload"]["errorType"] = error_type
+    return body
+
+
+def test_parses_lambdas_destination_record() -> None:
+    failed = FailedGeneration.from_destination_record(load_event("reaper-proxy-failure.json")["Records"][0]["body"])
+    assert (failed.request.turn, failed.condition, failed.error_type) == (1, "RetriesExhausted", "Sandbox.Timedout")
+    assert failed.error().code == "generation_failed" and failed.error().retryable
+
+
+@pytest.mark.parametrize(
+    "body", ["not json", "[]", '{"requestPayload": "x"}', '{"requestPayload": {"session_id": "a b", "turn": 1}}']
+)
+def test_other_messages_are_invalid_events(body: str) -> None:
+    with pytest.raises(InvalidEvent):
+        FailedGeneration.from_destination_record(body)
+
+
+def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(chat_table: ChatTable) -> None:
+    # GIVEN a turn whose proxy wrote two deltas and died
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.put_records(
+        [
+            TokenRecord.start(session_id, 1, 1),
+            TokenRecord.delta(session_id, 1, 1, "Hel", 2),
+            TokenRecord.delta(session_id, 1, 2, "lo", 3),
+        ]
+    )
+    # WHEN its failure reaches the reaper
+    ended = end_abandoned_turn(
+        chat_table, FailedGeneration.from_destination_record(destination_record(session_id)), lambda: 9
+    )
+    # THEN the turn is an error with the partial text, and the session takes a new turn
+    turn = chat_table.get_turn(session_id, 1)
+    assert ended and turn is not None and turn.status == "error" and turn.assistant == "Hello"
+    assert turn.error is not None and turn.error["code"] == "generation_failed"
+    assert chat_table.start_turn(session_id, OWNER, "again") == 2
+
+
+def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    stop = TokenRecord.stop(session_id, 1, 1, "end_turn", Usage(1, 0), 5)
+    chat_table.put_records([TokenRecord.start(session_id, 1, 1), stop])  # terminal in, not yet completed
+    failed = FailedGeneration.from_destination_record(destination_record(session_id))
+    assert end_abandoned_turn(chat_table, failed, lambda: 9) is False
+    chat_table.complete_turn(stop, "")
+    assert end_abandoned_turn(chat_table, failed, lambda: 9) is False
+    assert chat_table.get_turn(session_id, 1).status == "complete"  # type: ignore[union-attr]
+    unknown = FailedGeneration.from_destination_record(destination_record(session_id, turn=7))
+    assert end_abandoned_turn(chat_table, unknown, lambda: 9) is False
+
+
+def test_the_handler_on_the_sample_event(
+    monkeypatch: pytest.MonkeyPatch, chat_table: ChatTable, table_name: str
+) -> None:
+    # GIVEN the sample's session with its turn in progress
+    monkeypatch.setenv("CHAT_TABLE_NAME", table_name)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Chatstream")
+    event = load_event("reaper-proxy-failure.json")
+    session_id = json.loads(event["Records"][0]["body"])["requestPayload"]["session_id"]
+    chat_table.client.put_item(
+        TableName=table_name,
+        Item={"pk": {"S": f"S#{session_id}"}, "sk": {"S": "SESSION"}, "owner": {"S": OWNER}, "turn_count": {"N": "0"}},
+    )
+    chat_table.start_turn(session_id, OWNER, "hello")
+    garbage = {**event["Records"][0], "messageId": "m-2", "body": "not a destination record"}
+    event = {"Records": [event["Records"][0], garbage]}
+    app = load_function("reaper")
+    # WHEN the handler runs THEN the turn is ended and both messages count as processed
+    assert app.handler(event, FakeContext("TurnReaperFunction")) == {"batchItemFailures": []}
+    assert chat_table.get_turn(session_id, 1).status == "error"  # type: ignore[union-attr]
