@@ -24,16 +24,15 @@ import collections
 import contextlib
 import json
 import socket
-import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from chatstream_local.functions import LOCAL_ACCOUNT_ID, current_region
+from chatstream_local.loopback import LoopbackServer, QuietHandler
 from chatstream_local.runtime_api import FunctionError, LocalLambdaError
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ class FunctionUrlServer:
         self.identity_resolver = identity_resolver
         self.url_id = url_id or uuid.uuid4().hex
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
-        self._server = _UrlServer((host, port), _UrlHandler, self)
+        self._server = LoopbackServer((host, port), _UrlHandler, self)
         self._thread: threading.Thread | None = None
         self._drains: set[threading.Thread] = set()
         self._lock = threading.Lock()
@@ -230,32 +229,12 @@ def _as_text(body: bytes, content_type: str) -> str | None:
         return None
 
 
-class _UrlServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
-            return
-        super().handle_error(request, client_address)
-
-    def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], front: FunctionUrlServer
-    ) -> None:
-        self.front = front
-        super().__init__(address, handler)
-
-
 class _ClientGone(Exception):
     pass
 
 
-class _UrlHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _UrlServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        return
+class _UrlHandler(QuietHandler):
+    server: LoopbackServer[FunctionUrlServer]
 
     def setup(self) -> None:
         super().setup()
@@ -320,7 +299,7 @@ class _UrlHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _serve(self) -> None:
-        front = self.server.front
+        front = self.server.owner
         body = self._read_body()
         if body is None:
             return
@@ -339,14 +318,14 @@ class _UrlHandler(BaseHTTPRequestHandler):
     def _relay_buffered(self, handle: StreamHandle) -> None:
         result = handle.result()
         if result.function_error is not None and handle.error is not None:
-            self.server.front.record(handle.request_id, handle.error, "before_response")
+            self.server.owner.record(handle.request_id, handle.error, "before_response")
             self._send_whole(502, {"content-type": "application/json"}, [], INTERNAL_SERVER_ERROR)
             return
         status, headers, cookies, body = _buffered_response(result.payload)
         self._send_whole(status, headers, cookies, body)
 
     def _relay_stream(self, handle: StreamHandle, content_type: str) -> None:
-        front = self.server.front
+        front = self.server.owner
         chunks = iter(handle)
         status, headers = 200, {"content-type": content_type}
         cookies: list[str] = []

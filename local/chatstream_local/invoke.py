@@ -21,14 +21,13 @@ import base64
 import binascii
 import contextlib
 import json
-import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from chatstream_local.loopback import LoopbackServer, QuietHandler
 from chatstream_local.runtime_api import FunctionError, LocalLambdaError, UnknownFunction
 
 if TYPE_CHECKING:
@@ -67,7 +66,7 @@ class InvokeEndpoint:
         self.local = local
         self.on_failure = on_failure
         self.retry_delay_s = retry_delay_s
-        self._server = _InvokeServer((host, port), _InvokeHandler, self)
+        self._server = LoopbackServer((host, port), _InvokeHandler, self)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -142,28 +141,8 @@ class InvokeEndpoint:
             self._done_event()
 
 
-class _InvokeServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
-            return
-        super().handle_error(request, client_address)
-
-    def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], endpoint: InvokeEndpoint
-    ) -> None:
-        self.endpoint = endpoint
-        super().__init__(address, handler)
-
-
-class _InvokeHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _InvokeServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        return
+class _InvokeHandler(QuietHandler):
+    server: LoopbackServer[InvokeEndpoint]
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -186,7 +165,7 @@ class _InvokeHandler(BaseHTTPRequestHandler):
             self._api_error(404, "UnknownOperationException", f"no operation at POST {path}")
             return
         identifier = unquote(path[len(INVOKE_PREFIX) : -len("/invocations")])
-        endpoint = self.server.endpoint
+        endpoint = self.server.owner
         invocation_type = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
         limit = ASYNC_PAYLOAD_LIMIT if invocation_type == "Event" else SYNC_PAYLOAD_LIMIT
         length = int(self.headers.get("Content-Length") or 0)
@@ -229,7 +208,7 @@ class _InvokeHandler(BaseHTTPRequestHandler):
                 self._api_error(400, "InvalidRequestContentException", "Client context must be base64 JSON")
                 return
         try:
-            result = self.server.endpoint.local.invoke(name, payload, client_context=client_context)
+            result = self.server.owner.local.invoke(name, payload, client_context=client_context)
         except LocalLambdaError as err:
             self._api_error(500, "ServiceException", str(err))
             return

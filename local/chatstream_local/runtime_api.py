@@ -31,15 +31,14 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any
 
 from chatstream_local.functions import environment_variables, runtime_command
+from chatstream_local.loopback import LoopbackServer, QuietHandler
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -246,7 +245,7 @@ class _Environment:
         self.init_error: FunctionError | None = None
         self._timer: threading.Timer | None = None
         self._threads: list[threading.Thread] = []
-        self.server = _RuntimeApiServer(("127.0.0.1", 0), _RuntimeApiHandler, self)
+        self.server = LoopbackServer(("127.0.0.1", 0), _RuntimeApiHandler, self)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -437,32 +436,12 @@ class _Environment:
         return True
 
 
-class _RuntimeApiServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
-            return
-        super().handle_error(request, client_address)
-
-    def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], environment: _Environment
-    ) -> None:
-        self.environment = environment
-        super().__init__(address, handler)
-
-
 class _IncompleteBody(Exception):
     pass
 
 
-class _RuntimeApiHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _RuntimeApiServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        return
+class _RuntimeApiHandler(QuietHandler):
+    server: LoopbackServer[_Environment]
 
     # -- helpers --------------------------------------------------------------------------------------
     def _reply(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -522,12 +501,12 @@ class _RuntimeApiHandler(BaseHTTPRequestHandler):
         if self.path != f"{API_PREFIX}/invocation/next":
             self._error(404, "NotFound", f"no route GET {self.path}")
             return
-        inv = self.server.environment.next_invocation()
+        inv = self.server.owner.next_invocation()
         if inv is None:  # the environment is shutting down
             self._error(500, "Runtime.Stopped", "the execution environment is shutting down")
             self.close_connection = True
             return
-        spec = self.server.environment.spec
+        spec = self.server.owner.spec
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(inv.payload)))
@@ -544,7 +523,7 @@ class _RuntimeApiHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        environment = self.server.environment
+        environment = self.server.owner
         if self.path == f"{API_PREFIX}/init/error":
             body = self._body()
             error_type = self.headers.get(ERROR_TYPE_HEADER) or "Runtime.Unknown"
@@ -572,11 +551,11 @@ class _RuntimeApiHandler(BaseHTTPRequestHandler):
         if error_type == "Unhandled":  # awslambdaric's native client: the type is in the document
             document = FunctionError(error_type, body).document()
             error_type = str(document.get("errorType") or error_type)
-        self.server.environment.complete(inv, FunctionError(error_type, body or b"{}"))
+        self.server.owner.complete(inv, FunctionError(error_type, body or b"{}"))
         self._reply(202, {"status": "OK"})
 
     def _post_response(self, inv: _Invocation) -> None:
-        environment = self.server.environment
+        environment = self.server.owner
         streaming = self.headers.get(RESPONSE_MODE_HEADER, "").lower() == "streaming"
         content_type = self.headers.get("Content-Type") or "application/json"
         chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
@@ -625,7 +604,7 @@ class _RuntimeApiHandler(BaseHTTPRequestHandler):
 
     def _too_large(self, inv: _Invocation) -> None:
         message = f"Response payload size exceeded maximum allowed payload size ({BUFFERED_RESPONSE_LIMIT} bytes)."
-        self.server.environment.complete(inv, FunctionError.synthetic("Function.ResponseSizeTooLarge", message))
+        self.server.owner.complete(inv, FunctionError.synthetic("Function.ResponseSizeTooLarge", message))
         self._error(413, "RequestEntityTooLarge", message)
         self.close_connection = True
 

@@ -1,0 +1,34 @@
+"""The HTTP server base every local endpoint shares: threaded, on loopback, quiet about peers that leave."""
+
+from __future__ import annotations
+
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Generic, TypeVar
+
+OwnerT = TypeVar("OwnerT")
+
+
+class LoopbackServer(ThreadingHTTPServer, Generic[OwnerT]):
+    """A ``ThreadingHTTPServer`` serving ``owner`` (the endpoint object its handlers work for)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: OwnerT) -> None:
+        self.owner = owner
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)
+            return
+        super().handle_error(request, client_address)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive, no access log."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        return
