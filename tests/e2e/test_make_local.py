@@ -222,27 +222,16 @@ def test_turn_and_cancel_errors(make_local: RunningStack) -> None:
     assert not_allowed.status_code == 405 and "POST" in not_allowed.headers["allow"]
 
 
-def test_cli_one_shot(make_local: RunningStack) -> None:
+def run_cli(url: str, message: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
-    ok = subprocess.run(
-        [sys.executable, "-m", "chatstream_local.cli", "--url", make_local.url, "--message", "hello cli"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    command = [sys.executable, "-m", "chatstream_local.cli", "--url", url, "--message", message]
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_cli_one_shot(make_local: RunningStack) -> None:
+    ok = run_cli(make_local.url, "hello cli")
     assert (ok.returncode, ok.stdout.strip()) == (0, "You said: hello cli")
-    failed = subprocess.run(
-        [sys.executable, "-m", "chatstream_local.cli", "--url", make_local.url, "--message", "/error-after 1"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    failed = run_cli(make_local.url, "/error-after 1")
     assert failed.returncode == 1 and failed.stdout.strip() == "w1" and "model_stream_error" in failed.stderr
 
 
