@@ -1,0 +1,97 @@
+"""The terminal client, interactive, as a person uses it: type, watch, Ctrl-C to cancel, keep the session."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from chatstream_local.client import ChatClient
+from tests.support import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from chatstream_local.stack import LocalStack
+
+pytestmark = pytest.mark.e2e
+
+
+class Terminal:
+    """The CLI in a subprocess: write lines to it, read what it printed so far."""
+
+    def __init__(self, url: str) -> None:
+        env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "chatstream_local.cli", "--url", url],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.out = b""
+        self.err = b""
+        self._selector = selectors.DefaultSelector()
+        assert self.process.stdout is not None and self.process.stderr is not None
+        for stream in (self.process.stdout, self.process.stderr):
+            os.set_blocking(stream.fileno(), False)
+            self._selector.register(stream, selectors.EVENT_READ)
+
+    def type(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line.encode() + b"\n")
+        self.process.stdin.flush()
+
+    def wait_for(self, text: str, where: str = "out", timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in (self.out if where == "out" else self.err).decode(errors="replace"):
+            assert time.monotonic() < deadline, f"{text!r} never appeared; out={self.out[-300:]!r} err={self.err!r}"
+            for key, _ in self._selector.select(timeout=0.1):
+                chunk = key.fileobj.read()  # type: ignore[union-attr]
+                if chunk:
+                    if key.fileobj is self.process.stdout:
+                        self.out += chunk
+                    else:
+                        self.err += chunk
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(timeout=30)
+
+
+def test_interactive_chat_with_ctrl_c_cancel(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack with a model slow enough to interrupt, and the CLI at its prompt
+    stack = start_stack(model_delay_ms=10)
+    terminal = Terminal(stack.url)
+    terminal.wait_for("Ctrl-C cancels", where="err")
+    # WHEN the user asks for a long reply and presses Ctrl-C once words appear
+    terminal.type("/long 3000")
+    terminal.wait_for(" w3")
+    terminal.process.send_signal(signal.SIGINT)
+    # THEN the turn is cancelled, and the prompt comes back
+    terminal.wait_for("[cancelled]", where="err")
+    # WHEN the user sends another message THEN it is answered in the same session
+    terminal.type("hello there")
+    terminal.wait_for("You said: hello there")
+    assert terminal.close() == 0
+    session_id = _session_of(stack)
+    with ChatClient(stack.url) as client:
+        turns = client.history(session_id)["turns"]
+    assert [(t["turn"], t["status"]) for t in turns] == [(1, "cancelled"), (2, "complete")]
+    assert turns[0]["assistant"] and terminal.out.decode().count("assistant> ") == 2
+
+
+def _session_of(stack: LocalStack) -> str:
+    """The only session in the stack's table."""
+    items = stack.client("dynamodb").scan(TableName=stack.name("ChatTable"))["Items"]
+    sessions = {item["pk"]["S"][2:] for item in items if item["sk"]["S"] == "SESSION"}
+    assert len(sessions) == 1
+    return sessions.pop()
