@@ -12,6 +12,7 @@ from chatstream.table import ChatTable
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
+from tests.support import atomic_dynamodb_writes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -40,8 +41,12 @@ def template() -> Template:
 
 
 @pytest.fixture
-def moto(aws_env: None) -> Iterator[None]:
-    """moto in-process; Bedrock passes through, to the local model over loopback."""
+def moto(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto in-process; Bedrock passes through, to the local model over loopback.
+
+    DynamoDB writes are atomic, moto's are not: see :func:`tests.support.atomic_dynamodb_writes`.
+    """
+    atomic_dynamodb_writes(monkeypatch)
     with mock_aws(config={"core": {"passthrough": {"services": ["bedrock-runtime"]}}}):
         yield
 
