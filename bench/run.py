@@ -76,30 +76,6 @@ QUICK = Workload(
 )
 
 
-LISTEN_BACKLOG = 128
-
-
-def raise_listen_backlogs() -> None:
-    """Let the local servers queue as many connections as the largest run opens at once.
-
-    ``socketserver`` listens with a backlog of 5; 50 chats connecting in the same millisecond (to the Function URL,
-    then the proxies to the model and the relays to the Invoke endpoint) overflow it, and the dropped SYNs come
-    back after Linux's 1 s retransmission timeout, which would dominate every variant's TTFT at 50 chats. Raised
-    here for the benchmark only, for every variant alike (reported upstream as a local stack change).
-    """
-    from chatstream_local import bedrock, function_url, invoke, runtime_api
-
-    for module, name in (
-        (function_url, "_UrlServer"),
-        (bedrock, "_HTTPServer"),
-        (invoke, "_InvokeServer"),
-        (runtime_api, "_RuntimeApiServer"),
-    ):
-        server_class = getattr(module, name, None)
-        if server_class is not None:
-            server_class.request_queue_size = max(server_class.request_queue_size, LISTEN_BACKLOG)
-
-
 def log(line: str) -> None:
     sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {line}\n")
     sys.stderr.flush()
@@ -522,7 +498,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.concurrency:
         workload = dataclasses.replace(workload, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
     variants = [v for v in args.variants.split(",") if v]
-    raise_listen_backlogs()
     began = time.monotonic()
     results: dict[str, Any] = {"environment": environment(workload), "runs": []}
     if not args.no_coldstart:

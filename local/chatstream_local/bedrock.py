@@ -270,6 +270,7 @@ class _ChunkedWriter:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], model: LocalModelServer) -> None:
         super().__init__(address, _Handler)

@@ -14,6 +14,7 @@ class LoopbackServer(ThreadingHTTPServer, Generic[OwnerT]):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # the default 5 resets connections when dozens of clients connect at once
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: OwnerT) -> None:
         self.owner = owner

@@ -2,8 +2,9 @@
 
 Two threads per generation. The caller's thread reads the Bedrock stream and appends each
 delta to a buffer; it never waits on Kinesis. A writer thread turns the buffer into records:
-``start`` at once, the first delta at once (time to first token), later deltas every flush
-interval or flush size, whichever comes first, then exactly one ``stop`` or ``error``. Only one
+``start`` and the first delta as soon as that delta is here (time to first token; ``start`` alone
+after ``start_defer_ms`` if the model is slow), later deltas every flush interval or flush size,
+whichever comes first, then exactly one ``stop`` or ``error``. Only one
 record is in flight at a time, so records reach the shard strictly in ``seq`` order and a slow
 Kinesis makes records larger instead of reordering them. Between flushes, at most every
 ``cancel_check_interval_ms``, the writer reads the turn's cancel flag; when it is set the
@@ -160,9 +161,10 @@ class Generation:
     table: ChatTable
     model_id: str
     system_prompt: str = ""
-    flush_interval_ms: int = 100
+    flush_interval_ms: int = 250
     flush_max_chars: int = 1024
     cancel_check_interval_ms: int = 500
+    start_defer_ms: int = 1000
     remaining_ms: Callable[[], int] | None = None
     table_attempts: int = 5
     sleep: Callable[[float], None] = time.sleep
@@ -294,6 +296,7 @@ class Generation:
 
     def _write_loop(self) -> None:
         try:
+            self._await_first_output()
             self._write(TokenRecord.start(self.request.session_id, self.request.turn, self.now_ms()))
             self._check_cancel()
             while True:
@@ -319,6 +322,15 @@ class Generation:
             self._write_failed = err
             if self._stream is not None:
                 self._stream.close()
+
+    def _await_first_output(self) -> None:
+        """Hold the start record until the first delta (or the end) is here, at most ``start_defer_ms``.
+
+        Written back to back, start and first delta usually reach the consumer in one batch, so the
+        first token is one consumer cycle earlier; a slow model still gets its start record promptly.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._buffer) or self._done, timeout=self.start_defer_ms / 1000)
 
     def _next_action(self) -> tuple[str, str]:
         """Block until there is something to do: a delta to flush, a cancel check, or the end."""

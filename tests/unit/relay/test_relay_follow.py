@@ -81,17 +81,30 @@ def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str)
 
 
 def test_polling_is_quick_while_records_flow_and_backs_off_when_idle(chat_table: ChatTable, session_id: str) -> None:
-    # GIVEN a turn that starts at once, then is silent for two seconds before its reply arrives
+    # GIVEN a turn whose first word comes at once, then is silent for two seconds before the rest
+    records = turn_records(session_id, 1, ["Early", " late"])
+    chat_table.put_records(records[:2])
+    clock = FakeClock()
+    clock.at(2.0, lambda: chat_table.put_records(records[2:]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN idle polls back off from the minimum to the maximum interval and never beyond
+    assert stream.text == "Early late"
+    assert clock.sleeps[:4] == [FAST.poll_min_s, FAST.poll_min_s, 2 * FAST.poll_min_s, 4 * FAST.poll_min_s]
+    assert max(clock.sleeps) == FAST.poll_max_s
+
+
+def test_no_backoff_while_waiting_for_the_first_token(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that starts at once and whose first word comes two seconds later
     records = turn_records(session_id, 1, ["Late"])
     chat_table.put_records(records[:1])
     clock = FakeClock()
     clock.at(2.0, lambda: chat_table.put_records(records[1:]))
-    # WHEN a client follows it
+    # WHEN a client follows it THEN every poll before the first token waits the minimum interval
     stream = read_stream(follow(chat_table, session_id, clock).events())
-    # THEN idle polls back off from the minimum to the maximum interval and never beyond
     assert stream.text == "Late"
-    assert clock.sleeps[:4] == [FAST.poll_min_s, FAST.poll_min_s, 2 * FAST.poll_min_s, 4 * FAST.poll_min_s]
-    assert max(clock.sleeps) == FAST.poll_max_s
+    waits_before_first_token = clock.sleeps[: int(2.0 / FAST.poll_min_s) - 1]
+    assert set(waits_before_first_token) == {FAST.poll_min_s}
 
 
 def test_a_gap_holds_back_later_records_until_it_fills(chat_table: ChatTable, session_id: str) -> None:

@@ -22,10 +22,11 @@ and the stream ends after the terminal record. Besides the records, the follower
   record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
 
 Polling is adaptive: ``poll_min_s`` after a poll that brought records (no wait when the page was
-full), then doubling with each idle poll up to ``poll_max_s``. While idle the turn item is read at most every
-``status_check_s``. A ``: keep-alive`` comment goes out after ``keepalive_s`` without output.
-A throttled read counts as an idle poll; any other read failure ends the stream with ``error``
-``relay_error`` (retryable: resume from the last id).
+full), then doubling with each idle poll up to ``poll_max_s``; until the first token (for at most
+``FIRST_TOKEN_FAST_S``) it stays at ``poll_min_s``, since time to first token is what users feel
+most. While idle the turn item is read at most every ``status_check_s``. A ``: keep-alive``
+comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
+other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from chatstream.table import ChatTable, Turn
 
 PAGE_SIZE = 500
+FIRST_TOKEN_FAST_S = 5.0  # poll at the quickest rate for this long while waiting for the first token
 
 
 def events_url(session_id: str, turn: int) -> str:
@@ -248,7 +250,10 @@ class Follower:
             if now - last_output >= s.keepalive_s:
                 yield sse.comment("keep-alive")
                 last_output = now
-            clock.sleep(min(s.poll_min_s * 2 ** min(max(idle_polls - 1, 0), 30), s.poll_max_s))
+            if last < 1 and now - begin < FIRST_TOKEN_FAST_S:
+                clock.sleep(s.poll_min_s)  # the first token is due any moment: no backoff before it
+            else:
+                clock.sleep(min(s.poll_min_s * 2 ** min(max(idle_polls - 1, 0), 30), s.poll_max_s))
 
     # ------------------------------------------------------------------------------ helpers
 
