@@ -22,14 +22,9 @@ from tests.support import REPO_ROOT
 TEMPLATE = REPO_ROOT / "template.yaml"
 # X-Ray and CloudWatch metrics have no resource-level permissions: "*" is the only resource they take.
 RESOURCELESS_ACTIONS = frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRecords", "cloudwatch:PutMetricData"})
-# The AWS managed policies SAM attaches to a function role it generates: logs to the function's own log group
-# (AWSLambdaBasicExecutionRole) and tracing (Tracing: Active). Nothing else may be attached.
-ALLOWED_MANAGED_POLICIES = frozenset(
-    {
-        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
-        "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
-    }
-)
+# Every function has its own role, written in the template, so SAM attaches no AWS managed policy (their
+# AWSLambdaBasicExecutionRole would let a function write to any log group).
+ALLOWED_MANAGED_POLICIES: frozenset[str] = frozenset()
 PSEUDO = {"AWS::Region": "us-east-1", "AWS::Partition": "aws", "AWS::AccountId": "123456789012"}
 
 
