@@ -9,6 +9,7 @@ import pytest
 from moto import mock_aws
 
 from chatstream.table import ChatTable
+from chatstream_local import moto_server
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
 REGION = "us-east-1"
+moto_server.apply()  # moto's Query reads one partition, as DynamoDB does (see chatstream_local.moto_server)
 
 
 @pytest.fixture

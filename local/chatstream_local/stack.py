@@ -167,9 +167,10 @@ class LocalStack:
     def _start_moto(self) -> None:
         port = _free_port()
         self._moto_url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": self.settings.region}
+        python_path = os.pathsep.join(filter(None, [str(REPO_ROOT / "local"), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": self.settings.region, "PYTHONPATH": python_path}
         self._moto = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "chatstream_local.moto_server", "-H", "127.0.0.1", "-p", str(port)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
