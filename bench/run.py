@@ -51,15 +51,14 @@ PIPELINE_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
     "naive": {"ProxyFunction": NAIVE_PROXY},
     "chatstream": {},
     "poll-fast": {"RelayFunction": {"POLL_MAX_MS": "20"}},
-    "flush-250": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "250"}},
-    "tuned": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "250"}, "RelayFunction": {"POLL_MAX_MS": "50"}},
+    "flush-100": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}},  # smoother text, more records (the old default)
 }
 DIRECT_NAME = "bench-direct"
 
 
 @dataclass(frozen=True)
 class Workload:
-    deltas: int = 100
+    deltas: int = 300  # "replies of a few hundred deltas" (issue 7)
     delays_ms: tuple[int, ...] = (0, 20)
     concurrency: tuple[int, ...] = (1, 10, 50)
     repeat_at_1: int = 5

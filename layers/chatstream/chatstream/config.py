@@ -97,7 +97,7 @@ class ProxyConfig:
             table=TableConfig.from_env(environ),
             stream_name=env.required(TOKEN_STREAM_NAME),
             model_id=env.required(MODEL_ID),
-            flush_interval_ms=env.integer(FLUSH_INTERVAL_MS, 250, minimum=0, maximum=60_000),
+            flush_interval_ms=env.integer(FLUSH_INTERVAL_MS, 300, minimum=0, maximum=60_000),
             flush_max_chars=env.integer(FLUSH_MAX_CHARS, 1024, minimum=1, maximum=200_000),
             cancel_check_interval_ms=env.integer(CANCEL_CHECK_INTERVAL_MS, 500, minimum=0, maximum=60_000),
             put_max_attempts=env.integer(PUT_MAX_ATTEMPTS, 8, minimum=1, maximum=100),

@@ -161,7 +161,7 @@ class Generation:
     table: ChatTable
     model_id: str
     system_prompt: str = ""
-    flush_interval_ms: int = 250
+    flush_interval_ms: int = 300
     flush_max_chars: int = 1024
     cancel_check_interval_ms: int = 500
     start_defer_ms: int = 1000
