@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-VARIANT_ORDER = ("direct", "naive", "chatstream", "poll-fast", "flush-250", "tuned")
+VARIANT_ORDER = ("direct", "naive", "chatstream", "poll-fast", "flush-100")
 COLORS = {
     "direct": "#4c72b0",
     "naive": "#dd8452",
     "chatstream": "#55a868",
     "poll-fast": "#8172b3",
-    "flush-250": "#937860",
-    "tuned": "#c44e52",
+    "flush-100": "#937860",
 }
 
 
