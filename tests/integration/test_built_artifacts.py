@@ -1,0 +1,78 @@
+"""What `sam build` produces runs: the relay from its built artifacts, on the built streaming runtime layer.
+
+Each artifact is built by its own Makefile target into a fresh folder, as `sam build` (BuildMethod
+makefile) does, then the relay runs behind the local Runtime API and Function URL with only those
+folders on its path and the built exec wrapper starting it. The wheels are for Lambda (arm64, 3.13);
+the packages the relay needs fall back to pure Python here, so the layout, the wrapper, the shipped
+files (the chat page) and the imports are what this proves.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from chatstream_local.function_url import FunctionUrlServer
+from chatstream_local.functions import FunctionSpec
+from chatstream_local.runtime_api import LocalLambda
+from tests.support import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+
+def build(target: str, source: Path, out: Path) -> Path:
+    out.mkdir()
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run(["make", "-s", "-C", str(source), target, f"ARTIFACTS_DIR={out}"], check=True, env=env, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("sam-build")
+    shared = build("build-ChatstreamLayer", REPO_ROOT / "layers/chatstream", root / "ChatstreamLayer")
+    runtime = build("build-StreamingRuntimeLayer", REPO_ROOT / "layers/streaming-runtime", root / "Streaming")
+    function = build("build-RelayFunction", REPO_ROOT / "functions/relay", root / "RelayFunction")
+    spec = FunctionSpec(
+        name="RelayFunction",
+        handler="app.handler",
+        code_dirs=[function, shared / "python", runtime / "python"],
+        environment={
+            "CHAT_TABLE_NAME": "chatstream-ChatTable",
+            "PROXY_FUNCTION_NAME": "chatstream-ProxyFunction",
+            "AUTH_TYPE": "NONE",
+            "POWERTOOLS_SERVICE_NAME": "chatstream",
+            "POWERTOOLS_METRICS_NAMESPACE": "Chatstream",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+        },
+        timeout_s=30,
+        runtime="streaming",
+        exec_wrapper=runtime / "bin" / "chatstream-streaming",
+    )
+    with LocalLambda([spec]) as local, FunctionUrlServer(local, "RelayFunction") as url:
+        yield url.url
+
+
+def test_the_built_relay_answers_on_its_function_url(built_relay: str) -> None:
+    # WHEN the relay built like sam build does is called THEN it answers as HTTP_API.md says
+    assert httpx.get(f"{built_relay}/health", timeout=60).json() == {"status": "ok"}
+    bad = httpx.post(f"{built_relay}/chat", content=b"{not json", timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+
+
+def test_the_built_layer_ships_the_chat_page(built_relay: str) -> None:
+    page = httpx.get(f"{built_relay}/", timeout=30)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<html" in page.text.lower()
