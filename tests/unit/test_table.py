@@ -141,3 +141,14 @@ def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> No
     chat_table.complete_turn(TokenRecord.stop(session_id, 4, 2, "end_turn", Usage(1, 1), 5), "late")
     # THEN no partial turn item appears in the history
     assert chat_table.list_turns(session_id) == []
+
+
+def test_start_session_allocates_turn_one_in_one_write(chat_table: ChatTable) -> None:
+    # WHEN a new chat starts THEN its session exists with turn 1 in progress, and turn 2 waits for it
+    session_id = chat_table.start_session(OWNER, "hello", max_tokens=5)
+    session = chat_table.get_session(session_id)
+    assert session is not None and (session.owner, session.turn_count, session.active_turn) == (OWNER, 1, 1)
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and (turn.user, turn.status, turn.max_tokens) == ("hello", "in_progress", 5)
+    with pytest.raises(TurnInProgress):
+        chat_table.start_turn(session_id, OWNER, "next")

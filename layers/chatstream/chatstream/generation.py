@@ -133,7 +133,8 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
 def build_messages(table: ChatTable, request: GenerateRequest) -> list[dict[str, Any]]:
     """The Converse ``messages``: earlier turns that produced text, then the new user message."""
     messages: list[dict[str, Any]] = []
-    for turn in table.list_turns(request.session_id):
+    earlier = table.list_turns(request.session_id) if request.turn > 1 else []  # turn 1 has no history
+    for turn in earlier:
         if turn.turn >= request.turn:
             break
         if turn.status in (STATUS_COMPLETE, STATUS_CANCELLED) and turn.assistant:
@@ -298,7 +299,7 @@ class Generation:
         try:
             self._await_first_output()
             self._write(TokenRecord.start(self.request.session_id, self.request.turn, self.now_ms()))
-            self._check_cancel()
+            self._last_cancel_check = self.monotonic()  # the first check comes after the first delta, not before
             while True:
                 action, text = self._next_action()
                 if action == "delta":

@@ -205,21 +205,7 @@ class ChatTable:
         values: dict[str, Any] = {":prev": session.turn_count, ":n": turn, ":now": now}
         if stale:
             values[":stale"] = session.active_turn
-        turn_item: dict[str, Any] = {
-            "pk": _pk(session_id),
-            "sk": _turn_sk(turn),
-            "turn": turn,
-            "user": message,
-            "status": STATUS_IN_PROGRESS,
-            "cancel_requested": False,
-            "created_at": now,
-            "updated_at": now,
-            "expires_at": self._expires_at(now),
-        }
-        if max_tokens is not None:
-            turn_item["max_tokens"] = max_tokens
-        if temperature is not None:
-            turn_item["temperature"] = _decimal(temperature)
+        turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature)
         try:
             self._call(
                 self.client.transact_write_items,
@@ -247,6 +233,58 @@ class ChatTable:
                 raise TurnInProgress(f"another turn of session {session_id} was started concurrently") from err
             raise
         return turn
+
+    def start_session(
+        self, owner: str, message: str, *, max_tokens: int | None = None, temperature: float | None = None
+    ) -> str:
+        """A new session with its turn 1 in progress, in one transaction (a new chat's fast path)."""
+        session_id = new_session_id()
+        now = self.now_ms()
+        session = {
+            "pk": _pk(session_id),
+            "sk": SESSION_SK,
+            "owner": owner,
+            "turn_count": 1,
+            "active_turn": 1,
+            "active_since": now,
+            "created_at": now,
+            "expires_at": self._expires_at(now),
+        }
+        turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature)
+        self._call(
+            self.client.transact_write_items,
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": _ser(item),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                }
+                for item in (session, turn_item)
+            ],
+        )
+        return session_id
+
+    def _turn_item(
+        self, session_id: str, turn: int, message: str, now: int, max_tokens: int | None, temperature: float | None
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": _pk(session_id),
+            "sk": _turn_sk(turn),
+            "turn": turn,
+            "user": message,
+            "status": STATUS_IN_PROGRESS,
+            "cancel_requested": False,
+            "created_at": now,
+            "updated_at": now,
+            "expires_at": self._expires_at(now),
+        }
+        if max_tokens is not None:
+            item["max_tokens"] = max_tokens
+        if temperature is not None:
+            item["temperature"] = _decimal(temperature)
+        return item
 
     def get_turn(self, session_id: str, turn: int) -> Turn | None:
         raw = self._call(

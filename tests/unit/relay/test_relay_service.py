@@ -561,10 +561,10 @@ def test_dynamodb_throttling_before_the_stream_is_503_with_retry_after(
     service: RelayService, chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN DynamoDB throttles
-    def throttled(owner: str) -> str:
+    def throttled(owner: str, message: str, **options: object) -> str:
         raise Throttled("DynamoDB ThrottlingException")
 
-    monkeypatch.setattr(chat_table, "create_session", throttled)
+    monkeypatch.setattr(chat_table, "start_session", throttled)
     # WHEN a client starts a chat THEN 503 unavailable with Retry-After, not a traceback
     response = chat(service, "hi")
     assert_error(response, 503, "unavailable")
@@ -575,10 +575,10 @@ def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
     service: RelayService, chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a table call that fails in an unforeseen way
-    def broken(owner: str) -> str:
+    def broken(owner: str, message: str, **options: object) -> str:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(chat_table, "create_session", broken)
+    monkeypatch.setattr(chat_table, "start_session", broken)
     # WHEN a client starts a chat THEN a JSON 500 that does not leak the exception
     message = assert_error(chat(service, "hi"), 500, "internal_error")
     assert "secret" not in message

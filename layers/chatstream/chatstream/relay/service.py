@@ -138,17 +138,23 @@ class _Exchange:
             valid_base64=self.request.body_is_valid_base64,
         )
         owner = self.owner()
-        session_id = self.table.create_session(owner) if chat.session_id is None else _session_param(chat.session_id)
         try:
-            turn = self.table.start_turn(
-                session_id,
-                owner,
-                chat.message,
-                max_tokens=chat.max_tokens,
-                temperature=chat.temperature,
-                stale_after_ms=self.config.stale_turn_s * 1000,
-                max_turns=self.config.max_turns_per_session,
-            )
+            if chat.session_id is None:
+                turn = 1
+                session_id = self.table.start_session(
+                    owner, chat.message, max_tokens=chat.max_tokens, temperature=chat.temperature
+                )
+            else:
+                session_id = _session_param(chat.session_id)
+                turn = self.table.start_turn(
+                    session_id,
+                    owner,
+                    chat.message,
+                    max_tokens=chat.max_tokens,
+                    temperature=chat.temperature,
+                    stale_after_ms=self.config.stale_turn_s * 1000,
+                    max_turns=self.config.max_turns_per_session,
+                )
         except SessionNotFound:
             raise _session_not_found(session_id) from None
         except TurnInProgress as err:
