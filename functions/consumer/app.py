@@ -18,9 +18,8 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from botocore.config import Config
 
-from chatstream.config import ConsumerConfig
+from chatstream.config import AWS_RETRIES, ConsumerConfig
 from chatstream.dlq import DeadLetterQueue
 from chatstream.materialize import BatchOutcome, Materializer, StreamRecord
 from chatstream.table import ChatTable
@@ -36,8 +35,8 @@ tracer = Tracer()
 CONFIG = ConsumerConfig.from_env(os.environ)
 _session = boto3.session.Session()
 # The table adapter retries unprocessed items itself; botocore adds a few retries for transport errors.
-DYNAMODB = _session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
-SQS = _session.client("sqs", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
+SQS = _session.client("sqs", config=AWS_RETRIES)
 
 
 class MaterializingProcessor(BatchProcessor):

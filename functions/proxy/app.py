@@ -14,7 +14,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
-from chatstream.config import ProxyConfig
+from chatstream.config import AWS_RETRIES, ProxyConfig
 from chatstream.generation import GenerateRequest, Generation
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.table import ChatTable
@@ -29,12 +29,10 @@ tracer = Tracer()
 CONFIG = ProxyConfig.from_env(os.environ)
 _session = boto3.session.Session()
 # Bedrock: a stalled model stream fails after 60 s instead of hanging until the function times out.
-BEDROCK = _session.client(
-    "bedrock-runtime", config=Config(read_timeout=60, retries={"mode": "standard", "max_attempts": 3})
-)
+BEDROCK = _session.client("bedrock-runtime", config=AWS_RETRIES.merge(Config(read_timeout=60)))
 # Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
-KINESIS = _session.client("kinesis", config=Config(retries={"mode": "standard", "max_attempts": 3}))
-DYNAMODB = _session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+KINESIS = _session.client("kinesis", config=AWS_RETRIES)
+DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -15,9 +15,8 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from botocore.config import Config
 
-from chatstream.config import TableConfig
+from chatstream.config import AWS_RETRIES, TableConfig
 from chatstream.generation import InvalidEvent
 from chatstream.reaper import FailedGeneration, end_abandoned_turn
 from chatstream.table import ChatTable
@@ -31,7 +30,7 @@ metrics = Metrics()
 tracer = Tracer()
 
 CONFIG = TableConfig.from_env(os.environ)
-DYNAMODB = boto3.session.Session().client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+DYNAMODB = boto3.session.Session().client("dynamodb", config=AWS_RETRIES)
 TABLE = ChatTable(DYNAMODB, CONFIG.table_name, ttl_days=CONFIG.ttl_days)
 processor = BatchProcessor(event_type=EventType.SQS)
 

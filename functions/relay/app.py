@@ -20,7 +20,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
-from chatstream.config import RelayConfig
+from chatstream.config import AWS_RETRIES, RelayConfig
 from chatstream.relay.service import RelayService
 from chatstream.table import ChatTable
 from streaming_runtime import StreamingResponse
@@ -40,11 +40,9 @@ copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.rel
 
 CONFIG = RelayConfig.from_env(os.environ)
 _session = boto3.session.Session()
-DYNAMODB = _session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 3}))
+DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
 # The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
-LAMBDA = _session.client(
-    "lambda", config=Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "max_attempts": 3})
-)
+LAMBDA = _session.client("lambda", config=AWS_RETRIES.merge(Config(connect_timeout=5, read_timeout=10)))
 SERVICE = RelayService(
     table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
     lambda_client=LAMBDA,

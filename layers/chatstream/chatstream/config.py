@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from botocore.config import Config
+
 from chatstream.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -37,6 +39,11 @@ RECONNECT_MARGIN_S = "RECONNECT_MARGIN_S"
 AUTH_TYPE = "AUTH_TYPE"
 MAX_TURNS_PER_SESSION = "MAX_TURNS_PER_SESSION"
 STALE_TURN_S = "STALE_TURN_S"
+
+
+# botocore's client settings for every function: standard retry mode (transport errors, throttling), 3 attempts.
+# The adapters retry what they must not lose (unprocessed items, failed records) on top, with their own backoff.
+AWS_RETRIES = Config(retries={"mode": "standard", "max_attempts": 3})
 
 
 class _Env:
