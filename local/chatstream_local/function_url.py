@@ -47,7 +47,6 @@ HTTP_INTEGRATION_CONTENT_TYPE = "application/vnd.awslambda.http-integration-resp
 PRELUDE_DELIMITER = b"\x00" * 8
 REQUEST_BODY_LIMIT = 6 * 1024 * 1024  # bytes: a Function URL's maximum request payload
 _PRELUDE_LIMIT = 1024 * 1024
-_DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized request body is read and dropped up to this size
 _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive", "trailer", "upgrade"})
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
@@ -267,32 +266,27 @@ class _UrlHandler(QuietHandler):
             return b"".join(parts)
         length = int(self.headers.get("Content-Length") or 0)
         if length > REQUEST_BODY_LIMIT:
-            self._discard(length)  # read it, so the client sees the 413 rather than a reset
+            self.discard_body(length)  # read it, so the client sees the 413 rather than a reset
             self._too_large()
             return None
         return self.rfile.read(length) if length else b""
-
-    def _discard(self, length: int) -> None:
-        remaining = min(length, _DISCARD_LIMIT)
-        with contextlib.suppress(OSError):
-            while remaining > 0:
-                data = self.rfile.read(min(remaining, 65536))
-                if not data:
-                    return
-                remaining -= len(data)
 
     def _too_large(self) -> None:
         self.close_connection = True
         self._send_whole(413, {"content-type": "application/json"}, [], b'{"Message":"Request Entity Too Large"}')
 
     # -- response -------------------------------------------------------------------------------------
-    def _send_whole(self, status: int, headers: Mapping[str, str], cookies: list[str], body: bytes) -> None:
+    def _send_head(self, status: int, headers: Mapping[str, str], cookies: list[str]) -> None:
+        """Status line, the function's headers (less hop-by-hop ones) and its cookies; the caller ends them."""
         self.send_response(status)
         for name, value in headers.items():
             if name.lower() not in _HOP_BY_HOP:
                 self.send_header(name, str(value))
         for cookie in cookies:
             self.send_header("Set-Cookie", cookie)
+
+    def _send_whole(self, status: int, headers: Mapping[str, str], cookies: list[str], body: bytes) -> None:
+        self._send_head(status, headers, cookies)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
@@ -355,12 +349,7 @@ class _UrlHandler(QuietHandler):
 
     def _write_head(self, status: int, headers: Mapping[str, str], cookies: list[str]) -> None:
         try:
-            self.send_response(status)
-            for name, value in headers.items():
-                if name.lower() not in _HOP_BY_HOP:
-                    self.send_header(name, str(value))
-            for cookie in cookies:
-                self.send_header("Set-Cookie", cookie)
+            self._send_head(status, headers, cookies)
             if self.command != "HEAD":
                 self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
 import threading
 import uuid
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 INVOKE_PREFIX = "/2015-03-31/functions/"
 SYNC_PAYLOAD_LIMIT = 6_291_456  # bytes: "Request must be smaller than 6291456 bytes for the InvokeFunction operation"
 ASYNC_PAYLOAD_LIMIT = 1_048_576  # bytes: the asynchronous invocation payload quota (1 MB)
-_DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized body is read and dropped up to this size
 
 
 def function_name_from(identifier: str) -> str:
@@ -161,7 +159,7 @@ class _InvokeHandler(QuietHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         path = urlsplit(self.path).path
         if not (path.startswith(INVOKE_PREFIX) and path.endswith("/invocations")):
-            self._discard_body()
+            self.discard_body(int(self.headers.get("Content-Length") or 0))
             self._api_error(404, "UnknownOperationException", f"no operation at POST {path}")
             return
         identifier = unquote(path[len(INVOKE_PREFIX) : -len("/invocations")])
@@ -170,7 +168,7 @@ class _InvokeHandler(QuietHandler):
         limit = ASYNC_PAYLOAD_LIMIT if invocation_type == "Event" else SYNC_PAYLOAD_LIMIT
         length = int(self.headers.get("Content-Length") or 0)
         if length > limit:
-            self._discard_body()  # read it, so the client sees the answer rather than a reset
+            self.discard_body(length)
             self.close_connection = True
             self._api_error(
                 413,
@@ -216,15 +214,6 @@ class _InvokeHandler(QuietHandler):
         if result.function_error is not None:
             headers["X-Amz-Function-Error"] = result.function_error
         self._send(200, result.payload, headers)
-
-    def _discard_body(self) -> None:
-        remaining = min(int(self.headers.get("Content-Length") or 0), _DISCARD_LIMIT)
-        with contextlib.suppress(OSError):
-            while remaining > 0:
-                data = self.rfile.read(min(remaining, 65536))
-                if not data:
-                    return
-                remaining -= len(data)
 
 
 def _is_json(payload: bytes) -> bool:

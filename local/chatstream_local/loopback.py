@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar
 
 OwnerT = TypeVar("OwnerT")
+DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized request body is read and dropped up to this size
 
 
 class LoopbackServer(ThreadingHTTPServer, Generic[OwnerT]):
@@ -33,3 +35,13 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         return
+
+    def discard_body(self, length: int) -> None:
+        """Read and drop a request body we refuse, so the client sees our answer rather than a reset."""
+        remaining = min(length, DISCARD_LIMIT)
+        with contextlib.suppress(OSError):
+            while remaining > 0:
+                data = self.rfile.read(min(remaining, 65536))
+                if not data:
+                    return
+                remaining -= len(data)

@@ -128,15 +128,7 @@ class ChatTable:
 
     def create_session(self, owner: str) -> str:
         session_id = new_session_id()
-        now = self.now_ms()
-        item = {
-            "pk": _pk(session_id),
-            "sk": SESSION_SK,
-            "owner": owner,
-            "turn_count": 0,
-            "created_at": now,
-            "expires_at": self._expires_at(now),
-        }
+        item = self._session_item(session_id, owner, self.now_ms(), active_turn=None)
         self._call(
             self.client.put_item,
             TableName=self.table_name,
@@ -240,16 +232,7 @@ class ChatTable:
         """A new session with its turn 1 in progress, in one transaction (a new chat's fast path)."""
         session_id = new_session_id()
         now = self.now_ms()
-        session = {
-            "pk": _pk(session_id),
-            "sk": SESSION_SK,
-            "owner": owner,
-            "turn_count": 1,
-            "active_turn": 1,
-            "active_since": now,
-            "created_at": now,
-            "expires_at": self._expires_at(now),
-        }
+        session = self._session_item(session_id, owner, now, active_turn=1)
         turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature)
         self._call(
             self.client.transact_write_items,
@@ -265,6 +248,19 @@ class ChatTable:
             ],
         )
         return session_id
+
+    def _session_item(self, session_id: str, owner: str, now: int, active_turn: int | None) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": _pk(session_id),
+            "sk": SESSION_SK,
+            "owner": owner,
+            "turn_count": active_turn or 0,
+            "created_at": now,
+            "expires_at": self._expires_at(now),
+        }
+        if active_turn is not None:
+            item.update(active_turn=active_turn, active_since=now)
+        return item
 
     def _turn_item(
         self, session_id: str, turn: int, message: str, now: int, max_tokens: int | None, temperature: float | None
