@@ -13,7 +13,6 @@ from chatstream_local import moto_server
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
-from tests.support import atomic_dynamodb_writes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
 REGION = "us-east-1"
-moto_server.apply()  # moto's Query reads one partition, as DynamoDB does (see chatstream_local.moto_server)
+moto_server.apply()  # moto behaves as the services do where it matters here (see chatstream_local.moto_server)
 
 
 @pytest.fixture
@@ -43,12 +42,9 @@ def template() -> Template:
 
 
 @pytest.fixture
-def moto(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """moto in-process; Bedrock passes through, to the local model over loopback.
-
-    DynamoDB writes are atomic, moto's are not: see :func:`tests.support.atomic_dynamodb_writes`.
-    """
-    atomic_dynamodb_writes(monkeypatch)
+def moto(aws_env: None) -> Iterator[None]:
+    """moto in-process, with the local stack's fixes (atomic conditional writes among them); Bedrock passes
+    through, to the local model over loopback."""
     with mock_aws(config={"core": {"passthrough": {"services": ["bedrock-runtime"]}}}):
         yield
 

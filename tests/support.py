@@ -5,15 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from types import ModuleType
 
-    import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS = REPO_ROOT / "events"
@@ -51,27 +48,3 @@ class FakeContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return self._remaining_ms
-
-
-def atomic_dynamodb_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make moto apply each DynamoDB write atomically, as the service does.
-
-    moto checks a write's condition and then writes without a lock, so two threads can both pass one
-    condition (two turns allocated where DynamoDB allows one). Tests of races on conditional writes need
-    the service's behaviour: every write method runs under one lock.
-    """
-    from moto.dynamodb.models import DynamoDBBackend
-
-    lock = threading.RLock()
-    for name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
-        original = getattr(DynamoDBBackend, name, None)
-        if original is not None:
-            monkeypatch.setattr(DynamoDBBackend, name, _under(lock, original))
-
-
-def _under(lock: threading.RLock, method: Callable[..., Any]) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with lock:
-            return method(*args, **kwargs)
-
-    return call

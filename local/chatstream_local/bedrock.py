@@ -283,6 +283,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event is its own write: without this, the second waits for a delayed ACK
     server: _HTTPServer
     server_version = "chatstream-local-bedrock"
 

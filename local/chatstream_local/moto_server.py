@@ -11,15 +11,29 @@
   ``put_record`` as "not safe for concurrency" (a record is numbered from the current maximum):
   the patched one numbers records under a lock, so concurrent writers can never share a number
   (we have not seen moto lose a record this way; the lock makes sure it cannot).
+- **DynamoDB TransactWriteItems copied whole tables, and could undo other clients' writes.** moto
+  ``deepcopy``s every table a transaction touches (once per action) so it can roll back, which made
+  a relay's turn allocation cost ~50 ms after a few hundred chats and seconds under load; its
+  rollback puts the *copied table* back, discarding whatever other requests wrote meanwhile. The
+  patched transaction records the items it changes and, on failure, restores only those.
+- **DynamoDB conditional writes were not atomic.** moto's server is threaded, and a condition is
+  checked and the item written in separate steps. Writes (``PutItem``, ``UpdateItem``,
+  ``DeleteItem``, the writes of ``BatchWriteItem``, ``TransactWriteItems``) now hold one lock, so a
+  condition holds when its write lands, as DynamoDB guarantees.
 
 ``python -m chatstream_local.moto_server -H 127.0.0.1 -p PORT`` = ``python -m moto.server`` + the fixes.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _partition = threading.local()
 _applied = False
@@ -52,8 +66,124 @@ def apply() -> None:
 
     Table.all_items = partition_items  # type: ignore[method-assign]
     Table.query = partition_query  # type: ignore[method-assign]
+    _patch_dynamodb_writes()
     _patch_kinesis_shard()
     _applied = True
+
+
+def _patch_dynamodb_writes() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+
+    write_lock = threading.RLock()  # reentrant: a transaction's actions call the item writes below
+
+    def locked(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(self: DynamoDBBackend, *args: Any, **kwargs: Any) -> Any:
+            with write_lock:
+                return method(self, *args, **kwargs)
+
+        return wrapper
+
+    for name in ("put_item", "update_item", "delete_item"):
+        setattr(DynamoDBBackend, name, locked(getattr(DynamoDBBackend, name)))
+    DynamoDBBackend.transact_write_items = locked(_transact_write_items)  # type: ignore[method-assign]
+
+
+_Outcome = tuple[str | None, str | None, dict[str, Any] | None]  # (code, message, item): moto's cancellation reason
+
+
+def _transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+    """moto 5's ``transact_write_items``, with an undo log of the items it changes instead of table copies."""
+    from moto.dynamodb.exceptions import (
+        ConditionalCheckFailed,
+        MockValidationException,
+        MultipleTransactionsException,
+        TooManyTransactionsException,
+        TransactionCanceledException,
+        TransactWriteSingleOpException,
+    )
+
+    if len(transact_items) > 100:
+        raise TooManyTransactionsException()
+    undo: list[tuple[str, dict[str, Any], Any]] = []  # (table, key, the item before or None), in order applied
+    seen: set[tuple[str, str]] = set()
+    errors: list[_Outcome] = []
+    for action in transact_items:
+        if len(action) > 1:
+            raise TransactWriteSingleOpException
+        op_type, op = next(iter(action.items()))
+        try:
+            errors.append(_transact_action(self, op_type, op, seen, undo))
+        except (MultipleTransactionsException, MockValidationException):
+            _undo(self, undo)
+            raise
+        except ConditionalCheckFailed as err:
+            errors.append(("ConditionalCheckFailed", str(err.message), None))
+        except Exception as err:  # noqa: BLE001 - moto's behaviour: any failure cancels the transaction
+            errors.append((type(err).__name__, str(err), None))
+    if any(code is not None for code, _, _ in errors):
+        _undo(self, undo)
+        raise TransactionCanceledException(errors)
+
+
+def _transact_action(
+    self: Any, op_type: str, op: dict[str, Any], seen: set[tuple[str, str]], undo: list[tuple[str, dict[str, Any], Any]]
+) -> _Outcome:
+    """One action of a transaction, as moto applies it; what it changes is appended to ``undo`` first."""
+    from moto.dynamodb.comparisons import get_filter_expression
+    from moto.dynamodb.exceptions import ConditionalCheckFailed, MultipleTransactionsException
+
+    if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+        raise ValueError("Unsupported transaction operation")
+    table_name = op["TableName"]
+    if op_type == "Put":
+        table = self.get_table(table_name)
+        key_names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+        key = {name: op["Item"][name] for name in key_names}
+    else:
+        key = op["Key"]
+    unique = (str(table_name), str(dict(sorted(key.items()))))
+    if unique in seen:
+        raise MultipleTransactionsException()
+    seen.add(unique)
+    current = self.get_item(table_name, key)
+    condition = op.get("ConditionExpression")
+    names, values = op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+    if condition is not None and not get_filter_expression(condition, names, values).expr(current):
+        old = (
+            current.to_json()["Attributes"]
+            if current and op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
+            else None
+        )
+        return ("ConditionalCheckFailed", str(ConditionalCheckFailed().message), old)
+    if op_type == "ConditionCheck":
+        return (None, None, None)
+    undo.append((table_name, key, copy.deepcopy(current)))
+    common = {
+        "condition_expression": condition,
+        "expression_attribute_names": names,
+        "expression_attribute_values": values,
+    }
+    if op_type == "Put":
+        self.put_item(table_name, op["Item"], **common)
+    elif op_type == "Delete":
+        self.delete_item(table_name, key, **common)
+    else:
+        self.update_item(table_name, key, update_expression=op["UpdateExpression"], **common)
+    return (None, None, None)
+
+
+def _undo(self: Any, undo: list[tuple[str, dict[str, Any], Any]]) -> None:
+    """Put back the items a failed transaction changed, newest change first."""
+    for table_name, key, before in reversed(undo):
+        table = self.get_table(table_name)
+        hash_key, range_key = self.get_keys_value(table, key)
+        if before is None:
+            table.delete_item(hash_key, range_key)
+        elif range_key is not None:
+            table.items[hash_key][range_key] = before
+        else:
+            table.items[hash_key] = before
 
 
 def _patch_kinesis_shard() -> None:

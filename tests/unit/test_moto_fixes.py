@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kinesis import KinesisClient
 
@@ -83,3 +88,114 @@ def test_query_reads_one_partition_in_order_with_pages(dynamodb: DynamoDBClient,
     assert query(True) == [f"{sk:03d}" for sk in range(5, 25)]
     assert query(False) == [f"{sk:03d}" for sk in reversed(range(5, 25))]
     assert dynamodb.scan(TableName=table_name)["Count"] == 60
+
+
+@pytest.fixture
+def frequent_thread_switches() -> Iterator[None]:
+    """Switch threads every microsecond (not every 5 ms), so races between requests show up in a short test."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _transact_put(dynamodb: DynamoDBClient, table_name: str, items: list[dict[str, str]], *, fail: bool) -> bool:
+    """Put ``items`` in one transaction, plus a condition check that fails when ``fail``; whether it committed."""
+    actions: list[dict[str, Any]] = [
+        {"Put": {"TableName": table_name, "Item": {k: {"S": v} for k, v in item.items()}}} for item in items
+    ]
+    actions.append(
+        {
+            "ConditionCheck": {
+                "TableName": table_name,
+                "Key": {"pk": {"S": "guard"}, "sk": {"S": "guard"}},
+                "ConditionExpression": "attribute_not_exists(pk)" if fail else "attribute_exists(pk)",
+            }
+        }
+    )
+    try:
+        dynamodb.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+    except dynamodb.exceptions.TransactionCanceledException as err:
+        reasons = [r["Code"] for r in err.response["CancellationReasons"]]
+        assert reasons == ["None"] * len(items) + ["ConditionalCheckFailed"]
+        return False
+    return True
+
+
+def test_a_cancelled_transaction_restores_exactly_its_items(dynamodb: DynamoDBClient, table_name: str) -> None:
+    # GIVEN an item the transaction will overwrite, and the guard item its condition checks
+    dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "a"}, "sk": {"S": "1"}, "v": {"S": "before"}})
+    dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "guard"}, "sk": {"S": "guard"}})
+    # WHEN a transaction overwrites it and creates another, then fails its condition
+    committed = _transact_put(
+        dynamodb, table_name, [{"pk": "a", "sk": "1", "v": "after"}, {"pk": "a", "sk": "2", "v": "new"}], fail=True
+    )
+    # THEN nothing it did is left; and the same transaction without the failing check commits both
+    assert not committed
+    items = dynamodb.query(
+        TableName=table_name, KeyConditionExpression="pk = :a", ExpressionAttributeValues={":a": {"S": "a"}}
+    )["Items"]
+    assert [(i["sk"]["S"], i["v"]["S"]) for i in items] == [("1", "before")]
+    assert _transact_put(dynamodb, table_name, [{"pk": "a", "sk": "2", "v": "new"}], fail=False)
+
+
+@pytest.mark.usefixtures("frequent_thread_switches")
+def test_cancelled_transactions_never_undo_other_writers(dynamodb: DynamoDBClient, table_name: str) -> None:
+    # GIVEN a guard item, so that one thread's transactions are all cancelled (moto used to roll back by putting
+    # back a copy of the whole table, taken before the transaction: other writers' items were lost)
+    dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "guard"}, "sk": {"S": "guard"}})
+    for i in range(200):
+        dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "filler"}, "sk": {"S": f"{i:04d}"}})
+    stop = threading.Event()
+
+    def cancel_forever() -> None:
+        while not stop.is_set():
+            _transact_put(dynamodb, table_name, [{"pk": "t", "sk": "x"}], fail=True)
+
+    canceller = threading.Thread(target=cancel_forever)
+    canceller.start()
+    # WHEN another writer puts 150 items meanwhile
+    try:
+        for i in range(150):
+            dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "w"}, "sk": {"S": f"{i:04d}"}})
+    finally:
+        stop.set()
+        canceller.join()
+    # THEN every one of them is there
+    count = dynamodb.query(
+        TableName=table_name,
+        KeyConditionExpression="pk = :w",
+        ExpressionAttributeValues={":w": {"S": "w"}},
+        Select="COUNT",
+    )["Count"]
+    assert count == 150
+
+
+@pytest.mark.usefixtures("frequent_thread_switches")
+def test_a_conditional_put_wins_once_under_contention(dynamodb: DynamoDBClient, table_name: str) -> None:
+    # GIVEN 16 threads that each try to create the same 60 items, each with its own keys
+    wins: list[int] = []
+    barrier = threading.Barrier(16)
+
+    def create(writer: int) -> None:
+        barrier.wait()
+        for n in range(60):
+            try:
+                dynamodb.put_item(
+                    TableName=table_name,
+                    Item={"pk": {"S": "race"}, "sk": {"S": f"{n:02d}"}, "w": {"N": str(writer)}},
+                    ConditionExpression="attribute_not_exists(pk)",
+                )
+            except dynamodb.exceptions.ConditionalCheckFailedException:
+                continue
+            wins.append(n)
+
+    threads = [threading.Thread(target=create, args=(w,)) for w in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN each item was created by exactly one writer
+    assert sorted(wins) == list(range(60))

@@ -16,7 +16,6 @@ from moto import mock_aws
 from chatstream.table import ChatTable
 from chatstream_local.resources import create_table
 from chatstream_local.template import Template
-from tests.support import atomic_dynamodb_writes
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -43,7 +42,6 @@ def shared_table() -> Iterator[SharedTable]:
             patch.setenv(name, value)
         for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
             patch.delenv(name, raising=False)
-        atomic_dynamodb_writes(patch)
         with mock_aws():
             client = boto3.client("dynamodb", region_name=REGION)
             name = create_table(client, Template.load(region=REGION))
