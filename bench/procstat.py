@@ -57,6 +57,7 @@ def _command_line(pid: int) -> str:
 def _role(command_line: str) -> str:
     for marker, role in (
         ("moto.server", "moto"),
+        ("moto_server", "moto"),
         ("bench.counting_proxy", "counting-proxy"),
         ("multiprocessing", "clients"),
     ):

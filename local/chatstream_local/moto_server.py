@@ -21,6 +21,11 @@
   ``DeleteItem``, the writes of ``BatchWriteItem``, ``TransactWriteItems``) now hold one lock, so a
   condition holds when its write lands, as DynamoDB guarantees.
 
+Serving costs, which only the server process changes (:func:`serve_quietly`): moto looks up the backend of
+every request by listing its own package directory (~200 ``isdir`` calls, under a lock that serializes all
+requests), and werkzeug logs a line per request. The listing is cached and the access log is off (warnings
+and errors still show).
+
 ``python -m chatstream_local.moto_server -H 127.0.0.1 -p PORT`` = ``python -m moto.server`` + the fixes.
 """
 
@@ -222,8 +227,20 @@ def _patch_kinesis_shard() -> None:
     Shard.get_records = get_records  # type: ignore[method-assign]
 
 
+def serve_quietly() -> None:
+    """The server process's costs: a cached module listing and no access log (see the module's docstring)."""
+    import logging
+
+    from moto import backends
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules  # the package does not change while it serves
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> None:
     apply()
+    serve_quietly()
     from moto.server import main as moto_main
 
     moto_main(argv if argv is not None else sys.argv[1:])

@@ -133,14 +133,14 @@ def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream
     # GIVEN a model whose later deltas come only after the first delta reached Kinesis
     first_written = threading.Event()
     writer = TokenStreamWriter(kinesis, stream_name)
-    put = writer.put
+    put_all = writer.put_all
 
-    def put_and_signal(record: TokenRecord) -> None:
-        put(record)
-        if record.type is RecordType.DELTA:
+    def put_and_signal(records: list[TokenRecord]) -> None:
+        put_all(records)
+        if any(record.type is RecordType.DELTA for record in records):
             first_written.set()
 
-    writer.put = put_and_signal  # type: ignore[method-assign]
+    writer.put_all = put_and_signal  # type: ignore[method-assign]
     request = start_turn(chat_table, "hello there")
     bedrock = GatedBedrock(["You", " said:", " hello", " there"], first_written)
     # WHEN the reply is generated with a long flush interval
@@ -150,6 +150,34 @@ def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream
     # THEN the first delta is a record of its own and the rest were coalesced into one
     records = read_stream(kinesis, stream_name)
     assert [r.text for r in records if r.type is RecordType.DELTA] == ["You", " said: hello there"]
+
+
+class RecordingKinesis:
+    """Delegates to a real client and records the records of each put_records call."""
+
+    def __init__(self, client: KinesisClient) -> None:
+        self.client = client
+        self.calls: list[list[TokenRecord]] = []
+
+    def put_records(self, **kwargs: Any) -> Any:
+        self.calls.append([TokenRecord.decode(entry["Data"]) for entry in kwargs["Records"]])
+        return self.client.put_records(**kwargs)
+
+
+def test_start_and_first_delta_share_one_call(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN a reply of several coalesced records
+    recording = RecordingKinesis(kinesis)
+    request = start_turn(chat_table, "/long 40")
+    writer = TokenStreamWriter(recording, stream_name)  # type: ignore[arg-type]
+    # WHEN it is generated
+    Generation(
+        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_max_chars=40
+    ).run()
+    # THEN the first call carries the start record and the first delta, and every later call one record
+    kinds = [[record.type for record in call] for call in recording.calls]
+    assert kinds[0] == [RecordType.START, RecordType.DELTA]
+    assert all(len(call) == 1 for call in kinds[1:]) and kinds[-1] == [RecordType.STOP]
+    assert_well_formed(read_stream(kinesis, stream_name))
 
 
 def test_flush_size_bounds_each_record(bedrock, kinesis, stream_name, chat_table) -> None:
@@ -198,32 +226,35 @@ class FlakyKinesis:
             )
         if action == "transport":
             raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
-        if action == "entry":
-            return {
-                "FailedRecordCount": 1,
-                "Records": [{"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "slow"}],
-            }
+        if action == "entry":  # the first entry fails; any later ones of the call are stored
+            failed = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "slow"}
+            rest = kwargs["Records"][1:]
+            stored = self.client.put_records(StreamName=kwargs["StreamName"], Records=rest)["Records"] if rest else []
+            return {"FailedRecordCount": 1, "Records": [failed, *stored]}
         return self.client.put_records(**kwargs)
 
 
 def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN Kinesis throttles whole calls and single entries, again and again
-    flaky = FlakyKinesis(kinesis, ["raise", "entry", "ok", "entry", "transport", "ok", "raise"] * 6)
+    flaky = FlakyKinesis(kinesis, ["entry", "raise", "entry", "ok", "entry", "transport", "ok", "raise"] * 6)
     request = start_turn(chat_table, "/long 300")
     # WHEN a reply is generated with small records
     writer = TokenStreamWriter(flaky, stream_name, sleep=lambda _: None)  # type: ignore[arg-type]
     result = Generation(
         request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_max_chars=40
     ).run()
-    # THEN every record arrived once, in seq order, and the text is exact
+    # THEN every record arrived once, and the text is exact
     records = read_stream(kinesis, stream_name)
-    assert_well_formed(records)
-    assert text_of(records) == plan_reply("/long 300").text
+    assert_well_formed(sorted(records, key=lambda r: r.seq))
+    assert text_of(sorted(records, key=lambda r: r.seq)) == plan_reply("/long 300").text
     assert result.throttle_retries > 10
+    # AND in seq order, but for the start record: its entry failed in the call it shared with the first delta,
+    # which was stored, so it came after (readers order by seq, ARCHITECTURE.md)
+    assert [r.seq for r in records] == [1, 0, *range(2, len(records))]
 
 
 def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_name, chat_table) -> None:
-    # GIVEN Kinesis accepts the start record and then refuses everything
+    # GIVEN Kinesis accepts the first call (the start record with the first delta) and then refuses everything
     flaky = FlakyKinesis(kinesis, ["ok"] + ["raise"] * 1000)
     request = start_turn(chat_table, "/long 50")
     writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
@@ -232,9 +263,10 @@ def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_n
     assert result.terminal_via_table and result.terminal.error is not None
     assert result.terminal.error.code == "write_failed"
     stored = chat_table.query_records(request.session_id, request.turn)
-    assert [r.type for r in stored] == [RecordType.ERROR] and stored[0].seq == 1
+    assert [r.type for r in stored] == [RecordType.ERROR] and stored[0].seq == 2
     turn = chat_table.get_turn(request.session_id, request.turn)
     assert turn is not None and turn.status == "error"
+    assert turn.assistant and plan_reply("/long 50").text.startswith(turn.assistant)  # the first delta got through
     assert chat_table.get_session(request.session_id).active_turn is None  # type: ignore[union-attr]
 
 

@@ -101,8 +101,11 @@ class _Writer:
     throttle_retries: int = 0
 
     def put(self, record: TokenRecord) -> None:
+        self.put_all([record])
+
+    def put_all(self, records: list[TokenRecord]) -> None:
         self.put_calls += 1
-        self.records.append(record)
+        self.records.extend(records)
 
 
 class _Table:

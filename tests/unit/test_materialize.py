@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import threading
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -349,3 +350,41 @@ def test_poison_messages_round_trip_and_oversized_payloads_are_left_out() -> Non
     assert PoisonRecord.from_message(json.loads(json.dumps(small_body))) == small
     assert huge_body["payload"] is None and huge_body["payloadTruncated"] is True
     assert len(json.dumps(huge_body)) < 256 * 1024
+
+
+class RendezvousTable:
+    """A ChatTable whose first record write of each session waits until every session has started writing."""
+
+    def __init__(self, table: ChatTable, sessions: int) -> None:
+        self._table = table
+        self._barrier = threading.Barrier(sessions, timeout=10)
+        self._arrived: set[str] = set()
+        self._lock = threading.Lock()
+
+    def put_records(self, records: Sequence[TokenRecord]) -> None:
+        with self._lock:
+            first = records[0].session_id not in self._arrived
+            self._arrived.add(records[0].session_id)
+        if first:
+            self._barrier.wait()  # a BrokenBarrierError (after 10 s) if sessions are written one after another
+        self._table.put_records(records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+
+def test_the_sessions_of_a_batch_are_written_concurrently(chat_table, sink) -> None:
+    # GIVEN a batch holding four sessions' whole turns, interleaved
+    turns = [new_turn(chat_table) for _ in range(4)]
+    replies = [reply(session_id, turn, [f"w{i}", " x"]) for i, (session_id, turn) in enumerate(turns)]
+    stream = Stream()
+    batch = [stream.record(token) for step in zip(*replies, strict=True) for token in step]
+    # AND a table on which each session's first write waits for all four to be writing at once
+    table = RendezvousTable(chat_table, sessions=4)
+    # WHEN the batch is materialized
+    outcome = Materializer(table=table, poison_sink=sink).process(batch)  # type: ignore[arg-type]
+    # THEN it succeeded (it could not have, one session after another), and every turn is complete
+    assert outcome.ok and outcome.turns_completed == 4 and outcome.written == len(batch)
+    for i, (session_id, turn) in enumerate(turns):
+        stored = chat_table.get_turn(session_id, turn)
+        assert stored is not None and stored.assistant == f"w{i} x"

@@ -297,20 +297,23 @@ class Generation:
 
     def _write_loop(self) -> None:
         try:
-            self._await_first_output()
-            self._write(TokenRecord.start(self.request.session_id, self.request.turn, self.now_ms()))
+            opening: TokenRecord | None = self._open_turn()
             self._last_cancel_check = self.monotonic()  # the first check comes after the first delta, not before
             while True:
                 action, text = self._next_action()
+                before = [opening] if opening is not None else []
+                opening = None
                 if action == "delta":
-                    record = TokenRecord.delta(
-                        self.request.session_id, self.request.turn, self._next_seq, text, self.now_ms()
-                    )
-                    self._write(record)
+                    seq = self._next_seq + len(before)
+                    record = TokenRecord.delta(self.request.session_id, self.request.turn, seq, text, self.now_ms())
+                    self._write(*before, record)
                     self._written_text.append(text)
                     if self._first_delta_at is None:
                         self._first_delta_at = self.monotonic()
-                elif action == "cancel-check":
+                    continue
+                if before:
+                    self._write(*before)
+                if action == "cancel-check":
                     self._check_cancel()
                 else:
                     assert self._terminal is not None
@@ -324,14 +327,21 @@ class Generation:
             if self._stream is not None:
                 self._stream.close()
 
-    def _await_first_output(self) -> None:
-        """Hold the start record until the first delta (or the end) is here, at most ``start_defer_ms``.
+    def _open_turn(self) -> TokenRecord | None:
+        """Write the start record, or hold it to go with the first delta (returned) when that is here.
 
-        Written back to back, start and first delta usually reach the consumer in one batch, so the
-        first token is one consumer cycle earlier; a slow model still gets its start record promptly.
+        The start waits for the first delta (or the end) at most ``start_defer_ms``; when the delta is
+        there, both go in one ``PutRecords`` call, so they reach the consumer in the same batch and the
+        first token is one consumer cycle earlier. A slow model still gets its start record promptly.
         """
         with self._cond:
             self._cond.wait_for(lambda: bool(self._buffer) or self._done, timeout=self.start_defer_ms / 1000)
+            first_delta_here = bool(self._buffer)
+        start = TokenRecord.start(self.request.session_id, self.request.turn, self.now_ms())
+        if first_delta_here:
+            return start
+        self._write(start)
+        return None
 
     def _next_action(self) -> tuple[str, str]:
         """Block until there is something to do: a delta to flush, a cancel check, or the end."""
@@ -383,10 +393,14 @@ class Generation:
             if self._stream is not None:
                 self._stream.close()
 
-    def _write(self, record: TokenRecord) -> None:
-        self.writer.put(record)
-        self._next_seq = record.seq + 1
-        self._records_written += 1
+    def _write(self, *records: TokenRecord) -> None:
+        """Records in ``seq`` order: one alone, or the start record with the first delta."""
+        if len(records) == 1:
+            self.writer.put(records[0])
+        else:
+            self.writer.put_all(records)
+        self._next_seq = records[-1].seq + 1
+        self._records_written += len(records)
 
     def _end_through_table(self, terminal: Callable[[int], TokenRecord]) -> bool:
         """Kinesis refused the reply: write the error record straight into the read model."""

@@ -12,7 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from chatstream.errors import Throttled
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from mypy_boto3_kinesis import KinesisClient
     from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
@@ -36,11 +36,16 @@ RETRYABLE_CALL_ERRORS = frozenset(
 
 @dataclass
 class TokenStreamWriter:
-    """Writes one record per ``PutRecords`` call, so no record is ever stored after a later one.
+    """Writes token records in order, retrying failed entries with full-jitter exponential backoff.
 
-    A failed entry (throttled, internal failure) or a failed call (throttling, transport error) is retried
-    with full-jitter exponential backoff
-    up to ``max_attempts`` calls; then :class:`Throttled` is raised and nothing later is written.
+    :meth:`put` writes one record per ``PutRecords`` call, so no record is ever stored after a later one.
+    :meth:`put_all` writes several in one call: an entry that fails is retried (before anything after
+    the call is written), but the call's later entries may then be stored before it. Readers order by
+    ``seq`` and never trust arrival order (ARCHITECTURE.md); the proxy sends only a turn's start record
+    and its first delta together, never a terminal record with anything before it.
+
+    A failed entry (throttled, internal failure) or a failed call (throttling, transport error) is
+    retried up to ``max_attempts`` calls; then :class:`Throttled` is raised and nothing later is written.
     """
 
     client: KinesisClient
@@ -53,15 +58,21 @@ class TokenStreamWriter:
     throttle_retries: int = field(default=0, init=False)
 
     def put(self, record: TokenRecord) -> None:
-        entry: PutRecordsRequestEntryTypeDef = {"Data": record.encode(), "PartitionKey": record.session_id}
+        self.put_all([record])
+
+    def put_all(self, records: Sequence[TokenRecord]) -> None:
+        pending = list(records)
         last_error = "unknown"
         for attempt in range(self.max_attempts):
             if attempt:
                 self.throttle_retries += 1
                 self.sleep(random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt)))
             self.put_calls += 1
+            entries: list[PutRecordsRequestEntryTypeDef] = [
+                {"Data": record.encode(), "PartitionKey": record.session_id} for record in pending
+            ]
             try:
-                response = self.client.put_records(StreamName=self.stream_name, Records=[entry])
+                response = self.client.put_records(StreamName=self.stream_name, Records=entries)
             except ClientError as err:
                 code = err.response["Error"]["Code"]
                 if code not in RETRYABLE_CALL_ERRORS:
@@ -69,14 +80,18 @@ class TokenStreamWriter:
                 last_error = code
                 continue
             except BotoCoreError as err:
-                # Connection reset, read timeout…: the record may or may not be stored. Writing it again is
-                # safe, since readers de-duplicate by (session_id, turn, seq); losing it is not.
+                # Connection reset, read timeout…: the records may or may not be stored. Writing them again
+                # is safe, since readers de-duplicate by (session_id, turn, seq); losing one is not.
                 last_error = type(err).__name__
                 continue
-            result = response["Records"][0]
-            if "ErrorCode" not in result:
+            failed = [
+                (record, result["ErrorCode"])
+                for record, result in zip(pending, response["Records"], strict=True)
+                if "ErrorCode" in result
+            ]
+            if not failed:
                 return
-            last_error = result["ErrorCode"]
+            pending, last_error = [record for record, _ in failed], failed[0][1]
         raise Throttled(
-            f"Kinesis did not accept record seq {record.seq} after {self.max_attempts} attempts: {last_error}"
+            f"Kinesis did not accept record seq {pending[0].seq} after {self.max_attempts} attempts: {last_error}"
         )

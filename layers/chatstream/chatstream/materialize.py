@@ -7,6 +7,10 @@ Guarantees, per batch:
 
 - **Idempotent.** A record's item key is session/turn/seq, so a redelivered or replayed record
   rewrites its own item; duplicates inside a batch are written once.
+- **Partition keys in parallel.** The records of different partition keys (sessions) do not depend
+  on each other, so their groups are written concurrently (``parallel_keys`` threads): a batch that
+  holds many sessions costs about as long as its slowest session, not the sum of them, which keeps
+  the first tokens of new turns from waiting behind other sessions' turn completions.
 - **Fail fast per partition key.** The records of one partition key (one session) are written in
   steps, in stream order. When a step fails with a transient error (throttling, a service or
   transport error), that step's records and every later record of the same partition key are
@@ -32,6 +36,7 @@ import base64
 import binascii
 import logging
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -63,6 +68,10 @@ class DeadLetterError(ChatstreamError):
 class RecordNotMaterialized(ChatstreamError):
     """A record of the batch that was not materialized and must be redelivered (a batch item failure)."""
 
+
+# Sessions of one batch written at once. Each thread holds one DynamoDB connection at a time; botocore's
+# default pool (10 connections) stays above this.
+DEFAULT_PARALLEL_KEYS = 8
 
 # Errors that mean "try this record again later": reported as batch item failures.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (Throttled, DeadLetterError, BotoCoreError)
@@ -193,6 +202,20 @@ class BatchOutcome:
     def ok(self) -> bool:
         return not self.failures
 
+    @classmethod
+    def merged(cls, records: int, parts: Sequence[BatchOutcome]) -> BatchOutcome:
+        """One batch's outcome from its partition keys' outcomes."""
+        total = cls(records=records)
+        for part in parts:
+            total.written += part.written
+            total.poison += part.poison
+            total.turns_completed += part.turns_completed
+            total.incomplete_turns += part.incomplete_turns
+            total.turns_reconciled += part.turns_reconciled
+            total.failures.update(part.failures)
+            total.poison_records.extend(part.poison_records)
+        return total
+
     def check(self, sequence_number: str) -> None:
         """Raise :class:`RecordNotMaterialized` if the record must be redelivered."""
         reason = self.failures.get(sequence_number)
@@ -230,20 +253,26 @@ class Materializer:
     table: ChatTable
     poison_sink: PoisonSink
     reconcile_finished_turns: bool = False
+    parallel_keys: int = DEFAULT_PARALLEL_KEYS
 
     def process(self, records: Sequence[StreamRecord]) -> BatchOutcome:
-        outcome = BatchOutcome(records=len(records))
         groups: dict[str, list[_Entry]] = defaultdict(list)
         for position, source in enumerate(records):
             entry = _decode(position, source)
             groups[source.partition_key].append(entry)
-        for partition_key, entries in groups.items():
-            self._process_group(partition_key, entries, outcome)
-        return outcome
+        workers = max(1, min(self.parallel_keys, len(groups)))
+        if workers == 1:
+            outcomes = [self._process_group(key, entries) for key, entries in groups.items()]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="materialize") as pool:
+                outcomes = list(pool.map(self._process_group, groups.keys(), groups.values()))
+        return BatchOutcome.merged(len(records), outcomes)
 
     # ----------------------------------------------------------------------------- internals
 
-    def _process_group(self, partition_key: str, entries: list[_Entry], outcome: BatchOutcome) -> None:
+    def _process_group(self, partition_key: str, entries: list[_Entry]) -> BatchOutcome:
+        """One partition key's records, in stream order; its own outcome (groups may run in threads)."""
+        outcome = BatchOutcome(records=len(entries))
         steps = self._plan(entries, outcome)
         for index, step in enumerate(steps):
             try:
@@ -260,7 +289,8 @@ class Materializer:
                     min((entry.source.sequence_number for entry in failed), key=int),
                     reason,
                 )
-                return
+                break
+        return outcome
 
     def _plan(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:
         """The group's write steps, in stream order; a turn's terminal pulls its turn's records forward."""
