@@ -21,10 +21,16 @@
   ``DeleteItem``, the writes of ``BatchWriteItem``, ``TransactWriteItems``) now hold one lock, so a
   condition holds when its write lands, as DynamoDB guarantees.
 
-Serving costs, which only the server process changes (:func:`serve_quietly`): moto looks up the backend of
-every request by listing its own package directory (~200 ``isdir`` calls, under a lock that serializes all
-requests), and werkzeug logs a line per request. The listing is cached and the access log is off (warnings
-and errors still show).
+Serving, which only the server process changes (:func:`main`):
+
+- **moto's server closed the connection after every response.** ``python -m moto.server`` runs on werkzeug's
+  development server, which always answers ``Connection: close`` and starts a thread per connection: every
+  AWS call paid a new TCP connection, and under load the accept loop (which waits for each new thread to
+  start) became the queue every call waited in (~60 ms a GetItem at 50 chats, with moto's CPU half idle).
+  The same WSGI application (moto's ``DomainDispatcherApplication``) is served here by waitress: HTTP/1.1
+  keep-alive, a fixed pool of worker threads.
+- **moto looked up each request's backend by listing its own package directory** (~200 ``isdir`` calls,
+  under a lock that serializes all requests). The listing is cached.
 
 ``python -m chatstream_local.moto_server -H 127.0.0.1 -p PORT`` = ``python -m moto.server`` + the fixes.
 """
@@ -33,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import sys
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -227,23 +233,38 @@ def _patch_kinesis_shard() -> None:
     Shard.get_records = get_records  # type: ignore[method-assign]
 
 
-def serve_quietly() -> None:
-    """The server process's costs: a cached module listing and no access log (see the module's docstring)."""
-    import logging
-
-    from moto import backends
-
-    modules = tuple(backends.list_of_moto_modules())
-    backends.list_of_moto_modules = lambda: modules  # the package does not change while it serves
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+WORKER_THREADS = 16  # a long-polling ReceiveMessage holds one while it waits
+CONNECTION_LIMIT = 2000  # keep-alive connections from every environment of every function
 
 
 def main(argv: list[str] | None = None) -> None:
-    apply()
-    serve_quietly()
-    from moto.server import main as moto_main
+    import argparse
+    import logging
 
-    moto_main(argv if argv is not None else sys.argv[1:])
+    import waitress
+    from moto import backends
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    parser = argparse.ArgumentParser(description="moto in server mode, with chatstream's fixes")
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=5000)
+    args = parser.parse_args(argv)
+    apply()
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules  # the package does not change while it serves
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth": load, not a fault
+    os.environ.setdefault("MOTO_PORT", str(args.port))  # moto builds some URLs (queue URLs) from it
+    waitress.serve(
+        DomainDispatcherApplication(create_backend_app),
+        host=args.host,
+        port=args.port,
+        threads=WORKER_THREADS,
+        connection_limit=CONNECTION_LIMIT,
+        channel_timeout=3600,
+        asyncore_use_poll=True,  # no select() limit on file descriptors
+        ident="moto",
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -94,17 +94,48 @@ def test_polling_is_quick_while_records_flow_and_backs_off_when_idle(chat_table:
     assert max(clock.sleeps) == FAST.poll_max_s
 
 
-def test_no_backoff_while_waiting_for_the_first_token(chat_table: ChatTable, session_id: str) -> None:
+def test_only_a_gentle_backoff_while_waiting_for_the_first_token(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn that starts at once and whose first word comes two seconds later
     records = turn_records(session_id, 1, ["Late"])
     chat_table.put_records(records[:1])
     clock = FakeClock()
     clock.at(2.0, lambda: chat_table.put_records(records[1:]))
-    # WHEN a client follows it THEN every poll before the first token waits the minimum interval
-    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
     assert stream.text == "Late"
-    waits_before_first_token = clock.sleeps[: int(2.0 / FAST.poll_min_s) - 1]
-    assert set(waits_before_first_token) == {FAST.poll_min_s}
+    # THEN polls before the first token start at the minimum interval and grow by a quarter each, to 4×
+    first_token_at = stream.events[0].at
+    assert first_token_at is not None
+    waited, before_first_token = 0.0, []
+    for wait in clock.sleeps:
+        if waited >= 2.0:
+            break
+        before_first_token.append(wait)
+        waited += wait
+    assert before_first_token[:3] == pytest.approx([FAST.poll_min_s, FAST.poll_min_s, 1.25 * FAST.poll_min_s])
+    assert max(before_first_token) == pytest.approx(4 * FAST.poll_min_s)
+    # AND the token went out within one of those waits of its arrival
+    assert 2.0 <= first_token_at <= 2.0 + 4 * FAST.poll_min_s + 1e-9
+
+
+def test_a_slow_table_is_asked_less_often(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a table whose every Query takes 0.05 s (a busy DynamoDB, in fake time), and a turn whose word comes late
+    records = turn_records(session_id, 1, ["Late"])
+    chat_table.put_records(records[:1])
+    clock = FakeClock()
+    clock.at(1.0, lambda: chat_table.put_records(records[1:]))
+    query = chat_table.query_records
+
+    def slow_query(*args: Any, **kwargs: Any) -> Any:
+        clock.t += 0.05
+        return query(*args, **kwargs)
+
+    chat_table.query_records = slow_query  # type: ignore[method-assign]
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN no wait between polls was shorter than a Query took
+    assert stream.text == "Late"
+    assert min(clock.sleeps) == pytest.approx(0.05)
 
 
 def test_a_gap_holds_back_later_records_until_it_fills(chat_table: ChatTable, session_id: str) -> None:

@@ -22,9 +22,13 @@ and the stream ends after the terminal record. Besides the records, the follower
   record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
 
 Polling is adaptive: ``poll_min_s`` after a poll that brought records (no wait when the page was
-full), then doubling with each idle poll up to ``poll_max_s``; until the first token (for at most
-``FIRST_TOKEN_FAST_S``) it stays at ``poll_min_s``, since time to first token is what users feel
-most. While idle the turn item is read at most every ``status_check_s``. A ``: keep-alive``
+full), then doubling with each idle poll up to ``poll_max_s``. Until the first token (for at most
+``FIRST_TOKEN_FAST_S``) it grows only by a quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` ×
+``poll_min_s``, since time to first token is what users feel most; a reply that is slow to start
+(a busy pipeline) is still not polled at the quickest rate for seconds. A wait is never shorter than
+the last Query took: when the table answers slowly, followers ask less often instead of queueing
+more work on it. While idle the turn item is read at most every ``status_check_s`` (a new follower
+first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
 comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 """
@@ -50,7 +54,9 @@ if TYPE_CHECKING:
     from chatstream.table import ChatTable, Turn
 
 PAGE_SIZE = 500
-FIRST_TOKEN_FAST_S = 5.0  # poll at the quickest rate for this long while waiting for the first token
+FIRST_TOKEN_FAST_S = 5.0  # poll near the quickest rate for this long while waiting for the first token
+FIRST_TOKEN_GROWTH = 1.25  # the interval's growth per idle poll before the first token
+FIRST_TOKEN_MAX_FACTOR = 4.0  # … up to this many times poll_min_s
 
 
 def events_url(session_id: str, turn: int) -> str:
@@ -186,9 +192,10 @@ class Follower:
         begin = last_output = clock.monotonic()
         gap_since: float | None = None
         finished_since: float | None = None
-        next_status_check = begin
+        next_status_check = begin + s.status_check_s if self.after < 0 else begin
         idle_polls = 0
         while True:
+            asked = clock.monotonic()
             try:
                 records = self.table.query_records(self.session_id, self.turn, after_seq=last, limit=s.page_size)
             except Throttled:
@@ -196,6 +203,7 @@ class Follower:
             except (ClientError, BotoCoreError, InvalidRecord) as err:
                 yield self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
                 return
+            query_s = clock.monotonic() - asked
             progressed = False
             for record in records:
                 if record.seq != last + 1:
@@ -250,12 +258,18 @@ class Follower:
             if now - last_output >= s.keepalive_s:
                 yield sse.comment("keep-alive")
                 last_output = now
-            if last < 1 and now - begin < FIRST_TOKEN_FAST_S:
-                clock.sleep(s.poll_min_s)  # the first token is due any moment: no backoff before it
-            else:
-                clock.sleep(min(s.poll_min_s * 2 ** min(max(idle_polls - 1, 0), 30), s.poll_max_s))
+            clock.sleep(
+                max(self._poll_wait(idle_polls, first_token_due=last < 1 and now - begin < FIRST_TOKEN_FAST_S), query_s)
+            )
 
     # ------------------------------------------------------------------------------ helpers
+
+    def _poll_wait(self, idle_polls: int, *, first_token_due: bool) -> float:
+        """The wait before the next poll, after ``idle_polls`` polls in a row found nothing new."""
+        s, idle = self.settings, min(max(idle_polls - 1, 0), 30)
+        if first_token_due:
+            return min(s.poll_min_s * FIRST_TOKEN_GROWTH**idle, s.poll_min_s * FIRST_TOKEN_MAX_FACTOR)
+        return float(min(s.poll_min_s * 2**idle, s.poll_max_s))
 
     def _check_turn(self, last: int, now: float, finished_since: float | None) -> str | _Idle:
         """Read the turn item while idle: the ending event to send, or what to do next."""
