@@ -19,8 +19,10 @@ function's Kinesis event in the template:
   ``version``, ``timestamp``, ``KinesisBatchInfo``).
 
 Each shard is processed by its own thread (``start``/``stop``), or deterministically, one batch per
-shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory. The polling delay is
-low and configurable (locally it stands in for enhanced fan-out's push delivery).
+shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory. Delivery stands in for
+enhanced fan-out's push: with ``long_poll_ms`` (the local stack sets it), each ``GetRecords`` asks moto to
+hold an empty answer until a record is put (``chatstream_local.moto_server``), so records arrive at once
+without polling; otherwise (or against a plain moto) the shard is polled every ``poll_interval_s``.
 ``ParallelizationFactor`` is not emulated: each shard is processed by one batch at a time, which
 keeps the same per-partition-key order.
 """
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from chatstream_local.moto_server import WAIT_HEADER
 from chatstream_local.template import ACCOUNT_ID
 
 if TYPE_CHECKING:
@@ -51,6 +54,13 @@ logger = logging.getLogger(__name__)
 
 CONDITION_RETRIES_EXHAUSTED = "RetryAttemptsExhausted"
 CONDITION_RECORD_AGE = "RecordAgeExceeded"
+
+
+def _wait_header(wait_ms: int) -> Callable[..., None]:
+    def add(request: Any, **_: Any) -> None:
+        request.headers[WAIT_HEADER] = str(wait_ms)
+
+    return add
 
 
 class InvokeOutcome(Protocol):
@@ -138,9 +148,12 @@ class EventSourceMapping:
         region: str = "us-east-1",
         role_arn: str | None = None,
         poll_interval_s: float = 0.02,
+        long_poll_ms: int = 0,
         retry_delay_s: float = 0.0,
         now: Callable[[], float] = time.time,
     ) -> None:
+        if long_poll_ms:
+            kinesis.meta.events.register("before-sign.kinesis.GetRecords", _wait_header(long_poll_ms))
         self.kinesis = kinesis
         self.stream_name = stream_name
         self.invoke = invoke

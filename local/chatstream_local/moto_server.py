@@ -11,6 +11,11 @@
   ``put_record`` as "not safe for concurrency" (a record is numbered from the current maximum):
   the patched one numbers records under a lock, so concurrent writers can never share a number
   (we have not seen moto lose a record this way; the lock makes sure it cannot).
+- **Push delivery for the local event source mapping.** A ``GetRecords`` call that carries the header
+  ``X-Chatstream-Wait-Ms`` (only :mod:`chatstream_local.esm` sends it) waits up to that long for a new
+  record when there is none, and returns as soon as one is put: records reach the consumer within a
+  millisecond or two, as enhanced fan-out pushes them on AWS, without polling moto 50 times a second.
+  Without the header, ``GetRecords`` answers at once, as Kinesis does.
 - **DynamoDB TransactWriteItems copied whole tables, and could undo other clients' writes.** moto
   ``deepcopy``s every table a transaction touches (once per action) so it can roll back, which made
   a relay's turn allocation cost ~50 ms after a few hundred chats and seconds under load; its
@@ -41,6 +46,7 @@ import copy
 import functools
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -197,15 +203,56 @@ def _undo(self: Any, undo: list[tuple[str, dict[str, Any], Any]]) -> None:
             table.items[hash_key] = before
 
 
+WAIT_HEADER = "X-Chatstream-Wait-Ms"
+MAX_WAIT_MS = 5000
+
+
+class _Puts:
+    """Counts Kinesis puts, so a waiting ``GetRecords`` wakes when there is something new."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.count = 0
+
+    def put(self) -> None:
+        with self.changed:
+            self.count += 1
+            self.changed.notify_all()
+
+    def wait_after(self, seen: int, timeout: float) -> None:
+        """Until a put after the ``seen``-th one, or ``timeout`` seconds."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.count != seen, timeout=timeout)
+
+
+_PUTS = _Puts()
+
+
 def _patch_kinesis_shard() -> None:
     from moto.kinesis.models import Shard
+    from moto.kinesis.responses import KinesisResponse
 
     put_record = Shard.put_record
+    get_records_response = KinesisResponse.get_records
     lock = threading.Lock()
 
     def locked_put_record(self: Shard, *args: Any, **kwargs: Any) -> Any:
         with lock:
-            return put_record(self, *args, **kwargs)
+            result = put_record(self, *args, **kwargs)
+        _PUTS.put()
+        return result
+
+    def waiting_get_records(self: KinesisResponse) -> Any:
+        wait_ms = min(int(self.headers.get(WAIT_HEADER) or 0), MAX_WAIT_MS)
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            seen = _PUTS.count
+            response = get_records_response(self)
+            left = deadline - time.monotonic()
+            result: dict[str, Any] = response.result  # type: ignore[assignment]  # get_records builds a dict
+            if result["Records"] or left <= 0:
+                return response
+            _PUTS.wait_after(seen, left)
 
     def max_sequence_number(self: Shard) -> int:
         return next(reversed(self.records)) if self.records else 0
@@ -229,6 +276,7 @@ def _patch_kinesis_shard() -> None:
         return results, last, int(behind * 1000)
 
     Shard.put_record = locked_put_record  # type: ignore[method-assign]
+    KinesisResponse.get_records = waiting_get_records  # type: ignore[method-assign]
     Shard.get_max_sequence_number = max_sequence_number  # type: ignore[method-assign]
     Shard.get_records = get_records  # type: ignore[method-assign]
 

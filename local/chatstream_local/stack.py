@@ -67,6 +67,7 @@ class StackSettings:
     function_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     identity_resolver: Any = None
     esm_poll_interval_s: float = 0.02
+    esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see esm.py)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] = os.environ, **kwargs: Any) -> StackSettings:
@@ -281,6 +282,7 @@ class LocalStack:
             sqs=self.client("sqs"),
             invoke=lambda payload: self._invoke_consumer(payload),
             poll_interval_s=self.settings.esm_poll_interval_s,
+            long_poll_ms=self.settings.esm_long_poll_ms,
         )
         self.esm.start()
         self.reaper_source = SqsEventSource.from_template(

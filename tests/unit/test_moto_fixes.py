@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from chatstream_local.moto_server import WAIT_HEADER
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -199,3 +201,30 @@ def test_a_conditional_put_wins_once_under_contention(dynamodb: DynamoDBClient, 
         thread.join()
     # THEN each item was created by exactly one writer
     assert sorted(wins) == list(range(60))
+
+
+def test_a_get_records_with_the_wait_header_returns_the_record_put_while_it_waits(
+    kinesis: KinesisClient, stream_name: str
+) -> None:
+    # GIVEN an empty shard, and a record that is put 0.3 s from now
+    iterator = _iterator(kinesis, stream_name, "LATEST")
+    kinesis.meta.events.register(
+        "before-sign.kinesis.GetRecords", lambda request, **_: request.headers.__setitem__(WAIT_HEADER, "5000")
+    )
+    timer = threading.Timer(0.3, lambda: kinesis.put_record(StreamName=stream_name, Data=b"late", PartitionKey="k"))
+    timer.start()
+    try:
+        # WHEN GetRecords asks to wait THEN it answers with that record
+        records = kinesis.get_records(ShardIterator=iterator)["Records"]
+    finally:
+        timer.join()
+    assert [r["Data"] for r in records] == [b"late"]
+
+
+def test_a_get_records_without_the_header_answers_at_once(kinesis: KinesisClient, stream_name: str) -> None:
+    # GIVEN an empty shard and a record put only after the call has answered
+    iterator = _iterator(kinesis, stream_name, "LATEST")
+    # WHEN GetRecords is called as Kinesis clients call it THEN it answers empty, as Kinesis does
+    assert kinesis.get_records(ShardIterator=iterator)["Records"] == []
+    kinesis.put_record(StreamName=stream_name, Data=b"x", PartitionKey="k")
+    assert [r["Data"] for r in kinesis.get_records(ShardIterator=iterator)["Records"]] == [b"x"]
