@@ -45,9 +45,20 @@ PASSTHROUGH_VARIABLES = (
 )
 
 
+# On AWS every execution environment has CPU of its own, and the services never wait for a function's.
+# On one machine they all share a few cores, and each process gets an equal share: dozens of busy relay
+# environments would get as much CPU each as the one moto process, or the one consumer environment, that
+# serves them all. So environments run at this niceness by default, and the few environments that serve
+# every session (an event source mapping's) at 0, like the emulated services.
+FUNCTION_NICE = 10
+SHARED_FUNCTION_NICE = 0
+
+
 @dataclass(frozen=True)
 class FunctionSpec:
     """One Lambda function as the local stack runs it.
+
+    ``nice``: its environments' process priority (see :data:`FUNCTION_NICE`).
 
     ``command`` replaces the runtime's process command entirely (a custom runtime, or a test double of one);
     it still gets the same environment variables.
@@ -64,6 +75,7 @@ class FunctionSpec:
     max_retry_attempts: int = 0
     max_concurrency: int = 10
     command: Sequence[str] | None = None
+    nice: int = FUNCTION_NICE
 
     def __post_init__(self) -> None:
         if not self.code_dirs:

@@ -53,10 +53,6 @@ ERROR_BODY_TRAILER = "Lambda-Runtime-Function-Error-Body"
 RESPONSE_MODE_HEADER = "Lambda-Runtime-Function-Response-Mode"
 BUFFERED_RESPONSE_LIMIT = 6_291_556  # bytes: Lambda's synchronous response payload quota
 DEFAULT_INIT_TIMEOUT_S = 10.0  # Lambda's init phase limit for on-demand functions
-# Environments run at this niceness. The emulated services (moto, the model, the front ends, the event source
-# mappings) stand for AWS fleets that never wait for a function's CPU; on one machine, dozens of busy
-# environments would otherwise get as much CPU each as the one moto process that serves them all.
-FUNCTION_NICE = 10
 _MAX_CHUNK_LINE = 1024
 _MAX_TRAILER_LINES = 64
 
@@ -277,9 +273,9 @@ class _Environment:
             stderr=out,
             start_new_session=True,  # its own process group: kill() leaves no orphan
         )
-        if self.pool.nice:
+        if self.spec.nice:
             with contextlib.suppress(OSError):  # the process may already be gone; priority is not correctness
-                os.setpriority(os.PRIO_PROCESS, self.process.pid, self.pool.nice)
+                os.setpriority(os.PRIO_PROCESS, self.process.pid, self.spec.nice)
         if self.log_sink is not None:
             assert self.process.stdout is not None and self.process.stderr is not None
             self._spawn(lambda: self._pump(self.process.stdout if self.process else None), "stdout")
@@ -619,11 +615,10 @@ class _RuntimeApiHandler(QuietHandler):
 class _Pool:
     """The execution environments of one function."""
 
-    def __init__(self, spec: FunctionSpec, log_sink: LogSink | None, init_timeout_s: float, nice: int = 0) -> None:
+    def __init__(self, spec: FunctionSpec, log_sink: LogSink | None, init_timeout_s: float) -> None:
         self.spec = spec
         self.log_sink = log_sink
         self.init_timeout_s = init_timeout_s
-        self.nice = nice
         self.cond = threading.Condition()
         self.idle: list[_Environment] = []
         self.alive: set[_Environment] = set()
@@ -694,7 +689,6 @@ class LocalLambda:
         *,
         log_sink: LogSink | None = None,
         init_timeout_s: float = DEFAULT_INIT_TIMEOUT_S,
-        nice: int = FUNCTION_NICE,
     ) -> None:
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
@@ -702,7 +696,6 @@ class LocalLambda:
         self._specs = {spec.name: spec for spec in specs}
         self._log_sink = log_sink
         self._init_timeout_s = init_timeout_s
-        self._nice = nice
         self._pools: dict[str, _Pool] = {}
         self._lock = threading.Lock()
 
@@ -721,8 +714,7 @@ class LocalLambda:
         with self._lock:
             if not self._pools:
                 self._pools = {
-                    name: _Pool(spec, self._log_sink, self._init_timeout_s, self._nice)
-                    for name, spec in self._specs.items()
+                    name: _Pool(spec, self._log_sink, self._init_timeout_s) for name, spec in self._specs.items()
                 }
         return self
 

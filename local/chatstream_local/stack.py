@@ -33,7 +33,7 @@ import boto3
 from chatstream_local.bedrock import LocalModelServer
 from chatstream_local.esm import EventSourceMapping
 from chatstream_local.function_url import FunctionUrlServer
-from chatstream_local.functions import FunctionSpec
+from chatstream_local.functions import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.invoke import InvokeEndpoint
 from chatstream_local.process import die_with_parent
 from chatstream_local.resources import create_queue, create_stream, create_table
@@ -240,9 +240,15 @@ class LocalStack:
                     exec_wrapper=exec_wrapper,
                     max_retry_attempts=int(retries),
                     max_concurrency=100,
+                    nice=SHARED_FUNCTION_NICE if self._mapped(settings) else FUNCTION_NICE,
                 )
             )
         return specs
+
+    @staticmethod
+    def _mapped(settings: dict[str, Any]) -> bool:
+        """Whether an event source mapping (Kinesis, SQS) invokes the function: few environments serve all."""
+        return any(event.get("Type") in ("Kinesis", "SQS") for event in settings.get("Events", {}).values())
 
     def _layer_logical_id(self, layer: Any) -> str:
         # Layers are resolved by the template reader to physical names; map them back to logical ids.
