@@ -66,7 +66,7 @@ def table_name(dynamodb: DynamoDBClient, template: Template) -> str:
 
 @pytest.fixture
 def stream_name(kinesis: KinesisClient, template: Template) -> str:
-    return create_stream(kinesis, template)
+    return create_stream(kinesis, template, shard_count=1)  # one shard: tests read the stream in order
 
 
 @pytest.fixture

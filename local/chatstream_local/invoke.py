@@ -59,8 +59,12 @@ class InvokeEndpoint:
         port: int = 0,
         on_failure: OnFailure | None = None,
         retry_delay_s: float = 1.0,
-        max_async_workers: int = 16,
+        max_async_workers: int | None = None,
     ) -> None:
+        # Lambda runs queued asynchronous invocations up to the function's concurrency; by default so does this
+        # (a smaller pool here queued every generation past the 16th behind whole replies).
+        if max_async_workers is None:
+            max_async_workers = sum(local.spec(name).max_concurrency for name in local.function_names)
         self.local = local
         self.on_failure = on_failure
         self.retry_delay_s = retry_delay_s

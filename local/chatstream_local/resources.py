@@ -34,13 +34,19 @@ def create_table(client: DynamoDBClient, template: Template, logical_id: str = "
     return name
 
 
+ON_DEMAND_SHARDS = 4
+
+
 def create_stream(
     client: KinesisClient, template: Template, logical_id: str = "TokenStream", shard_count: int | None = None
 ) -> str:
-    """Create the stream. On-demand streams get ``shard_count`` shards locally (default 1; moto has no scaling)."""
+    """Create the stream with ``shard_count`` shards, else the template's ``ShardCount``, else, for an on-demand
+    stream, the 4 shards of on-demand's initial capacity (4 MB/s of writes): partition keys spread over them and
+    the event source mapping processes each shard's batches in parallel, as on AWS (moto does not scale)."""
     props = template.properties(logical_id)
     name = template.physical_name(logical_id)
-    shards = int(props.get("ShardCount") or shard_count or 1)
+    on_demand = props.get("StreamModeDetails", {}).get("StreamMode") == "ON_DEMAND"
+    shards = int(shard_count or props.get("ShardCount") or (ON_DEMAND_SHARDS if on_demand else 1))
     client.create_stream(StreamName=name, ShardCount=shards)
     client.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     encryption = props.get("StreamEncryption")

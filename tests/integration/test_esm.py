@@ -40,7 +40,7 @@ class Stack:
         self.kinesis = boto3.client("kinesis", region_name=REGION, endpoint_url=url)
         self.sqs = boto3.client("sqs", region_name=REGION, endpoint_url=url)
         self.dynamodb = boto3.client("dynamodb", region_name=REGION, endpoint_url=url)
-        self.stream_name = create_stream(self.kinesis, template)
+        self.stream_name = create_stream(self.kinesis, template, shard_count=1)  # one shard: batches are predictable
         self.table_name = create_table(self.dynamodb, template)
         self.dlq_url = create_queue(self.sqs, template, "ConsumerDLQ")
         self.table = ChatTable(self.dynamodb, self.table_name, sleep=lambda _: None)
