@@ -177,6 +177,7 @@ class Target:
     function_names: dict[str, str]  # role (relay, proxy, consumer) -> function name
     memory_mb: dict[str, int]
     stop: Callable[[], None]
+    local: LocalLambda
     proxy: CountingProxy | None = None
 
 
@@ -208,7 +209,7 @@ def start_direct() -> Target:
         local.stop()
         model.stop()
 
-    return Target("direct", front.url, model, invocations, {"relay": DIRECT_NAME}, {"relay": 512}, stop)
+    return Target("direct", front.url, model, invocations, {"relay": DIRECT_NAME}, {"relay": 512}, stop, local)
 
 
 def start_pipeline(variant: str, proxy: CountingProxy) -> Target:
@@ -233,7 +234,7 @@ def start_pipeline(variant: str, proxy: CountingProxy) -> Target:
     roles = {"relay": "RelayFunction", "proxy": "ProxyFunction", "consumer": "ConsumerFunction"}
     names = {role: stack.name(logical_id) for role, logical_id in roles.items()}
     memory = {role: stack.local_lambda.spec(name).memory_mb for role, name in names.items()}
-    return Target(variant, stack.url, stack.model, invocations, names, memory, stack.stop, proxy)
+    return Target(variant, stack.url, stack.model, invocations, names, memory, stack.stop, stack.local_lambda, proxy)
 
 
 # ------------------------------------------------------------------------------------------------ the runs
@@ -250,15 +251,24 @@ class Measured:
     durations: dict[str, list[float]] = field(default_factory=dict)
 
 
+WARM_UP_DELAY_MS = 20
+WARM_UP_MESSAGE = "/long 25"  # half a second of generation at 20 ms a token
+
+
 def warm_up(target: Target, load: LoadRunner, top: int) -> None:
     """Start as many execution environments as the largest run needs, a few at a time (cold starts are
-    CPU-bound and the local init limit is 10 s), so the measured runs are warm as on a busy service."""
-    target.model.delay_ms = 0
+    CPU-bound and the local init limit is 10 s), so the measured runs are warm as on a busy service. Each
+    warm-up chat lasts half a second, so that ``top`` chats at once hold ``top`` environments of each function
+    (instant replies would be served by fewer, and the measured cells would pay the missing cold starts)."""
+    target.model.delay_ms = WARM_UP_DELAY_MS
     step = 10
     for concurrency in [*range(step, top, step), top, top]:
-        samples = load.run(target.url, "/long 5", concurrency)
+        samples = load.run(target.url, WARM_UP_MESSAGE, concurrency)
         failed = sum(not s.ok for s in samples)
         log(f"{target.variant}: warm-up {concurrency} chats, {failed} failed")
+    target.model.delay_ms = 0
+    alive = {name: stats.environments_alive for name, stats in target.local.stats().items()}
+    log(f"{target.variant}: warm environments {alive}")
     target.invocations.take()
 
 

@@ -25,6 +25,7 @@ SPECS = [
     buffered("echo", "echo"),
     buffered("fail", "fail"),
     buffered("hold", "hold"),
+    buffered("hold-wide", "hold", max_concurrency=20),
     buffered("count", "count"),
     buffered("count-retried", "count", max_retry_attempts=2),
 ]
@@ -96,6 +97,20 @@ def test_an_event_invocation_is_accepted_before_the_function_runs(
     wait_until(lambda: any(tmp_path.glob("started-*")), what="the Event invocation to start")
     (tmp_path / "release").touch()
     assert endpoint.wait_idle(timeout=20)
+
+
+def test_event_invocations_run_at_once_up_to_the_functions_concurrency(
+    client: Any, endpoint: InvokeEndpoint, tmp_path: Path
+) -> None:
+    # WHEN 17 events (one more than the endpoint used to run at once) go to a function that may run 20 at a time
+    for _ in range(17):
+        client.invoke(
+            FunctionName="hold-wide", InvocationType="Event", Payload=json.dumps({"dir": str(tmp_path)}).encode()
+        )
+    # THEN all 17 are running together (each holds until released), as Lambda runs them
+    wait_until(lambda: len(list(tmp_path.glob("started-*"))) == 17, timeout_s=60, what="17 concurrent invocations")
+    (tmp_path / "release").touch()
+    assert endpoint.wait_idle(timeout=30)
 
 
 def test_a_failed_event_invocation_is_not_retried_and_goes_to_on_failure(
