@@ -7,6 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from chatstream_local.moto_server import WAIT_HEADER
 
@@ -119,8 +120,9 @@ def _transact_put(dynamodb: DynamoDBClient, table_name: str, items: list[dict[st
     )
     try:
         dynamodb.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
-    except dynamodb.exceptions.TransactionCanceledException as err:
-        reasons = [r["Code"] for r in err.response["CancellationReasons"]]
+    except ClientError as err:  # not client.exceptions.…: botocore builds those lazily, racily across threads
+        assert err.response["Error"]["Code"] == "TransactionCanceledException"
+        reasons = [r["Code"] for r in err.response["CancellationReasons"]]  # type: ignore[typeddict-item]
         assert reasons == ["None"] * len(items) + ["ConditionalCheckFailed"]
         return False
     return True
@@ -152,9 +154,11 @@ def test_cancelled_transactions_never_undo_other_writers(dynamodb: DynamoDBClien
         dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "filler"}, "sk": {"S": f"{i:04d}"}})
     stop = threading.Event()
 
+    cancelled = []
+
     def cancel_forever() -> None:
         while not stop.is_set():
-            _transact_put(dynamodb, table_name, [{"pk": "t", "sk": "x"}], fail=True)
+            cancelled.append(not _transact_put(dynamodb, table_name, [{"pk": "t", "sk": "x"}], fail=True))
 
     canceller = threading.Thread(target=cancel_forever)
     canceller.start()
@@ -165,7 +169,8 @@ def test_cancelled_transactions_never_undo_other_writers(dynamodb: DynamoDBClien
     finally:
         stop.set()
         canceller.join()
-    # THEN every one of them is there
+    # THEN the other thread's transactions were all cancelled meanwhile, and every one of the items is there
+    assert cancelled and all(cancelled)
     count = dynamodb.query(
         TableName=table_name,
         KeyConditionExpression="pk = :w",
@@ -179,6 +184,7 @@ def test_cancelled_transactions_never_undo_other_writers(dynamodb: DynamoDBClien
 def test_a_conditional_put_wins_once_under_contention(dynamodb: DynamoDBClient, table_name: str) -> None:
     # GIVEN 16 threads that each try to create the same 60 items, each with its own keys
     wins: list[int] = []
+    codes: list[str] = []
     barrier = threading.Barrier(16)
 
     def create(writer: int) -> None:
@@ -190,7 +196,8 @@ def test_a_conditional_put_wins_once_under_contention(dynamodb: DynamoDBClient, 
                     Item={"pk": {"S": "race"}, "sk": {"S": f"{n:02d}"}, "w": {"N": str(writer)}},
                     ConditionExpression="attribute_not_exists(pk)",
                 )
-            except dynamodb.exceptions.ConditionalCheckFailedException:
+            except ClientError as err:
+                codes.append(err.response["Error"]["Code"])
                 continue
             wins.append(n)
 
@@ -199,8 +206,9 @@ def test_a_conditional_put_wins_once_under_contention(dynamodb: DynamoDBClient, 
         thread.start()
     for thread in threads:
         thread.join()
-    # THEN each item was created by exactly one writer
+    # THEN each item was created by exactly one writer, and every other attempt failed its condition
     assert sorted(wins) == list(range(60))
+    assert len(codes) == 16 * 60 - 60 and set(codes) == {"ConditionalCheckFailedException"}
 
 
 def test_a_get_records_with_the_wait_header_returns_the_record_put_while_it_waits(

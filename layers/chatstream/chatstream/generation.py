@@ -289,9 +289,14 @@ class Generation:
 
     def _append(self, text: str) -> None:
         with self._cond:
+            was_empty = not self._buffer
             self._buffer.append(text)
             self._buffered_chars += len(text)
-            self._cond.notify_all()
+            # Wake the writer only when it has something new to decide: a first delta to write or a flush
+            # deadline to set (the buffer was empty), or a full record. Otherwise it sleeps until the deadline
+            # it already has; waking it for every delta cost a thread switch per token at full model speed.
+            if was_empty or self._buffered_chars >= self.flush_max_chars:
+                self._cond.notify_all()
 
     # ------------------------------------------------------------------------------ writer
 
