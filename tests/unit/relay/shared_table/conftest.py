@@ -1,7 +1,9 @@
-"""One moto DynamoDB table per test module for the relay's service and follower tests.
+"""One moto DynamoDB table per test module for the relay's service, follower and page tests.
 
 Creating a table from template.yaml costs a few hundred milliseconds; those tests only ever use
-fresh sessions (128-bit random ids), so they can share one table without seeing each other.
+fresh sessions (128-bit random ids), so they can share one table without seeing each other. In
+this folder ``chat_table`` and ``table_name`` are that table (they override the per-test table of
+tests/conftest.py, which the relay's handler tests, one folder up, keep).
 """
 
 from __future__ import annotations
@@ -46,3 +48,13 @@ def shared_table() -> Iterator[SharedTable]:
             client = boto3.client("dynamodb", region_name=REGION)
             name = create_table(client, Template.load(region=REGION))
             yield SharedTable(ChatTable(client, name, sleep=lambda _: None), name)
+
+
+@pytest.fixture
+def chat_table(shared_table: SharedTable) -> ChatTable:
+    return shared_table.table
+
+
+@pytest.fixture
+def table_name(shared_table: SharedTable) -> str:
+    return shared_table.name

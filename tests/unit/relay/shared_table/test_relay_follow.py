@@ -16,20 +16,8 @@ from tests.unit.relay.relay_support import FAST, FakeClock, read_stream, turn_re
 if TYPE_CHECKING:
     from chatstream.relay.follow import FollowSettings
     from chatstream.table import ChatTable
-    from tests.unit.relay.conftest import SharedTable
 
 OWNER = "arn:aws:iam::123456789012:user/alice"
-
-
-# This module shares one table (see conftest.py): every test uses sessions of its own.
-@pytest.fixture
-def chat_table(shared_table: SharedTable) -> ChatTable:
-    return shared_table.table
-
-
-@pytest.fixture
-def table_name(shared_table: SharedTable) -> str:
-    return shared_table.name
 
 
 @pytest.fixture

@@ -31,21 +31,9 @@ from tests.unit.relay.relay_support import (
 if TYPE_CHECKING:
     from chatstream.relay.http import Response
     from chatstream.table import ChatTable
-    from tests.unit.relay.conftest import SharedTable
 
 ALICE = {"accountId": "123456789012", "callerId": "AIDAALICE", "userArn": "arn:aws:iam::123456789012:user/alice"}
 BOB = {"accountId": "123456789012", "callerId": "AIDABOB", "userArn": "arn:aws:iam::123456789012:user/bob"}
-
-
-# This module shares one table (see conftest.py): every test uses sessions of its own.
-@pytest.fixture
-def chat_table(shared_table: SharedTable) -> ChatTable:
-    return shared_table.table
-
-
-@pytest.fixture
-def table_name(shared_table: SharedTable) -> str:
-    return shared_table.name
 
 
 class RecordingLambda:
