@@ -58,7 +58,6 @@ def _role(command_line: str) -> str:
     for marker, role in (
         ("moto.server", "moto"),
         ("moto_server", "moto"),
-        ("bench.counting_proxy", "counting-proxy"),
         ("multiprocessing", "clients"),
     ):
         if marker in command_line:

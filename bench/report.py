@@ -149,7 +149,7 @@ def time_goes(results: dict[str, Any]) -> list[str]:
     lines = [
         "CPU milliseconds per 1,000 tokens, by process (the local stack's own front end, model and emulators run in "
         "`bench-process`; `moto` is the AWS emulator; `clients` the load generator), and the mean time of each AWS "
-        "call through the counting forwarder:",
+        "call as moto served it (its queueing not included):",
         "",
     ]
     for r in results["runs"]:

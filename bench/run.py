@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ from bench.cost import UnitCounts, cost_per_million_tokens, price_table
 from bench.load import ChatSample, LoadRunner
 from bench.report import write_markdown, write_plot
 from chatstream_local.bedrock import LocalModelServer, plan_reply
+from chatstream_local.callcount import CALLER_ENV, CONTROL_PREFIX
 from chatstream_local.function_url import FunctionUrlServer
 from chatstream_local.functions import FunctionSpec
 from chatstream_local.runtime_api import LocalLambda
@@ -110,29 +110,16 @@ class Invocations:
         return out
 
 
-class CountingProxy:
-    """The forwarder process of ``bench.counting_proxy``: one listener per function."""
+class CallCounts:
+    """The AWS calls moto counted per function (``chatstream_local.callcount``), read over its control paths."""
 
-    def __init__(self, labels: list[str]) -> None:
-        self.process = subprocess.Popen(  # noqa: S603 - our own module
-            [sys.executable, "-m", "bench.counting_proxy", *labels],
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        assert self.process.stdout is not None
-        self.ports: dict[str, int] = json.loads(self.process.stdout.readline())
-
-    def url(self, label: str) -> str:
-        return f"http://127.0.0.1:{self.ports[label]}"
+    def __init__(self, moto_url: str) -> None:
+        self.moto_url = moto_url
 
     def _call(self, path: str, body: bytes | None = None) -> Any:
-        port = next(iter(self.ports.values()))
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/__bench/{path}", data=body)
+        request = urllib.request.Request(f"{self.moto_url}{CONTROL_PREFIX}{path}", data=body)
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
-
-    def set_upstream(self, url: str) -> None:
-        self._call("upstream", url.encode())
 
     def reset(self) -> None:
         self._call("reset", b"")
@@ -142,10 +129,6 @@ class CountingProxy:
 
     def timeline(self) -> list[list[Any]]:
         return list(self._call("timeline"))
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -178,7 +161,7 @@ class Target:
     memory_mb: dict[str, int]
     stop: Callable[[], None]
     local: LocalLambda
-    proxy: CountingProxy | None = None
+    calls: CallCounts | None = None
 
 
 def start_direct() -> Target:
@@ -212,29 +195,21 @@ def start_direct() -> Target:
     return Target("direct", front.url, model, invocations, {"relay": DIRECT_NAME}, {"relay": 512}, stop, local)
 
 
-def start_pipeline(variant: str, proxy: CountingProxy) -> Target:
-    endpoints = {
-        "ProxyFunction": {
-            "AWS_ENDPOINT_URL_KINESIS": proxy.url("proxy"),
-            "AWS_ENDPOINT_URL_DYNAMODB": proxy.url("proxy"),
-        },
-        "RelayFunction": {"AWS_ENDPOINT_URL_DYNAMODB": proxy.url("relay")},
-        "ConsumerFunction": {"AWS_ENDPOINT_URL_DYNAMODB": proxy.url("consumer")},
-    }
-    for logical_id, overrides in PIPELINE_VARIANTS[variant].items():
-        endpoints[logical_id].update(overrides)
-    settings = StackSettings(port=0, model_delay_ms=0, function_overrides=endpoints)
+def start_pipeline(variant: str) -> Target:
+    roles = {"relay": "RelayFunction", "proxy": "ProxyFunction", "consumer": "ConsumerFunction"}
+    # moto counts each function's calls by the application id botocore puts in the User-Agent.
+    overrides = {logical_id: {CALLER_ENV: role} for role, logical_id in roles.items()}
+    for logical_id, variables in PIPELINE_VARIANTS[variant].items():
+        overrides[logical_id].update(variables)
+    settings = StackSettings(port=0, model_delay_ms=0, function_overrides=overrides, count_calls=True)
     stack = LocalStack(settings, log=lambda component, line: log(f"{component}: {line}"))
-    # The functions reach moto only through the forwarder; until it knows moto's URL it answers 503 (nothing
-    # calls AWS before the first chat: start-up checks /health and warms the consumer with an empty batch).
     stack.start()
-    proxy.set_upstream(stack.moto_url)
     assert stack.local_lambda is not None and stack.model is not None
     invocations = Invocations(stack.local_lambda)
-    roles = {"relay": "RelayFunction", "proxy": "ProxyFunction", "consumer": "ConsumerFunction"}
     names = {role: stack.name(logical_id) for role, logical_id in roles.items()}
     memory = {role: stack.local_lambda.spec(name).memory_mb for role, name in names.items()}
-    return Target(variant, stack.url, stack.model, invocations, names, memory, stack.stop, stack.local_lambda, proxy)
+    calls = CallCounts(stack.moto_url)
+    return Target(variant, stack.url, stack.model, invocations, names, memory, stack.stop, stack.local_lambda, calls)
 
 
 # ------------------------------------------------------------------------------------------------ the runs
@@ -275,11 +250,11 @@ def warm_up(target: Target, load: LoadRunner, top: int) -> None:
 def settle(target: Target, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
     """Wait until no function has called AWS for ``quiet_s`` (the consumer has worked off its backlog), so one
     cell's leftovers do not load the next one."""
-    if target.proxy is None:
+    if target.calls is None:
         return
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        calls = target.proxy.timeline()
+        calls = target.calls.timeline()
         if not calls or time.time() - (calls[-1][0] + calls[-1][1]) >= quiet_s:
             return
         time.sleep(0.25)
@@ -289,8 +264,8 @@ def settle(target: Target, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
 def measure_cell(target: Target, load: LoadRunner, workload: Workload, concurrency: int) -> Measured:
     out = Measured()
     settle(target)
-    if target.proxy is not None:
-        target.proxy.reset()
+    if target.calls is not None:
+        target.calls.reset()
     target.invocations.take()
     cpu_before = procstat.cpu_by_label()
     batches = workload.repeat_at_1 if concurrency == 1 else 1
@@ -301,8 +276,8 @@ def measure_cell(target: Target, load: LoadRunner, workload: Workload, concurren
     time.sleep(0.5)  # the consumer's turn completion lands just after the stop record the relay sent
     out.cpu_s = procstat.delta(procstat.cpu_by_label(), cpu_before)
     out.durations = target.invocations.take()
-    if target.proxy is not None:
-        out.counts = target.proxy.counts()
+    if target.calls is not None:
+        out.counts = target.calls.counts()
     return out
 
 
@@ -405,8 +380,8 @@ def run_record(target: Target, delay: int, concurrency: int, m: Measured, expect
 
 
 @contextlib.contextmanager
-def running(variant: str, proxy: CountingProxy) -> Iterator[Target]:
-    target = start_direct() if variant == "direct" else start_pipeline(variant, proxy)
+def running(variant: str) -> Iterator[Target]:
+    target = start_direct() if variant == "direct" else start_pipeline(variant)
     try:
         yield target
     finally:
@@ -513,12 +488,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
         results["cold_start"] = coldstart.measure(workload.coldstart_repeat)
     expected = plan_reply(workload.message).text
-    proxy = CountingProxy(["relay", "proxy", "consumer"])
     load = LoadRunner()
     try:
         for variant in variants:
             log(f"{variant}: starting")
-            with running(variant, proxy) as target:
+            with running(variant) as target:
                 top = max(workload.concurrency)
                 warm_up(target, load, min(top, workload.naive_max_concurrency) if variant == "naive" else top)
                 for delay in workload.delays_ms:
@@ -537,7 +511,6 @@ def main(argv: list[str] | None = None) -> int:
                         )
     finally:
         load.close()
-        proxy.stop()
     add_costs(results, workload)
     results["environment"]["duration_s"] = round(time.monotonic() - began, 1)
     args.out_dir.mkdir(parents=True, exist_ok=True)

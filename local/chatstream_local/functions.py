@@ -49,7 +49,10 @@ PASSTHROUGH_VARIABLES = (
 # On one machine they all share a few cores, and each process gets an equal share: dozens of busy relay
 # environments would get as much CPU each as the one moto process, or the one consumer environment, that
 # serves them all. So environments run at this niceness by default, and the few environments that serve
-# every session (an event source mapping's) at 0, like the emulated services.
+# every session (an event source mapping's) at 0, like the emulated services. Niceness only ranks processes of
+# one scheduling group: with Linux's autogroup (on by default on desktops) every session is its own group and
+# gets an equal share whatever its niceness, so environments (and moto) get a process group of their own
+# (kill() reaches all of it) but stay in the stack's session.
 FUNCTION_NICE = 10
 SHARED_FUNCTION_NICE = 0
 

@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="moto in server mode, with chatstream's fixes")
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
+    parser.add_argument("--count-calls", action="store_true", help="count each function's calls (the benchmark's)")
     args = parser.parse_args(argv)
     apply()
     modules = tuple(backends.list_of_moto_modules())
@@ -303,8 +304,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth": load, not a fault
     os.environ.setdefault("MOTO_PORT", str(args.port))  # moto builds some URLs (queue URLs) from it
+    app: Any = DomainDispatcherApplication(create_backend_app)
+    if args.count_calls:
+        from chatstream_local.callcount import CountingMiddleware
+
+        app = CountingMiddleware(app)
     waitress.serve(
-        DomainDispatcherApplication(create_backend_app),
+        app,
         host=args.host,
         port=args.port,
         threads=WORKER_THREADS,

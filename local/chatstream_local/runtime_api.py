@@ -271,7 +271,7 @@ class _Environment:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            start_new_session=True,  # its own process group: kill() leaves no orphan
+            process_group=0,  # kill() leaves no orphan; the stack's session, so niceness counts (FUNCTION_NICE)
         )
         if self.spec.nice:
             with contextlib.suppress(OSError):  # the process may already be gone; priority is not correctness

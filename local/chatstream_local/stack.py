@@ -68,6 +68,7 @@ class StackSettings:
     identity_resolver: Any = None
     esm_poll_interval_s: float = 0.02
     esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see esm.py)
+    count_calls: bool = False  # moto counts each function's calls (chatstream_local.callcount; the benchmark's)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] = os.environ, **kwargs: Any) -> StackSettings:
@@ -171,11 +172,17 @@ class LocalStack:
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT / "local"), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": self.settings.region, "PYTHONPATH": python_path}
         self._moto = subprocess.Popen(
-            [sys.executable, "-m", "chatstream_local.moto_server", "-H", "127.0.0.1", "-p", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "chatstream_local.moto_server",
+                *("-H", "127.0.0.1", "-p", str(port)),
+                *(["--count-calls"] if self.settings.count_calls else []),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
-            start_new_session=True,
+            process_group=0,  # the stack's session: see functions.FUNCTION_NICE
             preexec_fn=die_with_parent,  # started from the supervisor's main thread
         )
         threading.Thread(target=self._pump, args=("moto", self._moto), daemon=True).start()

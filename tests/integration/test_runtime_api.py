@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from chatstream_local.functions import FunctionSpec, environment_variables, runtime_command
+from chatstream_local.functions import (
+    FUNCTION_NICE,
+    SHARED_FUNCTION_NICE,
+    FunctionSpec,
+    environment_variables,
+    runtime_command,
+)
 from chatstream_local.runtime_api import LocalLambda, UnknownFunction
 from tests.fixtures.local_handlers.specs import HANDLERS, buffered, streamed, wait_until
 
@@ -20,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 SPECS = [
     buffered("echo", "echo", memory_mb=256),
+    buffered("echo-shared", "echo", nice=SHARED_FUNCTION_NICE),
     buffered("fail", "fail"),
     buffered("crash", "crash"),
     buffered("broken", "broken_import.handler"),
@@ -72,6 +79,22 @@ def test_buffered_invoke_gives_the_handler_its_event_context_and_environment(loc
     assert seen["client_context"] == {"caller": "test"}
     assert seen["env"]["GREETING"] == "hello from the spec"
     assert seen["env"]["LAMBDA_TASK_ROOT"] == str(HANDLERS)
+
+
+def test_environments_run_at_their_niceness_in_the_stacks_session(local: LocalLambda) -> None:
+    # GIVEN a function at the default niceness and one at the shared functions' (an event source mapping's)
+    # WHEN each is invoked
+    default = json.loads(local.invoke("echo", b"{}").payload)
+    shared = json.loads(local.invoke("echo-shared", b"{}").payload)
+
+    # THEN each environment is its own process group (kill() reaches all of it) in this process's session: with
+    # Linux's autogroup a session of its own would get an equal share of the CPU whatever its niceness
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    for seen in (default, shared):
+        assert seen["process_group"] == seen["pid"]
+        assert seen["session"] == os.getsid(0)
+    assert default["nice"] == max(ours, FUNCTION_NICE)
+    assert shared["nice"] == max(ours, SHARED_FUNCTION_NICE)
 
 
 def test_a_warm_environment_is_reused(local: LocalLambda) -> None:

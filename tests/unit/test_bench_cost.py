@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench import cost
-from bench.counting_proxy import measure
 from bench.run import percentile
+from chatstream_local.callcount import measure
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 RUN_KEYS = {
