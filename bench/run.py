@@ -127,8 +127,10 @@ class CallCounts:
     def counts(self) -> dict[str, dict[str, dict[str, float]]]:
         return dict(self._call("counts"))
 
-    def timeline(self) -> list[list[Any]]:
-        return list(self._call("timeline"))
+    def idle_s(self) -> float | None:
+        """Seconds since the last call a function made ended (None: none yet)."""
+        idle = self._call("idle")["idle_s"]
+        return None if idle is None else float(idle)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -254,8 +256,8 @@ def settle(target: Target, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
         return
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        calls = target.calls.timeline()
-        if not calls or time.time() - (calls[-1][0] + calls[-1][1]) >= quiet_s:
+        idle = target.calls.idle_s()
+        if idle is None or idle >= quiet_s:
             return
         time.sleep(0.25)
     log(f"{target.variant}: still busy after {limit_s:g} s; going on")

@@ -15,6 +15,7 @@ operation, with what AWS bills for it:
 Counting in the emulator, rather than in a forwarder between the functions and moto, adds no HTTP hop (and no
 process) to the calls it measures. ``seconds`` is the time moto took to answer (its own queueing not included).
 Control, on moto's port: ``GET /__bench/counts``, ``GET /__bench/timeline`` (the latest calls, in order),
+``GET /__bench/idle`` (``{"idle_s"}``: seconds since the last counted call ended, ``null`` before the first),
 ``POST /__bench/reset``.
 """
 
@@ -110,11 +111,18 @@ class Counters:
         self._lock = threading.Lock()
         self._counts: dict[str, dict[str, OpCount]] = collections.defaultdict(dict)
         self.calls: collections.deque[tuple[float, float, str, str, int]] = collections.deque(maxlen=20_000)
+        self.last_end: float | None = None  # time.monotonic() when the latest call ended (kept across resets)
 
     def add(self, label: str, operation: str, count: OpCount, started_at: float) -> None:
         with self._lock:
             self._counts[label].setdefault(operation, OpCount()).add(count)
             self.calls.append((started_at, count.seconds, label, operation, count.items))
+            self.last_end = time.monotonic()
+
+    def idle_s(self) -> float | None:
+        """Seconds since the latest call ended (None before the first)."""
+        with self._lock:
+            return None if self.last_end is None else time.monotonic() - self.last_end
 
     def timeline(self) -> list[tuple[float, float, str, str, int]]:
         """The latest calls: (epoch seconds at start, seconds, function, operation, items)."""
@@ -179,6 +187,8 @@ class CountingMiddleware:
     def _control(self, action: str, method: str, start_response: StartResponse) -> list[bytes]:
         if action == "counts" and method == "GET":
             body = json.dumps(self.counters.snapshot()).encode()
+        elif action == "idle" and method == "GET":
+            body = json.dumps({"idle_s": self.counters.idle_s()}).encode()
         elif action == "timeline" and method == "GET":
             body = json.dumps(self.counters.timeline()).encode()
         elif action == "reset" and method == "POST":

@@ -113,7 +113,9 @@ def test_calls_are_counted_per_caller_with_their_billed_units(counting_moto: str
 
 
 def test_reset_clears_the_counts_and_unknown_controls_are_404(counting_moto: str) -> None:
+    assert _control(counting_moto, "idle") == {"idle_s": None}
     _client("dynamodb", counting_moto, "relay").list_tables()
+    assert 0 <= _control(counting_moto, "idle")["idle_s"] < 5
     assert _control(counting_moto, "counts")["relay"]["ListTables"]["calls"] == 1
     assert _control(counting_moto, "reset", method="POST") == {}
     assert _control(counting_moto, "counts") == {}

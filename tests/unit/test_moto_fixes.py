@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from chatstream_local.moto_server import WAIT_HEADER
+from chatstream_local.moto_server import WAIT_HEADER, wire_attribute_value
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -236,3 +238,80 @@ def test_a_get_records_without_the_header_answers_at_once(kinesis: KinesisClient
     assert kinesis.get_records(ShardIterator=iterator)["Records"] == []
     kinesis.put_record(StreamName=stream_name, Data=b"x", PartitionKey="k")
     assert [r["Data"] for r in kinesis.get_records(ShardIterator=iterator)["Records"]] == [b"x"]
+
+
+EVERY_TYPE: dict[str, Any] = {
+    "s": {"S": "text ✓"},
+    "n": {"N": "-12.5"},
+    "b": {"B": b"\x00\x01binary"},
+    "yes": {"BOOL": True},
+    "no": {"BOOL": False},
+    "nothing": {"NULL": True},
+    "ss": {"SS": ["a", "b"]},
+    "ns": {"NS": ["1", "2.5"]},
+    "bs": {"BS": [b"x", b"\xff"]},
+    "m": {"M": {"inner": {"S": "x"}, "deeper": {"M": {"l": {"L": [{"N": "1"}, {"S": "y"}, {"NULL": True}]}}}}},
+    "empty_m": {"M": {}},
+    "empty_l": {"L": []},
+}
+
+
+def test_attribute_values_of_every_type_survive_a_round_trip(dynamodb: DynamoDBClient, table_name: str) -> None:
+    # GIVEN an item with an attribute of every type, nested maps and lists included
+    item = {"pk": {"S": "every"}, "sk": {"S": "type"}, **EVERY_TYPE}
+    dynamodb.put_item(TableName=table_name, Item=item)  # type: ignore[arg-type]
+
+    # WHEN it is read back, alone and by a Query
+    got = dynamodb.get_item(TableName=table_name, Key={"pk": {"S": "every"}, "sk": {"S": "type"}})["Item"]
+    queried = dynamodb.query(
+        TableName=table_name, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "every"}}
+    )["Items"]
+
+    # THEN botocore reads back exactly what was written (sets in any order)
+    for read in (got, queried[0]):
+        for name in ("ss", "ns", "bs"):
+            member = next(iter(item[name]))
+            assert sorted(read.pop(name)[member]) == sorted(item[name][member])  # type: ignore[literal-required]
+        assert read == {k: v for k, v in item.items() if k not in ("ss", "ns", "bs")}
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [{"pk": {"S": "p"}, "sk": {"S": "s"}, **EVERY_TYPE}],
+        [{"pk": {"S": "p"}, "b_text": {"B": "already text"}}],  # moto may hold binary as str
+        [{"pk": {"S": "p"}, "odd": {"X": "not a member"}}],  # not wire form: moto's own path
+        [{"pk": {"S": "p"}, "n": {"N": 5}}],  # not wire form (a number, not its string): moto's own path
+        [{"pk": {"S": "p"}, "absent": {"S": None, "N": "1"}}],
+    ],
+)
+def test_the_fast_attribute_value_path_writes_what_motos_serializer_writes(
+    monkeypatch: pytest.MonkeyPatch, items: list[dict[str, Any]]
+) -> None:
+    from moto.core.serialize import BaseJSONSerializer, ResponseSerializer, XFormedAttributePicker, get_serializer_class
+    from moto.core.utils import get_service_model
+
+    operation = get_service_model("dynamodb").operation_model("Query")
+    result = {"Items": items, "Count": len(items), "ScannedCount": len(items)}
+
+    def serialize() -> Any:
+        serializer = get_serializer_class("dynamodb", "json")(operation, value_picker=XFormedAttributePicker())
+        return json.loads(serializer.serialize(result)["body"])
+
+    fast = serialize()
+    monkeypatch.setattr(BaseJSONSerializer, "_serialize_type_structure", ResponseSerializer._serialize_type_structure)
+    assert fast == serialize()
+
+
+def test_wire_form_is_recognized_strictly() -> None:
+    def b64(value: Any) -> str:
+        return base64.b64encode(value if isinstance(value, bytes) else value.encode()).decode()
+
+    assert wire_attribute_value({"L": [{"S": "a"}, {"M": {"k": {"BOOL": False}}}]}, b64) == {
+        "L": [{"S": "a"}, {"M": {"k": {"BOOL": False}}}]
+    }
+    assert wire_attribute_value({"B": b"\x00"}, b64) == {"B": "AA=="}
+    for odd in ({"X": "?"}, {"N": 1}, {"L": [{"S": 1}]}, {"M": {"k": "bare"}}, {"SS": ["a", 1]}, ["S", "x"]):
+        with pytest.raises(Exception) as raised:  # noqa: PT011 - the class is private; its name is checked
+            wire_attribute_value(odd, b64)
+        assert type(raised.value).__name__ == "_NotWireForm"
