@@ -21,14 +21,20 @@ and the stream ends after the terminal record. Besides the records, the follower
   (a client resuming past the end): the terminal record is sent again (with its ``id``); a terminal
   record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
 
-Polling is adaptive: ``poll_min_s`` after a poll that brought records (no wait when the page was
-full), then doubling with each idle poll up to ``poll_max_s``. Until the first token (for at most
-``FIRST_TOKEN_FAST_S``) it grows only by a quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` ×
-``poll_min_s``, since time to first token is what users feel most; a reply that is slow to start
-(a busy pipeline) is still not polled at the quickest rate for seconds. A wait is never shorter than
-the last Query took: when the table answers slowly, followers ask less often instead of queueing
-more work on it. While idle the turn item is read at most every ``status_check_s`` (a new follower
-first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
+Polling is adaptive. After a poll that brought records (no wait when the page was full) the follower
+waits ``CADENCE_FRACTION`` of the turn's cadence, the smoothed interval between records (the time
+between the polls that brought records, divided by the records each brought; at most ``poll_max_s``):
+the proxy flushes on a timer, so the next records are not due before then. Each idle poll after that
+doubles the wait from ``poll_min_s`` up to ``poll_max_s``. Against records every 300 ms this asks about
+half as often as polling from ``poll_min_s`` after every arrival, and finds each arrival sooner (the
+doubling waits were longest just when it was due). Until the first token, and until the cadence is
+known (for at most ``FIRST_TOKEN_FAST_S``), the wait grows only by a
+quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
+what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
+rate for seconds. A wait is never shorter than the last Query took: when the table answers slowly,
+followers ask less often instead of queueing more work on it. While idle the turn item is read at most
+every ``status_check_s`` (a new follower first reads it after ``status_check_s``: its first polls find
+the records of a turn that has ended). A ``: keep-alive``
 comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 """
@@ -57,6 +63,8 @@ PAGE_SIZE = 500
 FIRST_TOKEN_FAST_S = 5.0  # poll near the quickest rate for this long while waiting for the first token
 FIRST_TOKEN_GROWTH = 1.25  # the interval's growth per idle poll before the first token
 FIRST_TOKEN_MAX_FACTOR = 4.0  # … up to this many times poll_min_s
+CADENCE_FRACTION = 0.8  # after records came, wait this share of the interval at which they have been coming
+CADENCE_WEIGHT = 0.3  # the weight of the latest interval in the smoothed cadence
 
 
 def events_url(session_id: str, turn: int) -> str:
@@ -194,6 +202,8 @@ class Follower:
         finished_since: float | None = None
         next_status_check = begin + s.status_check_s if self.after < 0 else begin
         idle_polls = 0
+        cadence: float | None = None  # smoothed seconds between polls that brought records
+        last_progress: float | None = None
         while True:
             asked = clock.monotonic()
             try:
@@ -204,11 +214,11 @@ class Follower:
                 yield self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
                 return
             query_s = clock.monotonic() - asked
-            progressed = False
+            progressed, fresh = False, 0
             for record in records:
                 if record.seq != last + 1:
                     break
-                last, progressed = record.seq, True
+                last, progressed, fresh = record.seq, True, fresh + 1
                 if record.type is RecordType.START:
                     started = True
                     continue
@@ -225,6 +235,10 @@ class Follower:
                 gap_since, finished_since, idle_polls = None, None, 0
                 if len(records) >= s.page_size:
                     continue
+                if last_progress is not None:
+                    interval = (now - last_progress) / fresh  # a late poll finds several flushes' records
+                    cadence = interval if cadence is None else cadence + CADENCE_WEIGHT * (interval - cadence)
+                last_progress = now
             else:
                 idle_polls += 1
             if pending:
@@ -258,17 +272,19 @@ class Follower:
             if now - last_output >= s.keepalive_s:
                 yield sse.comment("keep-alive")
                 last_output = now
-            clock.sleep(
-                max(self._poll_wait(idle_polls, first_token_due=last < 1 and now - begin < FIRST_TOKEN_FAST_S), query_s)
-            )
+            gentle = (last < 1 or cadence is None) and now - begin < FIRST_TOKEN_FAST_S
+            clock.sleep(max(self._poll_wait(idle_polls, first_token_due=gentle, cadence=cadence), query_s))
 
     # ------------------------------------------------------------------------------ helpers
 
-    def _poll_wait(self, idle_polls: int, *, first_token_due: bool) -> float:
-        """The wait before the next poll, after ``idle_polls`` polls in a row found nothing new."""
+    def _poll_wait(self, idle_polls: int, *, first_token_due: bool, cadence: float | None = None) -> float:
+        """The wait before the next poll, after ``idle_polls`` polls in a row found nothing new (0: the last
+        poll brought records, which have been coming every ``cadence`` seconds)."""
         s, idle = self.settings, min(max(idle_polls - 1, 0), 30)
         if first_token_due:
             return min(s.poll_min_s * FIRST_TOKEN_GROWTH**idle, s.poll_min_s * FIRST_TOKEN_MAX_FACTOR)
+        if idle_polls == 0 and cadence is not None:
+            return min(max(s.poll_min_s, CADENCE_FRACTION * cadence), s.poll_max_s)
         return float(min(s.poll_min_s * 2**idle, s.poll_max_s))
 
     def _check_turn(self, last: int, now: float, finished_since: float | None) -> str | _Idle:

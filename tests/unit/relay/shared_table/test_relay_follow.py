@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo, TokenRecord, Usage
-from chatstream.relay.follow import Follower
+from chatstream.relay.follow import CADENCE_FRACTION, Follower
 from tests.unit.relay.relay_support import FAST, FakeClock, read_stream, turn_records, write_turn
 
 if TYPE_CHECKING:
@@ -68,18 +68,28 @@ def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str)
     assert done.event == "done" and done.id == "3"
 
 
-def test_polling_is_quick_while_records_flow_and_backs_off_when_idle(chat_table: ChatTable, session_id: str) -> None:
-    # GIVEN a turn whose first word comes at once, then is silent for two seconds before the rest
-    records = turn_records(session_id, 1, ["Early", " late"])
+def test_polling_follows_the_records_cadence_and_backs_off_when_idle(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose first words come every 0.1 s, then nothing for a few seconds before the last one
+    records = turn_records(session_id, 1, [" a", " b", " c", " late"])
     chat_table.put_records(records[:2])
     clock = FakeClock()
-    clock.at(2.0, lambda: chat_table.put_records(records[2:]))
+    clock.at(0.1, lambda: chat_table.put_records(records[2:3]))
+    clock.at(0.2, lambda: chat_table.put_records(records[3:4]))
+    clock.at(8.0, lambda: chat_table.put_records(records[4:]))
+    settings = replace(FAST, poll_max_s=0.5)
     # WHEN a client follows it
-    stream = read_stream(follow(chat_table, session_id, clock).events())
-    # THEN idle polls back off from the minimum to the maximum interval and never beyond
-    assert stream.text == "Early late"
-    assert clock.sleeps[:4] == [FAST.poll_min_s, FAST.poll_min_s, 2 * FAST.poll_min_s, 4 * FAST.poll_min_s]
-    assert max(clock.sleeps) == FAST.poll_max_s
+    stream = read_stream(follow(chat_table, session_id, clock, settings=settings).events())
+    assert stream.text == " a b c late"
+    # THEN after the last of those it waits most of their interval, then idle polls back off from the minimum to
+    # the maximum interval and never beyond
+    waited, after_c = 0.0, []
+    for wait in clock.sleeps:
+        if waited >= 0.2:
+            after_c.append(wait)
+        waited += wait
+    assert after_c[0] == pytest.approx(CADENCE_FRACTION * 0.1, abs=0.015)
+    assert after_c[1:5] == [FAST.poll_min_s, 2 * FAST.poll_min_s, 4 * FAST.poll_min_s, 8 * FAST.poll_min_s]
+    assert max(clock.sleeps) == settings.poll_max_s
 
 
 def test_only_a_gentle_backoff_while_waiting_for_the_first_token(chat_table: ChatTable, session_id: str) -> None:
@@ -104,6 +114,40 @@ def test_only_a_gentle_backoff_while_waiting_for_the_first_token(chat_table: Cha
     assert max(before_first_token) == pytest.approx(4 * FAST.poll_min_s)
     # AND the token went out within one of those waits of its arrival
     assert 2.0 <= first_token_at <= 2.0 + 4 * FAST.poll_min_s + 1e-9
+
+
+@pytest.mark.parametrize("jitter_s", [0.0, 0.03])
+def test_records_on_a_steady_cadence_are_polled_about_once_or_twice_each(
+    chat_table: ChatTable, session_id: str, jitter_s: float
+) -> None:
+    # GIVEN a turn whose records appear every 0.3 s (the proxy's flush timer), give or take a little
+    settings = replace(FAST, poll_min_s=0.02, poll_max_s=0.5)
+    words = [f" w{i}" for i in range(20)]
+    records = turn_records(session_id, 1, words)
+    chat_table.put_records(records[:2])
+    clock = FakeClock()
+    due = {}
+    for i, record in enumerate(records[2:], start=1):
+        due[record.seq] = 0.3 * i + (jitter_s if i % 2 else -jitter_s)
+        clock.at(due[record.seq], lambda record=record: chat_table.put_records([record]))
+    queries = 0
+    query = chat_table.query_records
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal queries
+        queries += 1
+        return query(*args, **kwargs)
+
+    chat_table.query_records = counted  # type: ignore[method-assign]
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock, settings=settings).events(), clock)
+    # THEN every token went out soon after its record appeared
+    assert stream.text == "".join(words)
+    lags = [event.at - due[int(event.id)] for event in stream.events[1:] if event.at is not None]
+    assert max(lags[5:]) <= 0.1  # once the cadence is learned (it starts from the gentle first-token polling)
+    assert max(lags) <= 0.2
+    # AND the table was asked about three times per record (from 20 ms after each, doubling, was five times)
+    assert queries <= 3.5 * len(due)
 
 
 def test_a_slow_table_is_asked_less_often(chat_table: ChatTable, session_id: str) -> None:
