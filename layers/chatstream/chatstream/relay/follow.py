@@ -32,9 +32,9 @@ known (for at most ``FIRST_TOKEN_FAST_S``), the wait grows only by a
 quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
 what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
 rate for seconds. A wait is never shorter than the last Query took: when the table answers slowly,
-followers ask less often instead of queueing more work on it. While idle the turn item is read at most
-every ``status_check_s`` (a new follower first reads it after ``status_check_s``: its first polls find
-the records of a turn that has ended). A ``: keep-alive``
+followers ask less often instead of queueing more work on it. The turn item is read only after
+``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new follower
+first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
 comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 """
@@ -235,6 +235,7 @@ class Follower:
                 gap_since, finished_since, idle_polls = None, None, 0
                 if len(records) >= s.page_size:
                     continue
+                next_status_check = max(next_status_check, now + s.status_check_s)  # records flow: the turn is alive
                 if last_progress is not None:
                     interval = (now - last_progress) / fresh  # a late poll finds several flushes' records
                     cadence = interval if cadence is None else cadence + CADENCE_WEIGHT * (interval - cadence)

@@ -150,6 +150,31 @@ def test_records_on_a_steady_cadence_are_polled_about_once_or_twice_each(
     assert queries <= 3.5 * len(due)
 
 
+def test_the_turn_item_is_not_read_while_records_flow(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose records come every 0.3 s for six seconds, then a pause of two seconds before it ends
+    words = [f" w{i}" for i in range(20)]
+    records = turn_records(session_id, 1, words)
+    chat_table.put_records(records[:2])
+    clock = FakeClock()
+    for i, record in enumerate(records[2:-1], start=1):
+        clock.at(0.3 * i, lambda record=record: chat_table.put_records([record]))
+    clock.at(8.0, lambda: chat_table.put_records(records[-1:]))
+    reads: list[float] = []
+    get_turn = chat_table.get_turn
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(clock.t)
+        return get_turn(*args, **kwargs)
+
+    chat_table.get_turn = counted  # type: ignore[method-assign]
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events())
+    # THEN the turn item was read only in the pause, once a status_check_s after the last records
+    assert stream.text == "".join(words)
+    assert reads
+    assert min(reads) >= 0.3 * (len(records) - 3) + FAST.status_check_s
+
+
 def test_a_slow_table_is_asked_less_often(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a table whose every Query takes 0.05 s (a busy DynamoDB, in fake time), and a turn whose word comes late
     records = turn_records(session_id, 1, ["Late"])
