@@ -32,9 +32,13 @@ class ChatSample:
     error: str | None = None
 
 
-def _one_chat(url: str, message: str, barrier: threading.Barrier, out: list[ChatSample], index: int) -> None:
+def _one_chat(
+    url: str, message: str, barrier: threading.Barrier, out: list[ChatSample], index: int, gap_s: float = 0.0
+) -> None:
     with ChatClient(url, timeout=120) as client:
         barrier.wait()
+        if gap_s:
+            time.sleep(index * gap_s)  # arrivals spread out: chat i is sent i gaps after the first
         started = time.monotonic()
         try:
             result = client.chat(message)
@@ -56,12 +60,13 @@ def _one_chat(url: str, message: str, barrier: threading.Barrier, out: list[Chat
     )
 
 
-def run_load(url: str, message: str, concurrency: int) -> list[dict[str, object]]:
-    """``concurrency`` chats of ``message`` started together; their samples as dicts (picklable)."""
+def run_load(url: str, message: str, concurrency: int, gap_s: float = 0.0) -> list[dict[str, object]]:
+    """``concurrency`` chats of ``message`` started together (or ``gap_s`` apart); their samples as dicts
+    (picklable)."""
     barrier = threading.Barrier(concurrency)
     out: list[ChatSample] = [ChatSample(ok=False, error="not run")] * concurrency
     threads = [
-        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i), daemon=True)
+        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i, gap_s), daemon=True)
         for i in range(concurrency)
     ]
     for thread in threads:
@@ -77,8 +82,8 @@ class LoadRunner:
     def __init__(self) -> None:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
-    def run(self, url: str, message: str, concurrency: int) -> list[ChatSample]:
-        samples = self._pool.submit(run_load, url, message, concurrency).result()
+    def run(self, url: str, message: str, concurrency: int, gap_s: float = 0.0) -> list[ChatSample]:
+        samples = self._pool.submit(run_load, url, message, concurrency, gap_s).result()
         return [ChatSample(**sample) for sample in samples]  # type: ignore[arg-type]
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ Usage: ``python -m bench.run [--quick] [--out-dir bench]``.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import json
@@ -62,16 +63,36 @@ class Workload:
     delays_ms: tuple[int, ...] = (0, 20)
     concurrency: tuple[int, ...] = (1, 10, 50)
     repeat_at_1: int = 5
+    rounds_up_to_10: int = 3  # rounds of chats at once, up to 10: one round of 10 is 10 samples of a noisy p50
     coldstart_repeat: int = 7
     naive_max_concurrency: int = 10  # see bench/README.md: beyond this the local emulator falls behind for good
+    # Informative cells beside the issue's: the same numbers of chats, sent this far apart instead of at once (at
+    # 20 ms a token a reply lasts 6 s, so all of them still stream at the same time once the last one is sent).
+    spread_gap_ms: int = 100
+    spread_concurrency: tuple[int, ...] = (10, 50)
+    spread_delay_ms: int = 20
 
     @property
     def message(self) -> str:
         return f"/long {self.deltas}"
 
+    def rounds(self, concurrency: int, variant: str) -> int:
+        """How many rounds of ``concurrency`` chats started together a cell measures (naive's unit counts do not
+        vary from round to round, and its time to first token is no target: one round above one chat)."""
+        if concurrency == 1:
+            return self.repeat_at_1
+        return self.rounds_up_to_10 if concurrency <= 10 and variant != "naive" else 1
+
 
 QUICK = Workload(
-    deltas=60, delays_ms=(0, 20), concurrency=(1, 4), repeat_at_1=2, coldstart_repeat=2, naive_max_concurrency=4
+    deltas=60,
+    delays_ms=(0, 20),
+    concurrency=(1, 4),
+    repeat_at_1=2,
+    rounds_up_to_10=1,
+    spread_concurrency=(4,),
+    coldstart_repeat=2,
+    naive_max_concurrency=4,
 )
 
 
@@ -238,11 +259,12 @@ def warm_up(target: Target, load: LoadRunner, top: int) -> None:
     warm-up chat lasts half a second, so that ``top`` chats at once hold ``top`` environments of each function
     (instant replies would be served by fewer, and the measured cells would pay the missing cold starts)."""
     target.model.delay_ms = WARM_UP_DELAY_MS
-    step = 10
+    step = 5  # 10 new environments of two functions at once could pass the local 10 s init limit on two cores
     for concurrency in [*range(step, top, step), top, top]:
         samples = load.run(target.url, WARM_UP_MESSAGE, concurrency)
-        failed = sum(not s.ok for s in samples)
-        log(f"{target.variant}: warm-up {concurrency} chats, {failed} failed")
+        failed = collections.Counter(str(s.error)[:160] for s in samples if not s.ok)
+        why = f": {dict(failed)}" if failed else ""
+        log(f"{target.variant}: warm-up {concurrency} chats, {sum(failed.values())} failed{why}")
     target.model.delay_ms = 0
     alive = {name: stats.environments_alive for name, stats in target.local.stats().items()}
     log(f"{target.variant}: warm environments {alive}")
@@ -263,16 +285,19 @@ def settle(target: Target, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
     log(f"{target.variant}: still busy after {limit_s:g} s; going on")
 
 
-def measure_cell(target: Target, load: LoadRunner, workload: Workload, concurrency: int) -> Measured:
+def measure_cell(
+    target: Target, load: LoadRunner, workload: Workload, concurrency: int, *, gap_s: float = 0.0
+) -> Measured:
     out = Measured()
     settle(target)
     if target.calls is not None:
         target.calls.reset()
     target.invocations.take()
     cpu_before = procstat.cpu_by_label()
-    batches = workload.repeat_at_1 if concurrency == 1 else 1
-    for _ in range(batches):
-        samples = load.run(target.url, workload.message, concurrency)
+    for round_ in range(1 if gap_s else workload.rounds(concurrency, target.variant)):
+        if round_ and concurrency > 1:
+            settle(target)  # each round starts on a quiet stack, as the first did
+        samples = load.run(target.url, workload.message, concurrency, gap_s)
         out.samples.extend(samples)
         out.wall_s += max(s.finished for s in samples) - min(s.started for s in samples)
     time.sleep(0.5)  # the consumer's turn completion lands just after the stop record the relay sent
@@ -410,7 +435,13 @@ def environment(workload: Workload) -> dict[str, Any]:
             "model_delays_ms": list(workload.delays_ms),
             "concurrency": list(workload.concurrency),
             "chats_at_concurrency_1": workload.repeat_at_1,
-            "chats_at_higher_concurrency": "one per client",
+            "chats_at_higher_concurrency": "one per client, all started together",
+            "rounds_up_to_10_at_once": workload.rounds_up_to_10,
+            "spread_arrivals": {
+                "gap_ms": workload.spread_gap_ms,
+                "concurrency": list(workload.spread_concurrency),
+                "model_delay_ms": workload.spread_delay_ms,
+            },
             "naive_max_concurrency": workload.naive_max_concurrency,
         },
         "settings": {
@@ -485,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         workload = dataclasses.replace(workload, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
     variants = [v for v in args.variants.split(",") if v]
     began = time.monotonic()
-    results: dict[str, Any] = {"environment": environment(workload), "runs": []}
+    results: dict[str, Any] = {"environment": environment(workload), "runs": [], "spread_arrivals": []}
     if not args.no_coldstart:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
         results["cold_start"] = coldstart.measure(workload.coldstart_repeat)
@@ -511,6 +542,19 @@ def main(argv: list[str] | None = None) -> int:
                             f"ttft p50={record['ttft_ms']['p50']} ms, gap p50={record['gap_ms']['p50']} ms, "
                             f"{record['tokens_per_s']} tok/s, records/1k={record['kinesis_records_per_1k_tokens']}"
                         )
+                if variant == "naive":
+                    continue
+                target.model.delay_ms = workload.spread_delay_ms
+                for concurrency in workload.spread_concurrency:
+                    m = measure_cell(target, load, workload, concurrency, gap_s=workload.spread_gap_ms / 1000)
+                    record = run_record(target, workload.spread_delay_ms, concurrency, m, expected)
+                    record["arrival_gap_ms"] = workload.spread_gap_ms
+                    results["spread_arrivals"].append(record)
+                    log(
+                        f"{variant} delay={workload.spread_delay_ms} c={concurrency} sent "
+                        f"{workload.spread_gap_ms} ms apart: exact={record['exact']} "
+                        f"ttft p50={record['ttft_ms']['p50']} ms"
+                    )
     finally:
         load.close()
     add_costs(results, workload)

@@ -122,3 +122,5 @@ def test_committed_results_follow_the_issue_schema() -> None:
         assert set(run["ttft_ms"]) == {"p50", "p95", "p99"}
         assert set(run["gap_ms"]) == {"p50", "p99"}
         assert isinstance(run["exact"], bool)
+    for run in results.get("spread_arrivals", []):  # informative cells: chats sent apart instead of at once
+        assert set(run) >= {*RUN_KEYS, "arrival_gap_ms"}, run["variant"]
