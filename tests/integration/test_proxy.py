@@ -164,7 +164,7 @@ class RecordingKinesis:
         return self.client.put_records(**kwargs)
 
 
-def test_start_and_first_delta_share_one_call(bedrock, kinesis, stream_name, chat_table) -> None:
+def test_every_record_goes_alone_after_the_one_before(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN a reply of several coalesced records
     recording = RecordingKinesis(kinesis)
     request = start_turn(chat_table, "/long 40")
@@ -173,10 +173,12 @@ def test_start_and_first_delta_share_one_call(bedrock, kinesis, stream_name, cha
     Generation(
         request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_max_chars=40
     ).run()
-    # THEN the first call carries the start record and the first delta, and every later call one record
+    # THEN each call carries one record, start first and the first delta right after it: entries of one call
+    # fail independently, so a shared call could store the delta without the start (no clean prefix if the
+    # proxy then died)
     kinds = [[record.type for record in call] for call in recording.calls]
-    assert kinds[0] == [RecordType.START, RecordType.DELTA]
-    assert all(len(call) == 1 for call in kinds[1:]) and kinds[-1] == [RecordType.STOP]
+    assert kinds[:2] == [[RecordType.START], [RecordType.DELTA]]
+    assert all(len(call) == 1 for call in kinds) and kinds[-1] == [RecordType.STOP]
     assert_well_formed(read_stream(kinesis, stream_name))
 
 
@@ -248,14 +250,13 @@ def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kines
     assert_well_formed(sorted(records, key=lambda r: r.seq))
     assert text_of(sorted(records, key=lambda r: r.seq)) == plan_reply("/long 300").text
     assert result.throttle_retries > 10
-    # AND in seq order, but for the start record: its entry failed in the call it shared with the first delta,
-    # which was stored, so it came after (readers order by seq, ARCHITECTURE.md)
-    assert [r.seq for r in records] == [1, 0, *range(2, len(records))]
+    # AND in seq order: a record is written only once every earlier one is stored
+    assert [r.seq for r in records] == list(range(len(records)))
 
 
 def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_name, chat_table) -> None:
-    # GIVEN Kinesis accepts the first call (the start record with the first delta) and then refuses everything
-    flaky = FlakyKinesis(kinesis, ["ok"] + ["raise"] * 1000)
+    # GIVEN Kinesis accepts the first two calls (the start record, then the first delta) and then refuses everything
+    flaky = FlakyKinesis(kinesis, ["ok", "ok"] + ["raise"] * 1000)
     request = start_turn(chat_table, "/long 50")
     writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
     result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m").run()

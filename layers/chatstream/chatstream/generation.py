@@ -2,7 +2,7 @@
 
 Two threads per generation. The caller's thread reads the Bedrock stream and appends each
 delta to a buffer; it never waits on Kinesis. A writer thread turns the buffer into records:
-``start`` and the first delta as soon as that delta is here (time to first token; ``start`` alone
+``start`` then the first delta as soon as that delta is here (time to first token; ``start`` alone
 after ``start_defer_ms`` if the model is slow), later deltas every flush interval or flush size,
 whichever comes first, then exactly one ``stop`` or ``error``. Only one
 record is in flight at a time, so records reach the shard strictly in ``seq`` order and a slow
@@ -306,18 +306,18 @@ class Generation:
             self._last_cancel_check = self.monotonic()  # the first check comes after the first delta, not before
             while True:
                 action, text = self._next_action()
-                before = [opening] if opening is not None else []
-                opening = None
+                if opening is not None:
+                    self._write(opening)  # alone, and first: see _open_turn
+                    opening = None
                 if action == "delta":
-                    seq = self._next_seq + len(before)
-                    record = TokenRecord.delta(self.request.session_id, self.request.turn, seq, text, self.now_ms())
-                    self._write(*before, record)
+                    record = TokenRecord.delta(
+                        self.request.session_id, self.request.turn, self._next_seq, text, self.now_ms()
+                    )
+                    self._write(record)
                     self._written_text.append(text)
                     if self._first_delta_at is None:
                         self._first_delta_at = self.monotonic()
                     continue
-                if before:
-                    self._write(*before)
                 if action == "cancel-check":
                     self._check_cancel()
                 else:
@@ -333,11 +333,14 @@ class Generation:
                 self._stream.close()
 
     def _open_turn(self) -> TokenRecord | None:
-        """Write the start record, or hold it to go with the first delta (returned) when that is here.
+        """Write the start record, or hold it (returned) until the first delta is here.
 
-        The start waits for the first delta (or the end) at most ``start_defer_ms``; when the delta is
-        there, both go in one ``PutRecords`` call, so they reach the consumer in the same batch and the
-        first token is one consumer cycle earlier. A slow model still gets its start record promptly.
+        The start waits for the first delta (or the end) at most ``start_defer_ms``, then is written just
+        before it: back to back, they usually reach the consumer in one batch, so the first token is one
+        consumer cycle earlier; a slow model still gets its start record promptly. They are two calls, not
+        one ``PutRecords`` with both: entries of one call fail independently, and a proxy that died after
+        the delta's entry was stored but before the start's retry would leave a turn whose records are not
+        a clean prefix (seq 1 without seq 0; ``make chaos`` found one such turn in 200).
         """
         with self._cond:
             self._cond.wait_for(lambda: bool(self._buffer) or self._done, timeout=self.start_defer_ms / 1000)
@@ -398,14 +401,11 @@ class Generation:
             if self._stream is not None:
                 self._stream.close()
 
-    def _write(self, *records: TokenRecord) -> None:
-        """Records in ``seq`` order: one alone, or the start record with the first delta."""
-        if len(records) == 1:
-            self.writer.put(records[0])
-        else:
-            self.writer.put_all(records)
-        self._next_seq = records[-1].seq + 1
-        self._records_written += len(records)
+    def _write(self, record: TokenRecord) -> None:
+        """One record, after every earlier one was stored: the stream always holds a prefix of the turn."""
+        self.writer.put(record)
+        self._next_seq = record.seq + 1
+        self._records_written += 1
 
     def _end_through_table(self, terminal: Callable[[int], TokenRecord]) -> bool:
         """Kinesis refused the reply: write the error record straight into the read model."""

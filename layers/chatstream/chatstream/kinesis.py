@@ -40,9 +40,8 @@ class TokenStreamWriter:
 
     :meth:`put` writes one record per ``PutRecords`` call, so no record is ever stored after a later one.
     :meth:`put_all` writes several in one call: an entry that fails is retried (before anything after
-    the call is written), but the call's later entries may then be stored before it. Readers order by
-    ``seq`` and never trust arrival order (ARCHITECTURE.md); the proxy sends only a turn's start record
-    and its first delta together, never a terminal record with anything before it.
+    the call is written), but the call's later entries may then be stored before it, and a writer that
+    dies before the retry leaves a gap. The proxy therefore writes one record per call (:meth:`put`).
 
     A failed entry (throttled, internal failure) or a failed call (throttling, transport error) is
     retried up to ``max_attempts`` calls; then :class:`Throttled` is raised and nothing later is written.
