@@ -68,7 +68,7 @@ local: $(STAMP)
 	$(LOCAL_PATH) exec $(BIN)/python -m chatstream_local $(ARGS)
 
 chat: $(STAMP)
-	$(LOCAL_PATH) $(BIN)/python -m chatstream_local.cli $(if $(URL),--url $(URL)) $(ARGS)
+	PYTHONPATH=client $(BIN)/python -m chatstream_client.cli $(if $(URL),--url $(URL)) $(ARGS)
 
 deploy: build
 	$(BIN)/sam deploy --guided
@@ -85,7 +85,7 @@ redrive: $(STAMP)
 # Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through.
 .PHONY: chaos scan
 chaos: $(STAMP)
-	PYTHONPATH=local:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)
+	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)
 
 # The IaC security scanner (checkov), in its own virtualenv: its dependencies conflict with the pinned SAM CLI set.
 SCAN_VENV := .venv-scan
@@ -102,4 +102,4 @@ scan: $(SCAN_STAMP)
 # writes bench/results.json, results.md and results.png. Not part of `make test`. ARGS="--quick" checks the harness.
 .PHONY: bench
 bench: $(STAMP)
-	PYTHONPATH=local:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)
+	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)

@@ -4,7 +4,7 @@ A tiny fake Runtime API on 127.0.0.1 notes when ``/next`` arrives and never answ
 killed. Each case is started ``repeat`` times, one at a time, and the median reported. The cases: the relay's
 own handler and the smallest handler, each on the streaming runtime layer (through its exec wrapper, as the relay
 runs) and on awslambdaric (the managed Python runtime's interface client). The environment is the one the local
-stack gives an execution environment (``chatstream_local.functions``).
+stack gives an execution environment (``chatstream_local.lambda_.runtime_executor``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from chatstream_local.functions import FunctionSpec, RuntimeKind, environment_variables, runtime_command
+from chatstream_local.lambda_.function_spec import FunctionSpec, RuntimeKind
+from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
 
 ROOT = Path(__file__).resolve().parent.parent
 EXEC_WRAPPER = ROOT / "layers/streaming-runtime/bin/chatstream-streaming"

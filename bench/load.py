@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from chatstream_local.client import ChatClient
+from chatstream_client.api import ChatClient
 
 
 @dataclass

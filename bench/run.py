@@ -31,17 +31,18 @@ from bench import coldstart, procstat
 from bench.cost import UnitCounts, cost_per_million_tokens, price_table
 from bench.load import ChatSample, LoadRunner
 from bench.report import write_markdown, write_plot
-from chatstream_local.bedrock import LocalModelServer, plan_reply
+from chatstream_local.bedrock.endpoint import LocalModelServer
+from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.callcount import CALLER_ENV, CONTROL_PREFIX
-from chatstream_local.function_url import FunctionUrlServer
-from chatstream_local.functions import FunctionSpec
-from chatstream_local.runtime_api import LocalLambda
+from chatstream_local.lambda_.function_spec import FunctionSpec
+from chatstream_local.lambda_.function_url import FunctionUrlServer
+from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from chatstream_local.runtime_api import StreamHandle
+    from chatstream_local.lambda_.invocation import StreamHandle
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("direct", "naive", "chatstream")

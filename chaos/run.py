@@ -45,7 +45,7 @@ from chatstream.dlq import DeadLetterQueue
 from chatstream.materialize import Materializer
 from chatstream.redrive import Redrive
 from chatstream.table import ChatTable
-from chatstream_local.bedrock import plan_reply, split_deltas
+from chatstream_local.bedrock.model import plan_reply, split_deltas
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from chatstream_local.process import die_with_parent
-from chatstream_local.stack import LocalStack, StackError, StackSettings
+from chatstream_local.stack import LocalStack, StackError, StackSettings, check_port_free
+from chatstream_local.template import TemplateError
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -49,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = StackSettings.from_env(verbose=args.verbose, model_delay_ms=args.model_delay_ms)
         if args.port is not None:
             settings.port = args.port
+        check_port_free(settings.port)
         stack = LocalStack(settings, log=_log)
         _log("stack", "starting moto, the local model, the functions and the Function URL …")
         stack.start()
-    except StackError as err:
+    except (StackError, TemplateError) as err:
         print(f"chatstream local stack: {err}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:

@@ -30,26 +30,26 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from chatstream_local.bedrock import LocalModelServer
-from chatstream_local.esm import EventSourceMapping
-from chatstream_local.function_url import FunctionUrlServer
-from chatstream_local.functions import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
-from chatstream_local.invoke import InvokeEndpoint
+from chatstream_local.account import current_region
+from chatstream_local.bedrock.endpoint import LocalModelServer
+from chatstream_local.event_sources.kinesis import EventSourceMapping
+from chatstream_local.event_sources.sqs import SqsEventSource
+from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
+from chatstream_local.lambda_.function_url import FunctionUrlServer
+from chatstream_local.lambda_.invoke import InvokeEndpoint
+from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.process import die_with_parent
 from chatstream_local.resources import create_queue, create_stream, create_table
-from chatstream_local.runtime_api import LocalLambda
-from chatstream_local.sqs_esm import SqsEventSource
 from chatstream_local.template import REPO_ROOT, Template
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from chatstream_local.runtime_api import FunctionError
+    from chatstream_local.lambda_.invocation import FunctionError
 
 DEFAULT_PORT = 3000
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 EXEC_WRAPPERS = {"/opt/bin/chatstream-streaming": REPO_ROOT / "layers/streaming-runtime/bin/chatstream-streaming"}
-Log = "Callable[[str, str], None]"
 
 
 class StackError(RuntimeError):
@@ -67,7 +67,7 @@ class StackSettings:
     function_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     identity_resolver: Any = None
     esm_poll_interval_s: float = 0.02
-    esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see esm.py)
+    esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see event_sources/kinesis.py)
     count_calls: bool = False  # moto counts each function's calls (chatstream_local.callcount; the benchmark's)
 
     @classmethod
@@ -82,7 +82,7 @@ class StackSettings:
         bedrock = environ.get("CHATSTREAM_BEDROCK", "local").strip().lower() or "local"
         if bedrock not in ("local", "aws"):
             raise StackError(f"CHATSTREAM_BEDROCK must be 'local' or 'aws', got {bedrock!r}")
-        region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        region = current_region(environ)
         return cls(port=port, bedrock=bedrock, region=region, **kwargs)
 
 
@@ -92,7 +92,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _check_port_free(port: int) -> None:
+def check_port_free(port: int) -> None:
+    """Raise :class:`StackError` when ``port`` on 127.0.0.1 cannot be bound (0, a free port, always can)."""
     if port == 0:
         return
     with socket.socket() as sock:
@@ -100,7 +101,10 @@ def _check_port_free(port: int) -> None:
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
-            raise StackError(f"port {port} on 127.0.0.1 is already in use (set CHATSTREAM_PORT to another)") from None
+            message = (
+                f"port {port} on 127.0.0.1 is in use: stop what listens there, or pick another with CHATSTREAM_PORT"
+            )
+            raise StackError(message) from None
 
 
 class LocalStack:
@@ -153,7 +157,7 @@ class LocalStack:
     # ----------------------------------------------------------------------------- start
 
     def start(self) -> LocalStack:
-        _check_port_free(self.settings.port)
+        check_port_free(self.settings.port)
         try:
             self._start_moto()
             self._create_resources()
@@ -182,7 +186,7 @@ class LocalStack:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
-            process_group=0,  # the stack's session: see functions.FUNCTION_NICE
+            process_group=0,  # the stack's session: see lambda_.function_spec.FUNCTION_NICE
             preexec_fn=die_with_parent,  # started from the supervisor's main thread
         )
         threading.Thread(target=self._pump, args=("moto", self._moto), daemon=True).start()

@@ -16,9 +16,10 @@ from typing import Any
 
 from samtranslator.yaml_helper import yaml_parse
 
+from chatstream_local.account import ACCOUNT_ID
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "template.yaml"
-ACCOUNT_ID = "123456789012"
 _SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
 
 

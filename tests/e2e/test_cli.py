@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from chatstream_local.client import ChatClient
+from chatstream_client.api import ChatClient
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -27,9 +27,9 @@ class Terminal:
     """The CLI in a subprocess: write lines to it, read what it printed so far."""
 
     def __init__(self, url: str) -> None:
-        env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
+        env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
         self.process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "chatstream_local.cli", "--url", url],
+            [sys.executable, "-u", "-m", "chatstream_client.cli", "--url", url],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.PIPE,

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from chatstream_local.bedrock import plan_reply
-from chatstream_local.client import ChatClient
+from chatstream_client.api import ChatClient
+from chatstream_local.bedrock.model import plan_reply
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -223,8 +223,8 @@ def test_turn_and_cancel_errors(make_local: RunningStack) -> None:
 
 
 def run_cli(url: str, message: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
-    command = [sys.executable, "-m", "chatstream_local.cli", "--url", url, "--message", message]
+    env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
+    command = [sys.executable, "-m", "chatstream_client.cli", "--url", url, "--message", message]
     return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from chatstream_local.function_url import FunctionUrlServer
-from chatstream_local.functions import FunctionSpec
-from chatstream_local.runtime_api import LocalLambda
+from chatstream_local.lambda_.function_spec import FunctionSpec
+from chatstream_local.lambda_.function_url import FunctionUrlServer
+from chatstream_local.lambda_.service import LocalLambda
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:

@@ -10,14 +10,16 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from chatstream_local.functions import function_arn
-from chatstream_local.invoke import InvokeEndpoint, function_name_from
-from chatstream_local.runtime_api import FunctionError, LocalLambda
+from chatstream_local.lambda_.function_spec import function_arn
+from chatstream_local.lambda_.invoke import InvokeEndpoint, function_name_from
+from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import buffered, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from chatstream_local.lambda_.invocation import FunctionError
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from chatstream_local.runtime_api import LocalLambda
+from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import buffered, wait_until
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from botocore.config import Config
 from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import ClientError, EventStreamError
 
-from chatstream_local.bedrock import LocalModelServer
+from chatstream_local.bedrock.endpoint import LocalModelServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

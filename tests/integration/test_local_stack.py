@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from chatstream_local.bedrock import plan_reply
-from chatstream_local.client import ApiError, ChatClient
+from chatstream_client.api import ApiError, ChatClient
+from chatstream_local.bedrock.model import plan_reply
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,7 +14,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from chatstream.generation import GenerateRequest, Generation, build_messages
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.records import RecordType, TokenRecord, Usage
-from chatstream_local.bedrock import LocalModelServer, plan_reply
+from chatstream_local.bedrock.endpoint import LocalModelServer
+from chatstream_local.bedrock.model import plan_reply
 from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:

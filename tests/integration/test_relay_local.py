@@ -12,8 +12,8 @@ from httpx_sse import EventSource
 
 from chatstream.records import TokenRecord, Usage
 from chatstream.table import ChatTable
-from chatstream_local.bedrock import plan_reply
-from chatstream_local.client import ChatClient, TurnResult
+from chatstream_client.api import ChatClient, TurnResult
+from chatstream_local.bedrock.model import plan_reply
 
 if TYPE_CHECKING:
     from collections.abc import Callable

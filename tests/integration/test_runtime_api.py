@@ -8,14 +8,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from chatstream_local.functions import (
-    FUNCTION_NICE,
-    SHARED_FUNCTION_NICE,
-    FunctionSpec,
-    environment_variables,
-    runtime_command,
-)
-from chatstream_local.runtime_api import LocalLambda, UnknownFunction
+from chatstream_local.lambda_.exceptions import UnknownFunction
+from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
+from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
+from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import HANDLERS, buffered, streamed, wait_until
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from chatstream_local.client import ChatClient
-from chatstream_local.function_url import iam_identity
+from chatstream_client.api import ChatClient
+from chatstream_local.lambda_.function_url import iam_identity
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:

@@ -9,16 +9,10 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatstream_local.bedrock import (
-    DEFAULT_DELAY_MS,
-    DELAY_ENV,
-    InvalidRequest,
-    LocalModelServer,
-    parse_request,
-    plan_reply,
-    split_deltas,
-)
-from chatstream_local.eventstream import encode_event, encode_exception
+from chatstream_local.bedrock.converse import InvalidRequest, parse_request
+from chatstream_local.bedrock.endpoint import DEFAULT_DELAY_MS, DELAY_ENV, LocalModelServer
+from chatstream_local.bedrock.eventstream import encode_event, encode_exception
+from chatstream_local.bedrock.model import plan_reply, split_deltas
 
 
 def _body(*turns: str, system: str | None = None, max_tokens: int | None = None) -> bytes:

@@ -31,14 +31,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from chatstream_local.functions import LOCAL_ACCOUNT_ID, current_region
+from chatstream_local.account import ACCOUNT_ID, current_region
+from chatstream_local.lambda_.exceptions import LocalLambdaError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
-from chatstream_local.runtime_api import FunctionError, LocalLambdaError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
-    from chatstream_local.runtime_api import LocalLambda, StreamHandle
+    from chatstream_local.lambda_.invocation import FunctionError, StreamHandle
+    from chatstream_local.lambda_.service import LocalLambda
 
     IdentityResolver = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
 
@@ -62,7 +63,7 @@ class RecordedError:
 
 
 def iam_identity(
-    user_arn: str, *, access_key: str = "AKIALOCALEXAMPLE", account_id: str = LOCAL_ACCOUNT_ID, user_id: str = ""
+    user_arn: str, *, access_key: str = "AKIALOCALEXAMPLE", account_id: str = ACCOUNT_ID, user_id: str = ""
 ) -> dict[str, Any]:
     """An ``authorizer.iam`` block for a caller (what Lambda puts there for an ``AWS_IAM`` Function URL)."""
     user_id = user_id or f"AIDA{uuid.uuid5(uuid.NAMESPACE_URL, user_arn).hex[:17].upper()}"
@@ -161,7 +162,7 @@ class FunctionUrlServer:
         if identity is None:
             identity = self.identity
         context: dict[str, Any] = {
-            "accountId": str(identity.get("accountId", LOCAL_ACCOUNT_ID)) if identity else "anonymous",
+            "accountId": str(identity.get("accountId", ACCOUNT_ID)) if identity else "anonymous",
             "apiId": self.url_id,
             "domainName": domain,
             "domainPrefix": domain.split(".", 1)[0],

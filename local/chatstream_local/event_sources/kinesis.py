@@ -35,12 +35,12 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from chatstream_local.account import ACCOUNT_ID
 from chatstream_local.moto_server import WAIT_HEADER
-from chatstream_local.template import ACCOUNT_ID
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
     from mypy_boto3_sqs import SQSClient
 
+    from chatstream_local.event_sources.invoker import InvokeOutcome, Invoker
     from chatstream_local.template import Template
 
 logger = logging.getLogger(__name__)
@@ -61,27 +62,6 @@ def _wait_header(wait_ms: int) -> Callable[..., None]:
         request.headers[WAIT_HEADER] = str(wait_ms)
 
     return add
-
-
-class InvokeOutcome(Protocol):
-    """What an invocation returned (``chatstream_local.runtime_api.InvokeResult`` fits)."""
-
-    @property
-    def payload(self) -> bytes: ...
-
-    @property
-    def function_error(self) -> str | None: ...
-
-
-@dataclass(frozen=True)
-class Invoked:
-    """A plain :class:`InvokeOutcome`, for in-process invokers."""
-
-    payload: bytes
-    function_error: str | None = None
-    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    executed_version: str = "$LATEST"
-    status_code: int = 200
 
 
 @dataclass(frozen=True)
@@ -141,7 +121,7 @@ class EventSourceMapping:
         *,
         kinesis: KinesisClient,
         stream_name: str,
-        invoke: Callable[[bytes], InvokeOutcome],
+        invoke: Invoker,
         settings: MappingSettings,
         function_arn: str,
         sqs: SQSClient | None = None,
@@ -179,7 +159,7 @@ class EventSourceMapping:
         *,
         function_logical_id: str,
         kinesis: KinesisClient,
-        invoke: Callable[[bytes], InvokeOutcome],
+        invoke: Invoker,
         sqs: SQSClient | None = None,
         event_name: str | None = None,
         **kwargs: Any,
@@ -204,6 +184,11 @@ class EventSourceMapping:
         )
 
     # ------------------------------------------------------------------------------ control
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set when :meth:`stop` is called: the shard readers' loops end."""
+        return self._stop
 
     @property
     def stream_arn(self) -> str:
@@ -342,7 +327,7 @@ class _ShardReader:
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        stop = self.mapping._stop
+        stop = self.mapping.stopping
         while not stop.is_set():
             try:
                 read = self.poll_once()

@@ -1,8 +1,12 @@
-"""A Python client for the relay's HTTP API (HTTP_API.md), used by the CLI, the e2e tests and the benchmark.
+"""A Python client for the relay's HTTP API (docs/HTTP_API.md): :class:`ChatClient`.
 
-It speaks Server-Sent Events through httpx-sse, resumes a dropped stream (or a ``reconnect``
-event) from the last event id, and signs requests with SigV4 (service ``lambda``) when the
-Function URL uses ``AWS_IAM`` auth.
+It speaks Server-Sent Events through httpx-sse and resumes a dropped stream (or a ``reconnect`` event) from the
+last event id. For a Function URL with ``AWS_IAM`` auth, pass ``auth=SigV4Auth()``
+(:mod:`chatstream_client.auth`). The terminal client (:mod:`chatstream_client.cli`), the end-to-end tests and the
+benchmark use it.
+
+Errors: a JSON error response is an :class:`ApiError`; a connection that cannot be made raises httpx's own
+``httpx.TransportError`` (a stream that drops after the turn started is resumed instead).
 """
 
 from __future__ import annotations
@@ -11,13 +15,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import httpx
 from httpx_sse import EventSource
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Iterator
+    from collections.abc import Callable, Iterator
 
     from httpx_sse import ServerSentEvent
 
@@ -56,47 +59,9 @@ class TurnResult:
         return self.done is not None or self.error is not None
 
 
-class SigV4Auth(httpx.Auth):
-    """Signs each request with the caller's AWS credentials (botocore's chain), service ``lambda``."""
-
-    requires_request_body = True
-
-    def __init__(self, region: str | None = None) -> None:
-        import botocore.session
-
-        session = botocore.session.get_session()
-        credentials = session.get_credentials()
-        if credentials is None:
-            raise ApiError(0, "no_credentials", "AWS_IAM auth needs AWS credentials (none found by botocore)")
-        self._credentials = credentials
-        self._region = region or session.get_config_variable("region")
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        from botocore.auth import SigV4Auth as BotocoreSigV4
-        from botocore.awsrequest import AWSRequest
-
-        region = self._region or _region_from_host(request.url.host) or "us-east-1"
-        headers = {key: value for key, value in request.headers.items() if key.lower() not in ("connection",)}
-        aws_request = AWSRequest(method=request.method, url=str(request.url), data=request.content, headers=headers)
-        BotocoreSigV4(self._credentials.get_frozen_credentials(), "lambda", region).add_auth(aws_request)
-        for key, value in aws_request.headers.items():
-            request.headers[key] = value
-        yield request
-
-
-def _region_from_host(host: str) -> str | None:
-    # <url-id>.lambda-url.<region>.on.aws
-    parts = host.split(".")
-    if len(parts) >= 5 and parts[1] == "lambda-url":
-        return parts[2]
-    return None
-
-
-def is_function_url(url: str) -> bool:
-    return ".lambda-url." in (urlsplit(url).hostname or "")
-
-
 class ChatClient:
+    """The relay's HTTP API at ``base_url``: ``chat``, ``follow``, ``cancel``, ``history``, ``health``."""
+
     def __init__(
         self,
         base_url: str = DEFAULT_URL,

@@ -1,37 +1,19 @@
-"""The local Bedrock model: ``ConverseStream`` over HTTP with real event stream framing.
+"""The local Bedrock runtime endpoint: ``ConverseStream`` over HTTP with real event stream framing.
 
-boto3's ``bedrock-runtime`` client, pointed here with ``endpoint_url=`` or
-``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``, calls ``converse_stream`` and reads the reply with its own
-event stream parser (prelude, headers, CRC32s; see :mod:`chatstream_local.eventstream`).
+boto3's ``bedrock-runtime`` client, pointed here with ``endpoint_url=`` or ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``,
+calls ``converse_stream`` and reads the reply with its own event stream parser (prelude, headers, CRC32s; see
+:mod:`chatstream_local.bedrock.eventstream`).
 
-Route: ``POST /model/{modelId}/converse-stream`` (``modelId`` URL-encoded; any model id,
-inference profile id or ARN is accepted). The reply depends only on the text of the LAST
-message (its text content blocks joined), which must come from the user:
+Route: ``POST /model/{modelId}/converse-stream`` (``modelId`` URL-encoded; any model id, inference profile id or
+ARN is accepted). The request is validated as Bedrock does (:mod:`chatstream_local.bedrock.converse`); the reply
+is the local model's (:mod:`chatstream_local.bedrock.model`).
 
-=====================  ======================================================================
-message                reply
-=====================  ======================================================================
-anything else          ``You said: <message>``, one delta per word (see :func:`split_deltas`)
-``/long N``            ``w1 w2 … wN``, one delta per word (``w1``, `` w2``, …); 1 ≤ N ≤ 100,000
-``/error-after N``     the first N deltas of ``/long N`` (0 ≤ N ≤ 100,000), then a mid-stream
-                       ``modelStreamErrorException``
-``/throttle``          ``ThrottlingException`` (HTTP 429) before the stream starts
-=====================  ======================================================================
+Events, in Bedrock's order: ``messageStart``, ``contentBlockDelta``…, ``contentBlockStop``, ``messageStop``
+(``end_turn`` or ``max_tokens``), ``metadata`` (usage, latency; ``outputTokens`` = deltas sent).
 
-A command word (``/long``, ``/error-after``, ``/throttle``) with a missing, extra or
-out-of-range argument is a ``ValidationException``, as is a request without messages, one whose
-roles do not alternate user/assistant starting and ending with the user, or a blank text block.
-``inferenceConfig.maxTokens`` cuts the reply after that many deltas (``stopReason: max_tokens``).
-
-Events, in Bedrock's order: ``messageStart``, ``contentBlockDelta``…, ``contentBlockStop``,
-``messageStop`` (``end_turn`` or ``max_tokens``), ``metadata`` (usage, latency). Usage:
-``inputTokens`` = whitespace-separated words in the text of every message and system block,
-``outputTokens`` = deltas sent.
-
-Deltas are spaced by ``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` milliseconds (default 20; 0 = as fast
-as possible), or the ``delay_ms`` constructor argument. Each event is written as its own HTTP
-chunk and flushed, so a client sees the deltas arrive one after another. A client that
-disconnects ends its generation quietly.
+Deltas are spaced by ``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` milliseconds (default 20; 0 = as fast as possible), or
+the ``delay_ms`` constructor argument. Each event is written as its own HTTP chunk and flushed, so a client sees
+the deltas arrive one after another. A client that disconnects ends its generation quietly.
 
 Standalone: ``python -m chatstream_local.bedrock --port 4010``.
 """
@@ -47,189 +29,32 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from chatstream_local.eventstream import encode_event, encode_exception
+from chatstream_local.bedrock.converse import InvalidRequest, parse_request
+from chatstream_local.bedrock.eventstream import encode_event, encode_exception
+from chatstream_local.bedrock.model import plan_reply
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from io import BufferedIOBase
     from types import FrameType, TracebackType
 
+    from chatstream_local.bedrock.converse import ConverseRequest
+    from chatstream_local.bedrock.model import Reply
+
 logger = logging.getLogger(__name__)
 
 DELAY_ENV = "CHATSTREAM_LOCAL_MODEL_DELAY_MS"
 DEFAULT_DELAY_MS = 20
-MAX_LONG = 100_000
 EVENT_STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
 _ROUTE = re.compile(r"^/model/(?P<model_id>[^/]+)/converse-stream$")
 _DIGITS = re.compile(r"[0-9]+")
-# A delta is a run of whitespace followed by a run of non-whitespace; whitespace that ends the
-# text rides on the last delta. Consecutive matches tile the text, so "".join(deltas) == text.
-_DELTA = re.compile(r"\s*\S+(?:\s+\Z)?")
-
-Ending = Literal["end_turn", "max_tokens", "model_stream_error", "throttled"]
 
 _DISCONNECTED = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
-
-
-class InvalidRequest(ValueError):
-    """The request is one Bedrock would reject with a ``ValidationException``."""
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What the model does for one request: the deltas it streams, then how the stream ends.
-
-    ``ending`` is ``end_turn`` or ``max_tokens`` (a normal ``messageStop``), ``model_stream_error``
-    (a ``modelStreamErrorException`` frame after the deltas) or ``throttled`` (HTTP 429 before
-    the stream; ``deltas`` is empty).
-    """
-
-    deltas: tuple[str, ...]
-    ending: Ending
-
-    @property
-    def text(self) -> str:
-        return "".join(self.deltas)
-
-    @property
-    def stop_reason(self) -> str | None:
-        """The ``messageStop`` stop reason, or ``None`` when the reply ends in an error."""
-        return self.ending if self.ending in ("end_turn", "max_tokens") else None
-
-
-def split_deltas(text: str) -> tuple[str, ...]:
-    """Split ``text`` into one delta per word, joining back to exactly ``text``.
-
-    Each delta is the whitespace before a word plus the word, so every word after the first keeps
-    its leading space (or newline, or tab, or run of them); trailing whitespace is appended to the
-    last delta. Leading whitespace goes with the first word. Text without any word is one delta
-    (or none when empty).
-    """
-    deltas = tuple(_DELTA.findall(text))
-    if not deltas:
-        return (text,) if text else ()
-    return deltas
-
-
-def _long_deltas(count: int) -> tuple[str, ...]:
-    return tuple(f"w{i}" if i == 1 else f" w{i}" for i in range(1, count + 1))
-
-
-def _command_argument(words: Sequence[str], lowest: int) -> int:
-    command = words[0]
-    if len(words) != 2 or not _DIGITS.fullmatch(words[1]):
-        raise InvalidRequest(f"{command} takes one whole number N, {lowest} <= N <= {MAX_LONG}")
-    value = int(words[1])
-    if not lowest <= value <= MAX_LONG:
-        raise InvalidRequest(f"{command} N must be between {lowest} and {MAX_LONG}, got {value}")
-    return value
-
-
-def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None) -> Reply:
-    if max_tokens is not None and max_tokens < len(deltas):
-        return Reply(deltas[:max_tokens], "max_tokens")
-    return Reply(deltas, ending)
-
-
-def plan_reply(message: str, max_tokens: int | None = None) -> Reply:
-    """The reply to the user's ``message`` (the last user message's text), without any HTTP.
-
-    Raises :class:`InvalidRequest` for a malformed command or a ``max_tokens`` below 1.
-    """
-    if max_tokens is not None and max_tokens < 1:
-        raise InvalidRequest(f"maxTokens must be at least 1, got {max_tokens}")
-    words = message.split()
-    command = words[0] if words else ""
-    if command == "/throttle":
-        if len(words) != 1:
-            raise InvalidRequest("/throttle takes no argument")
-        return Reply((), "throttled")
-    if command == "/long":
-        return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens)
-    if command == "/error-after":
-        return _cut(_long_deltas(_command_argument(words, 0)), "model_stream_error", max_tokens)
-    return _cut(split_deltas(f"You said: {message}"), "end_turn", max_tokens)
-
-
-@dataclass(frozen=True)
-class ConverseRequest:
-    """The parts of a ``ConverseStream`` request the local model uses."""
-
-    model_id: str
-    user_text: str
-    input_tokens: int
-    max_tokens: int | None
-
-
-def _texts(blocks: Any, where: str) -> list[str]:
-    if not isinstance(blocks, list):
-        raise InvalidRequest(f"{where} must be a list of content blocks")
-    texts = []
-    for index, block in enumerate(blocks):
-        if not isinstance(block, dict):
-            raise InvalidRequest(f"{where}.{index} must be a content block object")
-        text = block.get("text")
-        if text is None:
-            continue
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequest(
-                f"The text field in the ContentBlock object at {where}.{index} is blank. "
-                "Add text to the text field, and try again."
-            )
-        texts.append(text)
-    return texts
-
-
-def _max_tokens(body: dict[str, Any]) -> int | None:
-    config = body.get("inferenceConfig") or {}
-    if not isinstance(config, dict):
-        raise InvalidRequest("inferenceConfig must be an object")
-    value = config.get("maxTokens")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidRequest(f"inferenceConfig.maxTokens must be a whole number of at least 1, got {value!r}")
-    return value
-
-
-def parse_request(model_id: str, raw_body: bytes) -> ConverseRequest:
-    """Validate a ``ConverseStream`` JSON body as Bedrock would; raise :class:`InvalidRequest` if not."""
-    if not model_id:
-        raise InvalidRequest("modelId must not be empty")
-    try:
-        body = json.loads(raw_body or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InvalidRequest(f"The request body is not valid JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages must contain at least one message")
-    input_words = sum(len(text.split()) for text in _texts(body.get("system", []), "system"))
-    user_text = ""
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidRequest(f"messages.{index} must be a message object")
-        expected = "user" if index % 2 == 0 else "assistant"
-        if message.get("role") != expected:
-            raise InvalidRequest(
-                "A conversation must start with a user message and alternate between user and "
-                f"assistant roles: messages.{index} should have role {expected!r}"
-            )
-        texts = _texts(message.get("content"), f"messages.{index}.content")
-        input_words += sum(len(text.split()) for text in texts)
-        user_text = "".join(texts)
-    if len(messages) % 2 == 0:
-        raise InvalidRequest("A conversation must end with a user message. Try again with a user message last.")
-    if not user_text:
-        raise InvalidRequest(f"messages.{len(messages) - 1} has no text content block")
-    return ConverseRequest(model_id, user_text, input_words, _max_tokens(body))
 
 
 def delay_from_env() -> int:
@@ -500,7 +325,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("chatstream local model ready at %s (delay %d ms)", server.url, server.delay_ms)
         done.wait()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -26,13 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from chatstream_local.lambda_.exceptions import LocalLambdaError, UnknownFunction
+from chatstream_local.lambda_.invocation import FunctionError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
-from chatstream_local.runtime_api import FunctionError, LocalLambdaError, UnknownFunction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from chatstream_local.runtime_api import LocalLambda
+    from chatstream_local.lambda_.service import LocalLambda
 
     OnFailure = Callable[[str, bytes, FunctionError], None]
 
@@ -61,8 +62,7 @@ class InvokeEndpoint:
         retry_delay_s: float = 1.0,
         max_async_workers: int | None = None,
     ) -> None:
-        # Lambda runs queued asynchronous invocations up to the function's concurrency; by default so does this
-        # (a smaller pool here queued every generation past the 16th behind whole replies).
+        # Lambda runs queued asynchronous invocations up to the function's concurrency; by default so does this.
         if max_async_workers is None:
             max_async_workers = sum(local.spec(name).max_concurrency for name in local.function_names)
         self.local = local

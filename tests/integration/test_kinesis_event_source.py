@@ -16,7 +16,12 @@ from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.records import TokenRecord, Usage
 from chatstream.table import ChatTable
-from chatstream_local.esm import CONDITION_RECORD_AGE, CONDITION_RETRIES_EXHAUSTED, EventSourceMapping, Invoked
+from chatstream_local.event_sources.invoker import Invoked
+from chatstream_local.event_sources.kinesis import (
+    CONDITION_RECORD_AGE,
+    CONDITION_RETRIES_EXHAUSTED,
+    EventSourceMapping,
+)
 from chatstream_local.resources import create_queue, create_stream, create_table
 from tests.support import FakeContext, load_function
 

@@ -17,11 +17,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from mypy_boto3_sqs import SQSClient
 
-    from chatstream_local.esm import InvokeOutcome
+    from chatstream_local.event_sources.invoker import Invoker
     from chatstream_local.template import Template
 
 
@@ -32,7 +32,7 @@ class SqsEventSource:
         sqs: SQSClient,
         queue_url: str,
         queue_arn: str,
-        invoke: Callable[[bytes], InvokeOutcome],
+        invoke: Invoker,
         batch_size: int = 10,
         report_batch_item_failures: bool = False,
         region: str = "us-east-1",
@@ -51,7 +51,7 @@ class SqsEventSource:
 
     @classmethod
     def from_template(
-        cls, template: Template, *, function_logical_id: str, sqs: SQSClient, invoke: Callable[[bytes], InvokeOutcome]
+        cls, template: Template, *, function_logical_id: str, sqs: SQSClient, invoke: Invoker
     ) -> SqsEventSource:
         events = template.properties(function_logical_id).get("Events", {})
         sqs_events = [event["Properties"] for event in events.values() if event.get("Type") == "SQS"]

@@ -1,0 +1,194 @@
+"""chatstream's terminal client: ``python -m chatstream_client.cli`` (``make chat``).
+
+Interactive by default: type a message, watch the reply stream in; the session carries across
+turns. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
+prompt, or twice, quits. A dropped connection resumes from the last event id.
+
+``--message TEXT`` is one-shot: prints the reply and exits 0, or 1 on an ``error`` event, 2 when
+the relay answers with an error or cannot be reached. ``--url`` points it at a deployed Function
+URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws`` hosts unless ``--no-iam``) signs requests
+with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
+
+Whatever fails, the client says so in one line on stderr, with what to do about it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+import httpx
+from botocore.exceptions import BotoCoreError, NoCredentialsError
+from httpx_sse import SSEError
+
+from chatstream_client.api import DEFAULT_URL, ApiError, ChatClient, TurnResult
+from chatstream_client.auth import SigV4Auth, is_function_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+EXIT_ERROR_EVENT = 1  # the turn ended with an `error` event
+EXIT_FAILED = 2  # the relay answered with an error, or could not be reached
+EXIT_INTERRUPTED = 130
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chatstream_client.cli", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=os.environ.get("CHATSTREAM_URL", DEFAULT_URL), help="relay URL")
+    parser.add_argument("--message", "-m", help="one-shot: send this message, print the reply, exit")
+    parser.add_argument("--session", help="continue this session id")
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--temperature", type=float)
+    iam = parser.add_mutually_exclusive_group()
+    iam.add_argument("--iam", dest="iam", action="store_true", default=None, help="sign requests with SigV4")
+    iam.add_argument("--no-iam", dest="iam", action="store_false", help="never sign requests")
+    parser.add_argument("--region", help="region for SigV4 (default: from the URL or your AWS config)")
+    return parser
+
+
+class Failure(Exception):
+    """A failure the user can act on: its message is the one line the client prints."""
+
+
+def explain(error: Exception, url: str, signed: bool) -> str:
+    """One line for ``error``: what went wrong talking to ``url``, and what to do about it."""
+    if isinstance(error, NoCredentialsError):
+        return (
+            f"no AWS credentials to sign requests to {url}: configure them (`aws configure`, AWS_PROFILE or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or pass --no-iam if the URL's auth type is NONE"
+        )
+    if isinstance(error, BotoCoreError):
+        return f"cannot sign requests to {url}: {error} (check your AWS configuration and AWS_PROFILE)"
+    if isinstance(error, SSEError):
+        return f"{url} did not answer with an event stream: is it the relay's URL (the stack's RelayFunctionUrl)?"
+    if isinstance(error, httpx.ConnectError):
+        if httpx.URL(url).host in _LOOPBACK_HOSTS:
+            return f"cannot connect to {url}: is the local stack running? Start it with `make local`"
+        return f"cannot connect to {url} ({error}): check the URL (the stack's RelayFunctionUrl) and your network"
+    if isinstance(error, httpx.TimeoutException):
+        return f"{url} did not answer in time: check that the stack is up, then try again"
+    if isinstance(error, httpx.TransportError):
+        return f"the connection to {url} failed ({type(error).__name__}: {error}): check the URL, then try again"
+    if isinstance(error, ApiError) and error.status == 403:
+        if signed:
+            return (
+                f"{url} refused the signed request (403): your AWS identity needs lambda:InvokeFunctionUrl on the "
+                "relay, in the URL's account and region (--region)"
+            )
+        return f"{url} refused the request (403): the URL needs signed requests; pass --iam"
+    return str(error)
+
+
+def _check_url(url: str) -> None:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise Failure(f"--url must be an http:// or https:// URL, got {url!r}")
+
+
+def _stream_turn(
+    client: ChatClient, message: str, session_id: str | None, args: argparse.Namespace, out: TextIO
+) -> TurnResult:
+    def write(text: str) -> None:
+        out.write(text)
+        out.flush()
+
+    current: list[TurnResult] = []
+    try:
+        return client.chat(
+            message,
+            session_id,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            on_token=write,
+            on_meta=current.append,
+        )
+    except KeyboardInterrupt:
+        if not current or not current[0].events_url:
+            raise
+        turn = current[0]
+        out.write("\n[cancelling …]\n")
+        try:
+            client.cancel(turn.session_id, turn.turn)
+        except ApiError as err:
+            if err.code != "turn_finished":
+                raise
+        rest = client.follow(turn.events_url, after=turn.last_event_id, on_token=write)
+        rest.session_id, rest.turn = turn.session_id, turn.turn
+        rest.text = turn.text + rest.text
+        return rest
+
+
+def _report_end(result: TurnResult, out: TextIO, err: TextIO) -> int:
+    out.write("\n")
+    if result.error is not None:
+        err.write(f"error: {result.error.get('code')}: {result.error.get('message')}\n")
+        return EXIT_ERROR_EVENT
+    if result.done and result.done.get("stop_reason") == "cancelled":
+        err.write("[cancelled]\n")
+    return 0
+
+
+def main(argv: list[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    args = _parser().parse_args(argv)
+    signed = args.iam if args.iam is not None else is_function_url(args.url)
+    try:
+        with _client(args.url, signed, args.region) as client:
+            if args.message is not None:
+                result = _stream_turn(client, args.message, args.session, args, out)
+                return _report_end(result, out, err)
+            client.health()  # one clear line now, rather than a failure after the first message
+            return _interactive(client, args, signed, out, err)
+    except Failure as failure:
+        err.write(f"error: {failure}\n")
+        return EXIT_FAILED
+    except (ApiError, BotoCoreError, httpx.TransportError) as error:
+        err.write(f"error: {explain(error, args.url, signed)}\n")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        err.write("\n")
+        return EXIT_INTERRUPTED
+
+
+def _client(url: str, signed: bool, region: str | None) -> ChatClient:
+    _check_url(url)
+    return ChatClient(url, auth=SigV4Auth(region) if signed else None)
+
+
+def _messages(err: TextIO) -> Iterator[str]:
+    """The user's messages from the prompt, until end of input or Ctrl-C."""
+    while True:
+        try:
+            message = input("you> ")
+        except (EOFError, KeyboardInterrupt):
+            err.write("\n")
+            return
+        if message.strip():
+            yield message
+
+
+def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out: TextIO, err: TextIO) -> int:
+    session_id = args.session
+    err.write(f"chatstream at {args.url} — Ctrl-C cancels a reply, Ctrl-C at the prompt quits.\n")
+    for message in _messages(err):
+        out.write("assistant> ")
+        try:
+            result = _stream_turn(client, message, session_id, args, out)
+        except KeyboardInterrupt:
+            err.write("\n")
+            return EXIT_INTERRUPTED
+        except (ApiError, httpx.TransportError) as error:
+            err.write(f"\nerror: {explain(error, args.url, signed)}\n")
+            continue
+        session_id = result.session_id or session_id
+        _report_end(result, out, err)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

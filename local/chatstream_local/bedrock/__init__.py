@@ -1,0 +1,7 @@
+"""Amazon Bedrock Runtime, emulated: a local, deterministic model behind ``ConverseStream``.
+
+- :mod:`.endpoint`: the HTTP endpoint (:class:`~.endpoint.LocalModelServer`) boto3's ``bedrock-runtime`` calls;
+- :mod:`.converse`: the ``ConverseStream`` request, validated as Bedrock validates it;
+- :mod:`.model`: the model's replies (:func:`~.model.plan_reply`, :func:`~.model.split_deltas`);
+- :mod:`.eventstream`: the ``application/vnd.amazon.eventstream`` framing of the reply.
+"""

@@ -1,0 +1,115 @@
+"""The local model's replies: what it answers to a message, decided without any HTTP.
+
+The reply depends only on the text of the last user message:
+
+=====================  ======================================================================
+message                reply
+=====================  ======================================================================
+anything else          ``You said: <message>``, one delta per word (see :func:`split_deltas`)
+``/long N``            ``w1 w2 … wN``, one delta per word (``w1``, `` w2``, …); 1 ≤ N ≤ 100,000
+``/error-after N``     the first N deltas of ``/long N`` (0 ≤ N ≤ 100,000), then a mid-stream
+                       ``modelStreamErrorException``
+``/throttle``          ``ThrottlingException`` (HTTP 429) before the stream starts
+=====================  ======================================================================
+
+A command word (``/long``, ``/error-after``, ``/throttle``) with a missing, extra or out-of-range argument is a
+``ValidationException``. ``inferenceConfig.maxTokens`` cuts the reply after that many deltas
+(``stopReason: max_tokens``). Tests, the chaos run and the benchmark compute the reply they expect with
+:func:`plan_reply`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from chatstream_local.bedrock.converse import InvalidRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+MAX_LONG = 100_000
+
+_DIGITS = re.compile(r"[0-9]+")
+# A delta is a run of whitespace followed by a run of non-whitespace; whitespace that ends the
+# text rides on the last delta. Consecutive matches tile the text, so "".join(deltas) == text.
+_DELTA = re.compile(r"\s*\S+(?:\s+\Z)?")
+
+Ending = Literal["end_turn", "max_tokens", "model_stream_error", "throttled"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the model does for one request: the deltas it streams, then how the stream ends.
+
+    ``ending`` is ``end_turn`` or ``max_tokens`` (a normal ``messageStop``), ``model_stream_error``
+    (a ``modelStreamErrorException`` frame after the deltas) or ``throttled`` (HTTP 429 before
+    the stream; ``deltas`` is empty).
+    """
+
+    deltas: tuple[str, ...]
+    ending: Ending
+
+    @property
+    def text(self) -> str:
+        return "".join(self.deltas)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The ``messageStop`` stop reason, or ``None`` when the reply ends in an error."""
+        return self.ending if self.ending in ("end_turn", "max_tokens") else None
+
+
+def split_deltas(text: str) -> tuple[str, ...]:
+    """Split ``text`` into one delta per word, joining back to exactly ``text``.
+
+    Each delta is the whitespace before a word plus the word, so every word after the first keeps
+    its leading space (or newline, or tab, or run of them); trailing whitespace is appended to the
+    last delta. Leading whitespace goes with the first word. Text without any word is one delta
+    (or none when empty).
+    """
+    deltas = tuple(_DELTA.findall(text))
+    if not deltas:
+        return (text,) if text else ()
+    return deltas
+
+
+def _long_deltas(count: int) -> tuple[str, ...]:
+    return tuple(f"w{i}" if i == 1 else f" w{i}" for i in range(1, count + 1))
+
+
+def _command_argument(words: Sequence[str], lowest: int) -> int:
+    command = words[0]
+    if len(words) != 2 or not _DIGITS.fullmatch(words[1]):
+        raise InvalidRequest(f"{command} takes one whole number N, {lowest} <= N <= {MAX_LONG}")
+    value = int(words[1])
+    if not lowest <= value <= MAX_LONG:
+        raise InvalidRequest(f"{command} N must be between {lowest} and {MAX_LONG}, got {value}")
+    return value
+
+
+def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None) -> Reply:
+    if max_tokens is not None and max_tokens < len(deltas):
+        return Reply(deltas[:max_tokens], "max_tokens")
+    return Reply(deltas, ending)
+
+
+def plan_reply(message: str, max_tokens: int | None = None) -> Reply:
+    """The reply to the user's ``message`` (the last user message's text), without any HTTP.
+
+    Raises :class:`InvalidRequest` for a malformed command or a ``max_tokens`` below 1.
+    """
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequest(f"maxTokens must be at least 1, got {max_tokens}")
+    words = message.split()
+    command = words[0] if words else ""
+    if command == "/throttle":
+        if len(words) != 1:
+            raise InvalidRequest("/throttle takes no argument")
+        return Reply((), "throttled")
+    if command == "/long":
+        return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens)
+    if command == "/error-after":
+        return _cut(_long_deltas(_command_argument(words, 0)), "model_stream_error", max_tokens)
+    return _cut(split_deltas(f"You said: {message}"), "end_turn", max_tokens)

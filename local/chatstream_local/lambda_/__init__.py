@@ -1,0 +1,15 @@
+"""The local Lambda: the service, its execution environments, and the endpoints that invoke them.
+
+Laid out as LocalStack's Lambda provider is (``localstack/services/lambda_/invocation/``):
+
+- :mod:`.service`: :class:`LocalLambda`, the service facade (functions, pools, ``invoke``/``invoke_stream``);
+- :mod:`.function_spec`: a function's configuration (:class:`FunctionSpec`);
+- :mod:`.assignment`: the pool of one function's execution environments;
+- :mod:`.execution_environment`: one environment, its process and its timers;
+- :mod:`.executor_endpoint`: the Runtime API endpoint an environment's runtime talks to;
+- :mod:`.runtime_executor`: how an environment's process is run (command, variables, process group);
+- :mod:`.invocation`: an invocation and its response (:class:`StreamHandle`, :class:`InvokeResult`);
+- :mod:`.exceptions`: the service's own errors;
+- :mod:`.invoke`: the Invoke API (``POST /2015-03-31/functions/{name}/invocations``);
+- :mod:`.function_url`: the Function URL front end.
+"""

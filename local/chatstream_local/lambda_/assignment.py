@@ -1,0 +1,103 @@
+"""The execution environments of one function: which environment runs an invocation (Lambda's assignment).
+
+An invocation goes to an idle environment, else to a new one while the function has fewer than its
+``max_concurrency``, else it waits for one to be free. A dead environment leaves the pool; the next invocation
+that finds none idle starts a replacement (a cold start).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chatstream_local.lambda_.exceptions import LocalLambdaError
+from chatstream_local.lambda_.execution_environment import ExecutionEnvironment
+
+if TYPE_CHECKING:
+    from chatstream_local.lambda_.execution_environment import LogSink
+    from chatstream_local.lambda_.function_spec import FunctionSpec
+    from chatstream_local.lambda_.invocation import Invocation
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    environments_started: int
+    environments_alive: int
+    invocations: int
+
+
+class EnvironmentPool:
+    """The execution environments of one function."""
+
+    def __init__(self, spec: FunctionSpec, log_sink: LogSink | None, init_timeout_s: float) -> None:
+        self.spec = spec
+        self._log_sink = log_sink
+        self._init_timeout_s = init_timeout_s
+        self._cond = threading.Condition()
+        self._idle: list[ExecutionEnvironment] = []
+        self._alive: set[ExecutionEnvironment] = set()
+        self._started = 0
+        self._invocations = 0
+        self._closed = False
+        self._ids = itertools.count(1)
+
+    def dispatch(self, inv: Invocation) -> None:
+        """Give the invocation to an idle environment, or a new one, or wait for one to be free."""
+        with self._cond:
+            self._invocations += 1
+            while True:
+                if self._closed:
+                    raise LocalLambdaError("the local Lambda is stopped")
+                if self._idle:
+                    self._idle.pop().assign(inv)
+                    return
+                if len(self._alive) < self.spec.max_concurrency:
+                    environment = self._new_environment()
+                    break
+                self._cond.wait()
+        environment.start(inv)
+
+    def _new_environment(self) -> ExecutionEnvironment:
+        environment = ExecutionEnvironment(
+            self.spec,
+            next(self._ids),
+            init_timeout_s=self._init_timeout_s,
+            on_idle=self._release,
+            on_gone=self._retire,
+            log_sink=self._log_sink,
+        )
+        self._alive.add(environment)
+        self._started += 1
+        return environment
+
+    def _release(self, environment: ExecutionEnvironment) -> None:
+        with self._cond:
+            if environment in self._alive and not environment.dead and environment not in self._idle:
+                self._idle.append(environment)
+            self._cond.notify_all()
+
+    def _retire(self, environment: ExecutionEnvironment) -> None:
+        with self._cond:
+            self._alive.discard(environment)
+            if environment in self._idle:
+                self._idle.remove(environment)
+            self._cond.notify_all()
+
+    def kill_busy(self) -> bool:
+        """SIGKILL one environment that is running an invocation; False when none was busy."""
+        with self._cond:
+            environments = list(self._alive)
+        return any(environment.kill_if_busy() for environment in environments)
+
+    def close(self) -> list[ExecutionEnvironment]:
+        """Refuse new invocations; the environments to stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            return list(self._alive)
+
+    def stats(self) -> PoolStats:
+        with self._cond:
+            return PoolStats(self._started, len(self._alive), self._invocations)

@@ -1,0 +1,255 @@
+"""One execution environment: a runtime process, its Runtime API endpoint, and the timers Lambda keeps on it.
+
+As on Lambda, an environment runs one invocation at a time:
+
+- it is given an invocation (:meth:`ExecutionEnvironment.assign`) and hands it to its runtime on ``/next``;
+  the runtime's response or error completes it, and the environment is free again (``on_idle``);
+- an invocation past its deadline kills the environment (``Sandbox.Timedout``, "Task timed out after N
+  seconds"), as does an init phase longer than the init timeout; a process that exits mid-invocation fails
+  it with ``Runtime.ExitError``; an init error fails the waiting invocation with the runtime's own error
+  and the environment is discarded;
+- a dead environment tells its pool once (``on_gone``); the next invocation gets a new one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from typing import IO, TYPE_CHECKING
+
+from chatstream_local.lambda_.executor_endpoint import RuntimeApiEndpoint
+from chatstream_local.lambda_.invocation import FunctionError
+from chatstream_local.lambda_.runtime_executor import exit_detail, kill_process_group, start_runtime
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from chatstream_local.lambda_.function_spec import FunctionSpec
+    from chatstream_local.lambda_.invocation import Invocation
+
+    LogSink = Callable[[str, str], None]
+    EnvironmentCallback = Callable[["ExecutionEnvironment"], None]
+
+
+class ExecutionEnvironment:
+    """One execution environment of a function: a child process and the Runtime API endpoint only it talks to.
+
+    ``on_idle(environment)`` is called when it finished an invocation and can take another; ``on_gone(environment)``
+    once, when it is dead (killed, exited, failed to start). ``log_sink(label, line)`` gets its output lines.
+    """
+
+    def __init__(
+        self,
+        spec: FunctionSpec,
+        env_id: int,
+        *,
+        init_timeout_s: float,
+        on_idle: EnvironmentCallback,
+        on_gone: EnvironmentCallback,
+        log_sink: LogSink | None = None,
+    ) -> None:
+        self.spec = spec
+        self.env_id = env_id
+        self.init_timeout_s = init_timeout_s
+        self._on_idle = on_idle
+        self._on_gone = on_gone
+        self._log_sink = log_sink
+        self._cond = threading.Condition()
+        self._pending: Invocation | None = None  # assigned, not yet fetched with /next
+        self._current: Invocation | None = None  # fetched, no response yet
+        self._dead = False
+        self._initialized = False
+        self._init_error: FunctionError | None = None
+        self._timer: threading.Timer | None = None
+        self._threads: list[threading.Thread] = []
+        self._endpoint = RuntimeApiEndpoint(self, self.label)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name}#{self.env_id}"
+
+    @property
+    def dead(self) -> bool:
+        return self._dead
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self, first: Invocation) -> None:
+        """Start the endpoint and the runtime process, with ``first`` waiting for its ``/next``.
+
+        If the process cannot be started, ``first`` fails with ``Runtime.ExitError`` and the environment is gone.
+        """
+        with self._cond:
+            self._pending = first
+        self._endpoint.start()
+        try:
+            self._process = start_runtime(self.spec, self._endpoint.address, capture_output=self._log_sink is not None)
+        except OSError as err:
+            message = f"RequestId: {first.request_id} Error: could not start the runtime: {err}"
+            first.handle.finish(FunctionError.synthetic("Runtime.ExitError", message))
+            self.kill()
+            self.discard()
+            return
+        process = self._process
+        if self._log_sink is not None:
+            self._spawn(lambda: self._pump(process.stdout), "stdout")
+            self._spawn(lambda: self._pump(process.stderr), "stderr")
+        self._spawn(self._watch_exit, "exit-watch")
+        self._arm_timer(self.init_timeout_s, self._on_init_timeout)
+
+    def _spawn(self, target: Callable[[], None], what: str) -> None:
+        thread = threading.Thread(target=target, name=f"{self.label}-{what}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _pump(self, stream: IO[bytes] | None) -> None:
+        if stream is None or self._log_sink is None:
+            return
+        for line in stream:
+            self._log_sink(self.label, line.decode("utf-8", "replace").rstrip("\n"))
+
+    def _watch_exit(self) -> None:
+        assert self._process is not None
+        detail = exit_detail(self._process.wait())
+        with self._cond:
+            init_error = self._init_error
+            victims = [inv for inv in (self._pending, self._current) if inv is not None]
+            self._pending = self._current = None
+        for inv in victims:
+            if init_error is not None:
+                inv.handle.finish(init_error)
+            else:
+                message = f"RequestId: {inv.request_id} Error: Runtime exited with error: {detail}"
+                inv.handle.finish(FunctionError.synthetic("Runtime.ExitError", message))
+        self.discard()
+
+    def kill(self) -> None:
+        """Kill the whole process group (SIGKILL, as Lambda does at a timeout)."""
+        with self._cond:
+            self._dead = True
+            self._cond.notify_all()
+        self._cancel_timer()
+        if self._process is not None:
+            kill_process_group(self._process)
+
+    def kill_if_busy(self) -> bool:
+        """Kill the environment if it is running an invocation (as a crash would); whether it was."""
+        with self._cond:
+            busy = self._current is not None and not self._dead
+        if busy:
+            self.kill()
+        return busy
+
+    def stop(self) -> None:
+        """Fail what it holds with ``Runtime.Stopped``, kill the process, close the endpoint, join the threads."""
+        with self._cond:
+            victims = [inv for inv in (self._pending, self._current) if inv is not None]
+            self._pending = self._current = None
+        for inv in victims:
+            inv.handle.finish(FunctionError.synthetic("Runtime.Stopped", "the local Lambda was stopped"))
+        self.kill()
+        if self._process is not None:
+            self.process_exited(timeout=5)
+        self._endpoint.stop()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=2)
+
+    def discard(self) -> None:
+        """The environment is dead: tell the pool, close the endpoint (from another thread: this may be one of its)."""
+        with self._cond:
+            self._dead = True
+            self._cond.notify_all()
+        self._cancel_timer()
+        self._on_gone(self)
+        self._endpoint.stop_in_background()
+
+    # -- timers ---------------------------------------------------------------------------------------
+    def _arm_timer(self, seconds: float, action: Callable[[], None]) -> None:
+        self._cancel_timer()
+        timer = threading.Timer(max(seconds, 0.0), action)
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _cancel_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _on_init_timeout(self) -> None:
+        with self._cond:
+            if self._initialized or self._dead:
+                return
+            inv = self._pending
+        if inv is not None:
+            message = f"RequestId: {inv.request_id} Error: Init timed out after {self.init_timeout_s:.2f} s"
+            inv.handle.finish(FunctionError.synthetic("Sandbox.Timedout", message))
+        self.kill()
+
+    def _on_deadline(self, inv: Invocation) -> None:
+        with self._cond:
+            if self._current is not inv:
+                return
+        message = f"RequestId: {inv.request_id} Error: Task timed out after {self.spec.timeout_s:.2f} seconds"
+        inv.handle.finish(FunctionError.synthetic("Sandbox.Timedout", message))
+        self.kill()
+
+    # -- the Runtime API's side (RuntimeApiBackend) ---------------------------------------------------
+    def assign(self, inv: Invocation) -> None:
+        """Give the (idle) environment its next invocation."""
+        with self._cond:
+            self._pending = inv
+            self._cond.notify_all()
+
+    def next_invocation(self) -> Invocation | None:
+        with self._cond:
+            self._initialized = True
+            if self._current is not None:  # /next without a response: that invocation got nothing
+                stale, self._current = self._current, None
+                message = "the runtime asked for the next event without responding"
+                stale.handle.finish(FunctionError.synthetic("Runtime.NoResponse", message))
+            while self._pending is None and not self._dead:
+                self._cond.wait()
+            if self._dead:
+                return None
+            inv, self._pending = self._pending, None
+            assert inv is not None
+            inv.deadline_ms = int((time.time() + self.spec.timeout_s) * 1000)
+            self._current = inv
+            self._arm_timer(self.spec.timeout_s, lambda: self._on_deadline(inv))
+        return inv
+
+    def invocation(self, request_id: str) -> Invocation | None:
+        with self._cond:
+            if self._current is not None and self._current.request_id == request_id:
+                return self._current
+        return None
+
+    def complete(self, inv: Invocation, error: FunctionError | None) -> None:
+        """The runtime finished its response (or reported an error): the environment is free again."""
+        with self._cond:
+            if self._current is not inv:
+                return
+            self._current = None
+        self._cancel_timer()
+        inv.handle.finish(error)
+        self._on_idle(self)
+
+    def report_init_error(self, error: FunctionError) -> None:
+        with self._cond:
+            self._init_error = error
+            inv, self._pending = self._pending, None
+        if inv is not None:
+            inv.handle.finish(error)
+        self.kill()  # Lambda discards an environment whose init failed
+
+    def process_exited(self, timeout: float) -> bool:
+        if self._process is None:
+            return True
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True

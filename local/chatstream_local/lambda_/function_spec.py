@@ -1,0 +1,78 @@
+"""A Lambda function's configuration, as the local Lambda runs it: :class:`FunctionSpec`.
+
+What ``GetFunctionConfiguration`` would show for a function (handler, code and layers, environment, timeout,
+memory, runtime), plus the few knobs the local stack needs (how many environments at most, their process
+priority, a replacement command). The stack builds one per function of ``template.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from chatstream_local.account import ACCOUNT_ID, current_region
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+RuntimeKind = Literal["awslambdaric", "streaming"]
+
+# The niceness of an execution environment's process: functions at FUNCTION_NICE, the few that an event source
+# mapping invokes for every session (and the emulated services) at 0. docs/LOCAL_STACK.md says why.
+FUNCTION_NICE = 10
+SHARED_FUNCTION_NICE = 0
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One Lambda function as the local stack runs it.
+
+    ``code_dirs``: the function's code (``LAMBDA_TASK_ROOT``) first, then its layers' Python directories.
+
+    ``runtime``: ``awslambdaric`` (the managed Python runtime's interface client) or ``streaming`` (the
+    streaming runtime layer, through ``exec_wrapper`` when one is given, as ``AWS_LAMBDA_EXEC_WRAPPER`` does).
+
+    ``nice``: its environments' process priority (see :data:`FUNCTION_NICE`).
+
+    ``command`` replaces the runtime's process command entirely (a custom runtime, or a test double of one);
+    it still gets the same environment variables.
+    """
+
+    name: str
+    handler: str
+    code_dirs: Sequence[Path]
+    environment: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 3.0
+    memory_mb: int = 128
+    runtime: RuntimeKind = "awslambdaric"
+    exec_wrapper: Path | None = None
+    max_retry_attempts: int = 0
+    max_concurrency: int = 10
+    command: Sequence[str] | None = None
+    nice: int = FUNCTION_NICE
+
+    def __post_init__(self) -> None:
+        if not self.code_dirs:
+            raise ValueError(f"function {self.name!r}: code_dirs needs at least the task root")
+        if self.timeout_s <= 0:
+            raise ValueError(f"function {self.name!r}: timeout_s must be positive, got {self.timeout_s}")
+        if self.max_concurrency < 1:
+            raise ValueError(f"function {self.name!r}: max_concurrency must be at least 1")
+
+    @property
+    def task_root(self) -> Path:
+        return Path(self.code_dirs[0])
+
+    @property
+    def arn(self) -> str:
+        return function_arn(self.name)
+
+    @property
+    def log_group(self) -> str:
+        return f"/aws/lambda/{self.name}"
+
+
+def function_arn(name: str, region: str | None = None) -> str:
+    """The ARN a function has locally (in the local account, see :mod:`chatstream_local.account`)."""
+    return f"arn:aws:lambda:{region or current_region()}:{ACCOUNT_ID}:function:{name}"
