@@ -134,7 +134,9 @@ def _report_end(result: TurnResult, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     args = _parser().parse_args(argv)
     signed = args.iam if args.iam is not None else is_function_url(args.url)
     try:

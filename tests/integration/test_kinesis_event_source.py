@@ -1,4 +1,4 @@
-"""The event source mapping emulator against moto in server mode, with the template's own settings."""
+"""The Kinesis event source mapping emulator against moto in server mode, with the template's own settings."""
 
 from __future__ import annotations
 

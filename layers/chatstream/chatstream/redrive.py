@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 from chatstream import config
 from chatstream.dlq import KIND_ON_FAILURE, KIND_POISON, DeadLetterQueue, DlqMessage
-from chatstream.errors import InvalidRecord
+from chatstream.errors import ChatstreamError, InvalidRecord
 from chatstream.materialize import Materializer, PoisonRecord, StreamRecord, decode
 from chatstream.table import ChatTable
 
@@ -290,7 +290,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--discard-lost", action="store_true", help="delete on-failure messages whose records are lost")
     args = parser.parse_args(argv)
+    if args.max is not None and args.max < 1:
+        return _fail("--max must be at least 1")
+    try:
+        return _run(args)
+    except NoCredentialsError:
+        return _fail(
+            "no AWS credentials found: configure them (`aws configure`, AWS_PROFILE or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and run again"
+        )
+    except NoRegionError:
+        return _fail("no AWS region: pass --region, or set AWS_REGION (or a region in your AWS profile)")
+    except ClientError as err:
+        return _fail(_explain(err, args))
+    except (BotoCoreError, ChatstreamError) as err:
+        return _fail(f"{err} (check your AWS configuration and the options)")
 
+
+def _fail(message: str) -> int:
+    """The one line a failed redrive prints: what went wrong and what to do; exit status 2."""
+    sys.stderr.write(f"redrive: {message}\n")
+    return 2
+
+
+def _explain(err: ClientError, args: argparse.Namespace) -> str:
+    code = err.response.get("Error", {}).get("Code", "")
+    message = err.response.get("Error", {}).get("Message", str(err))
+    if code == "ValidationError" and "does not exist" in message:
+        return f"stack {args.stack_name!r} not found: check STACK= (the stack's name) and the region (--region)"
+    if code in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
+        return f"no queue at {args.queue_url}: check --queue-url (DLQ_URL) or STACK="
+    if code in ("UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException"):
+        return f"AWS refused your credentials ({code}): refresh them (`aws sso login`, `aws configure`) and run again"
+    if code in ("AccessDenied", "AccessDeniedException"):
+        return f"access denied ({message}): run as an identity allowed to read the stack, queue, stream and table"
+    return f"AWS error {code}: {message}"
+
+
+def _run(args: argparse.Namespace) -> int:
     session = boto3.session.Session(region_name=args.region)
     if args.stack_name and not (args.queue_url and args.table_name):
         outputs = _stack_outputs(session, args.stack_name)
@@ -298,11 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.table_name = args.table_name or outputs.get("ChatTableName")
         args.stream_name = args.stream_name or outputs.get("TokenStreamName")
     if not args.queue_url:
-        parser.error("the DLQ is unknown: pass --queue-url, set DLQ_URL, or pass --stack-name")
+        return _fail("the DLQ is unknown: pass --queue-url, set DLQ_URL, or pass --stack-name (make redrive STACK=...)")
     if not args.table_name:
-        parser.error("the table is unknown: pass --table-name, set CHAT_TABLE_NAME, or pass --stack-name")
-    if args.max is not None and args.max < 1:
-        parser.error("--max must be at least 1")
+        return _fail("the table is unknown: pass --table-name, set CHAT_TABLE_NAME, or pass --stack-name")
 
     ttl_days = config.TableConfig.from_env({**os.environ, config.CHAT_TABLE_NAME: args.table_name}).ttl_days
     table = ChatTable(session.client("dynamodb"), args.table_name, ttl_days=ttl_days)

@@ -1,0 +1,144 @@
+"""The commands a user runs (`make chat`, `make redrive`, `make local`) fail in one clear line, with a non-zero exit.
+
+Each runs as its make target runs it: the module in a subprocess, with the Makefile's PYTHONPATH, and an AWS
+configuration that is empty (no variables, no files, no instance metadata) where credentials matter.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.support import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.integration
+
+DEPLOYED_URL = "https://abc.lambda-url.us-east-1.on.aws"
+EMPTY_AWS = {
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def run(
+    module: str, *args: str, pythonpath: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` as make runs it, without any AWS_* variable of ours unless given."""
+    base = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**base, **EMPTY_AWS, "PYTHONPATH": pythonpath, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {stderr!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port something else listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("one_shot", [False, True], ids=["interactive", "one-shot"])
+def test_chat_with_a_deployed_url_and_no_credentials(one_shot: bool) -> None:
+    # WHEN `make chat URL=https://….lambda-url.….on.aws` runs where no AWS credentials are configured
+    args = ["--url", DEPLOYED_URL, *(["--message", "hello"] if one_shot else [])]
+    result = run("chatstream_client.cli", *args, pythonpath="client", stdin="hello\n")
+    # THEN it says, in one line, that credentials are missing and how to configure them
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert "no AWS credentials" in line and "aws configure" in line and "--no-iam" in line
+
+
+@pytest.mark.parametrize("one_shot", [False, True], ids=["interactive", "one-shot"])
+def test_chat_with_no_stack_running(one_shot: bool, unused_port: int) -> None:
+    # WHEN `make chat` runs against a local URL nothing listens on
+    url = f"http://127.0.0.1:{unused_port}"
+    args = ["--url", url, *(["--message", "hello"] if one_shot else [])]
+    result = run("chatstream_client.cli", *args, pythonpath="client", stdin="hello\n")
+    # THEN it says in one line that the stack is not running and how to start it
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert f"cannot connect to {url}" in line and "make local" in line
+    assert result.stdout == ""
+
+
+def test_local_when_the_port_is_taken(taken_port: int) -> None:
+    # WHEN `make local` runs with its port already taken
+    result = run(
+        "chatstream_local",
+        pythonpath="local:layers/chatstream:layers/streaming-runtime",
+        env={"CHATSTREAM_PORT": str(taken_port)},
+    )
+    # THEN it says so in one line, naming the port and the variable that changes it
+    line = one_line(result.stderr)
+    assert result.returncode == 1
+    assert f"port {taken_port}" in line and "CHATSTREAM_PORT" in line
+
+
+def test_redrive_with_no_credentials() -> None:
+    # WHEN `make redrive` runs where no AWS credentials are configured
+    result = run(
+        "chatstream.redrive",
+        *("--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq", "--table-name", "chat"),
+        pythonpath="layers/chatstream",
+        env={"AWS_DEFAULT_REGION": "us-east-1"},
+    )
+    # THEN it says in one line that credentials are missing and how to configure them
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert line.startswith("redrive: no AWS credentials") and "aws configure" in line
+
+
+def test_redrive_with_no_region() -> None:
+    # WHEN the redrive runs with neither a region nor a stack's outputs to find one
+    result = run(
+        "chatstream.redrive",
+        *("--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq", "--table-name", "chat"),
+        pythonpath="layers/chatstream",
+        env={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"},
+    )
+    # THEN it says in one line how to give one
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert line.startswith("redrive: no AWS region") and "--region" in line
+
+
+def test_redrive_with_nothing_to_read() -> None:
+    # WHEN the redrive runs without a queue, a table or a stack name
+    result = run("chatstream.redrive", pythonpath="layers/chatstream", env={"AWS_DEFAULT_REGION": "us-east-1"})
+    # THEN it names what to pass, in one line
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert "--queue-url" in line and "STACK=" in line
