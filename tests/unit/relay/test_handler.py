@@ -13,10 +13,12 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from chatstream.errors import ConfigError
+from chatstream.status import TurnStatus
 from streaming_runtime import StreamingResponse
 from streaming_runtime.marshalling import is_function_url_event
+from tests.builders import turn_records
 from tests.support import EVENTS, FakeContext, load_event, load_function
-from tests.unit.relay.relay_support import PROXY_FUNCTION, read_stream, turn_records, write_turn
+from tests.unit.relay.relay_support import PROXY_FUNCTION, read_stream, write_turn
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -187,7 +189,7 @@ def test_history_sample(app: ModuleType, chat_table: ChatTable, sample_session: 
     history = body_json(run(app, "relay-history.json"))
     assert history["session_id"] == sample_session
     assert [(t["turn"], t["status"], t["user"], t["assistant"]) for t in history["turns"]] == [
-        (1, "complete", "hello", "Hi")
+        (1, TurnStatus.COMPLETE, "hello", "Hi")
     ]
 
 
