@@ -10,11 +10,11 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from chatstream.records import TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import ChatTable
 from chatstream_local.bedrock import plan_reply
 from chatstream_local.client import ChatClient, TurnResult
+from tests.builders import turn_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -158,14 +158,7 @@ def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., Local
     table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"))
     session_id = table.create_session("anonymous")
     table.start_turn(session_id, "anonymous", "hello")
-    table.put_records(
-        [
-            TokenRecord.start(session_id, 1, 1),
-            TokenRecord.delta(session_id, 1, 1, "one", 2),
-            TokenRecord.delta(session_id, 1, 3, "three", 3),
-            TokenRecord.stop(session_id, 1, 4, StopReason.END_TURN, Usage(1, 3), 4),
-        ]
-    )
+    table.put_records([record for record in turn_records(session_id, 1, ["one", "two", "three"]) if record.seq != 2])
     # WHEN a client follows it
     with httpx.stream("GET", f"{stack.url}/sessions/{session_id}/turns/1/events", timeout=30) as response:
         events = read_events(response)

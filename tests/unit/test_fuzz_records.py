@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from chatstream.errors import InvalidEvent, InvalidRecord
 from chatstream.generation import Generation, GenerationSettings
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import RecordType, TokenRecord
+from chatstream.records import RecordType, TokenRecord, assistant_text
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
 JSON_VALUES = st.recursive(
@@ -186,7 +186,7 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
                 texts.append(text)
             elif text:
                 break  # a malformed delta ends the turn in error: nothing after it is expected
-    written = "".join(record.text or "" for record in records if record.type is RecordType.DELTA)
+    written = assistant_text(records)
     assert "".join(texts).startswith(written)
     if records[-1].type is RecordType.STOP:
         assert written == "".join(texts)

@@ -340,18 +340,6 @@ def test_lambda_event_records_are_parsed_with_their_coordinates() -> None:
     assert record.approximate_arrival == 1764400000.5 and record.undecodable is None
 
 
-def test_poison_messages_round_trip_and_oversized_payloads_are_left_out() -> None:
-    # GIVEN a small and a huge poison record
-    small = PoisonRecord(StreamRecord("1", "k", b"\x00abc", SHARD, STREAM_ARN, 1.0), "bad")
-    huge = PoisonRecord(StreamRecord("2", "k", b"x" * 300_000, SHARD, STREAM_ARN, 1.0), "too big")
-    # WHEN they become DLQ messages
-    small_body, huge_body = small.message(), huge.message()
-    # THEN the small one carries its payload back, the huge one says it was left out (re-read by coordinates)
-    assert PoisonRecord.from_message(json.loads(json.dumps(small_body))) == small
-    assert huge_body["payload"] is None and huge_body["payloadTruncated"] is True
-    assert len(json.dumps(huge_body)) < 256 * 1024
-
-
 class RendezvousTable:
     """A ChatTable whose first record write of each session waits until every session has started writing."""
 

@@ -93,17 +93,22 @@ class PoisonRecord:
         """The message as the SQS message body (compact JSON)."""
         return json.dumps(self.message(now), separators=(",", ":"))
 
+    @staticmethod
+    def describes(body: Mapping[str, Any]) -> bool:
+        """Whether a DLQ message body is a poison-record message."""
+        return body.get("kind") == DlqKind.POISON
+
     @classmethod
     def from_message(cls, body: Mapping[str, Any]) -> PoisonRecord:
         """Parse a poison-record message; :class:`InvalidDeadLetter` when it is not one."""
-        if body.get("kind") != DlqKind.POISON:
+        if not cls.describes(body):
             raise InvalidDeadLetter("not a poison-record message")
         if "sequenceNumber" not in body:
             raise InvalidDeadLetter("a poison-record message without sequenceNumber")
         payload = body.get("payload")
         arrival = body.get("approximateArrivalTimestamp")
         try:
-            data = b"" if payload is None else base64.b64decode(str(payload))
+            data = b"" if payload is None else base64.b64decode(str(payload), validate=True)
             approximate_arrival = None if arrival is None else float(arrival)
         except (binascii.Error, ValueError) as err:
             raise InvalidDeadLetter(f"a poison-record message with a malformed field: {err}") from err
@@ -131,12 +136,17 @@ class FailedBatch:
     batch_size: int | None
     condition: str  # why the mapping gave up (RetryAttemptsExhausted, RecordAgeExceeded…)
 
+    @staticmethod
+    def describes(body: Mapping[str, Any]) -> bool:
+        """Whether a DLQ message body is an on-failure record of a Kinesis event source mapping."""
+        return isinstance(body.get("KinesisBatchInfo"), dict) and isinstance(body.get("requestContext"), dict)
+
     @classmethod
     def from_message(cls, body: Mapping[str, Any]) -> FailedBatch:
         """Parse an on-failure record; :class:`InvalidDeadLetter` when it is not one."""
-        info, context = body.get("KinesisBatchInfo"), body.get("requestContext")
-        if not isinstance(info, dict) or not isinstance(context, dict):
+        if not cls.describes(body):
             raise InvalidDeadLetter("not an on-failure record")
+        info, context = body["KinesisBatchInfo"], body["requestContext"]
         missing = [name for name in ("shardId", "startSequenceNumber", "endSequenceNumber") if name not in info]
         if missing:
             raise InvalidDeadLetter(f"an on-failure record without KinesisBatchInfo.{missing[0]}")
@@ -162,20 +172,18 @@ class DlqMessage:
     @property
     def kind(self) -> DlqKind:
         document = self._document()
-        if document is None:
-            return DlqKind.UNKNOWN
-        if document.get("kind") == DlqKind.POISON:
+        if document is not None and PoisonRecord.describes(document):
             return DlqKind.POISON
-        if isinstance(document.get("KinesisBatchInfo"), dict) and isinstance(document.get("requestContext"), dict):
+        if document is not None and FailedBatch.describes(document):
             return DlqKind.ON_FAILURE
         return DlqKind.UNKNOWN
 
     def parse(self) -> PoisonRecord | FailedBatch:
         """The message's content; :class:`InvalidDeadLetter` when it is neither kind (or is missing a field)."""
-        kind, document = self.kind, self._document()
-        if kind is DlqKind.POISON and document is not None:
+        document = self._document()
+        if document is not None and PoisonRecord.describes(document):
             return PoisonRecord.from_message(document)
-        if kind is DlqKind.ON_FAILURE and document is not None:
+        if document is not None and FailedBatch.describes(document):
             return FailedBatch.from_message(document)
         raise InvalidDeadLetter("not a poison-record or on-failure message")
 

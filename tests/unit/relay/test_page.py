@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from chatstream.relay.http import Response
-    from tests.unit.relay.shared_table.conftest import SharedTable
+    from tests.unit.relay.conftest import SharedTable
 
 
 class NoLambda:

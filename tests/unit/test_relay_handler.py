@@ -95,6 +95,43 @@ def test_health(app: ModuleType) -> None:
     assert response.status_code == 200 and body_json(response) == {"status": "ok"}
 
 
+def answered(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int]]:
+    """(method, path, status) of each "request answered" log line."""
+    return [
+        (record.method, record.path, record.status)  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.getMessage() == "request answered"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "path", "status"),
+    [
+        ("relay-health.json", "GET", "/health", 200),
+        ("relay-chat-bad-json.json", "POST", "/chat", 400),
+        ("relay-history.json", "GET", f"/sessions/{SAMPLE_SESSION}", 404),
+    ],
+)
+def test_each_request_is_logged_once_with_its_method_path_and_status(
+    app: ModuleType, caplog: pytest.LogCaptureFixture, name: str, method: str, path: str, status: int
+) -> None:
+    # WHEN a sample is handled THEN one "request answered" line says what was asked and what was answered
+    run(app, name)
+    assert answered(caplog) == [(method, path, status)]
+
+
+def test_an_event_without_a_path_is_logged_as_the_relay_read_it(
+    app: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a hand-made event with no path and a lower-case method
+    event = load_event("relay-health.json")
+    del event["rawPath"], event["requestContext"]["http"]["path"]
+    event["requestContext"]["http"]["method"] = "get"
+    # WHEN it is handled THEN the log line shows the request as the relay routed it: GET of no path, 404
+    response = app.handler(event, FakeContext("RelayFunction"))
+    assert response.status_code == 404 and answered(caplog) == [("GET", "", 404)]
+
+
 def test_chat_sample_streams_a_turn_and_flushes_its_metrics(
     app: ModuleType, proxy: Stubber, chat_table: ChatTable, capsys: pytest.CaptureFixture[str]
 ) -> None:
