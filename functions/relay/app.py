@@ -22,7 +22,7 @@ from botocore.config import Config
 
 from chatstream.config import AWS_RETRIES, RelayConfig
 from chatstream.relay.follow import StreamOutcome
-from chatstream.relay.http import Request
+from chatstream.relay.http import Request, StreamKind
 from chatstream.relay.service import RelayService
 from chatstream.table import ChatTable
 from streaming_runtime import StreamingResponse
@@ -75,7 +75,7 @@ def _measured(body: Iterable[str], stream: StreamInfo) -> Iterator[str]:
     finally:
         stats = stream.stats
         metrics.add_metric(name="EventsSent", unit=MetricUnit.Count, value=stats.events_sent)
-        if stream.kind == "chat" and stats.first_token_at is not None:
+        if stream.kind is StreamKind.CHAT and stats.first_token_at is not None:
             ttft_ms = (stats.first_token_at - stream.started_at) * 1000
             metrics.add_metric(name="ClientTimeToFirstToken", unit=MetricUnit.Milliseconds, value=ttft_ms)
         if stats.outcome is StreamOutcome.RECONNECT:

@@ -238,7 +238,8 @@ class Follower:
             started=self.after >= 1,
             begin=begin,
             last_output=begin,
-            # A new follower's first polls find the records of a turn that has ended: no turn read before.
+            # A new follower reads the turn item only after status_check_s (its first polls find the records
+            # of a turn that has ended); a resuming one reads it at once.
             next_status_check=begin + self.settings.status_check_s if self.after < 0 else begin,
         )
         try:
@@ -268,15 +269,7 @@ class Follower:
         self._watch_gap(cursor, now, pending)
         if not fresh and not pending and now >= cursor.next_status_check:
             self._check_status(cursor, now)
-        if (
-            not cursor.started
-            and not pending
-            and cursor.finished_since is None
-            and now - cursor.begin >= s.start_timeout_s
-        ):
-            raise _End(
-                self._fail("timeout", f"the generation did not start within {s.start_timeout_s:g} s", retryable=True)
-            )
+        self._watch_start(cursor, now, pending)
         if now - cursor.last_output >= s.keepalive_s:
             yield sse.comment("keep-alive")
             cursor.last_output = now
@@ -322,6 +315,13 @@ class Follower:
         if now - cursor.gap_since >= self.settings.gap_timeout_s:
             message = f"event {cursor.last + 1} of the turn is missing; later events exist"
             raise _End(self._fail("gap", message, retryable=True))
+
+    def _watch_start(self, cursor: _Cursor, now: float, pending: bool) -> None:
+        """End the stream when the turn has shown no record at all for ``start_timeout_s``."""
+        limit = self.settings.start_timeout_s
+        if cursor.started or pending or cursor.finished_since is not None or now - cursor.begin < limit:
+            return
+        raise _End(self._fail("timeout", f"the generation did not start within {limit:g} s", retryable=True))
 
     def _check_status(self, cursor: _Cursor, now: float) -> None:
         """Read the turn item (idle, and due): end the stream, or note that its terminal record is on its way."""

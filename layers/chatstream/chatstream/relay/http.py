@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
@@ -100,11 +101,16 @@ def _body(body: object, is_base64: bool) -> tuple[bytes | None, bool]:
         return None, False
 
 
+class StreamKind(StrEnum):
+    CHAT = "chat"  # a new turn (POST /chat)
+    EVENTS = "events"  # attach to a turn, or resume it
+
+
 @dataclass(frozen=True)
 class StreamInfo:
     """What an SSE response follows, and (once its body ran) what it sent."""
 
-    kind: str  # "chat" (a new turn) or "events" (attach / resume)
+    kind: StreamKind
     session_id: str
     turn: int
     stats: FollowStats

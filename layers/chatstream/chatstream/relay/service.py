@@ -44,6 +44,7 @@ from chatstream.relay.http import (
     Route,
     Router,
     StreamInfo,
+    StreamKind,
     error_response,
     json_response,
     sse_response,
@@ -172,7 +173,7 @@ class _Exchange:
         request = GenerateRequest(session_id, turn, chat.message, chat.max_tokens, chat.temperature)
         failure = self.invoke_proxy(request)
         stats = FollowStats()
-        info = StreamInfo("chat", session_id, turn, stats, self.started_at)
+        info = StreamInfo(StreamKind.CHAT, session_id, turn, stats, self.started_at)
         meta = sse.json_message(
             {"session_id": session_id, "turn": turn, "events_url": events_url(session_id, turn)}, event="meta"
         )
@@ -190,7 +191,7 @@ class _Exchange:
         if turn is None:
             raise _turn_not_found(owned.session_id, owned.turn)
         stats = FollowStats()
-        info = StreamInfo("events", owned.session_id, turn.turn, stats, self.started_at)
+        info = StreamInfo(StreamKind.EVENTS, owned.session_id, turn.turn, stats, self.started_at)
         follower = self.follower(owned.session_id, turn.turn, -1 if after is None else after, stats)
         return sse_response(self._stream(None, follower), info)
 
