@@ -21,7 +21,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 
 from chatstream.config import AWS_RETRIES, ConsumerConfig
 from chatstream.dlq import DeadLetterQueue
-from chatstream.materialize import BatchOutcome, Materializer, StreamRecord
+from chatstream.kinesis import StreamRecord
+from chatstream.materialize import BatchOutcome, Materializer
 from chatstream.table import ChatTable
 
 if TYPE_CHECKING:

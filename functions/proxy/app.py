@@ -15,8 +15,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
 from chatstream.config import AWS_RETRIES, ProxyConfig
-from chatstream.generation import GenerateRequest, Generation
+from chatstream.generation import Generation, GenerationSettings
 from chatstream.kinesis import TokenStreamWriter
+from chatstream.proxy_event import GenerateRequest
 from chatstream.table import ChatTable
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ BEDROCK = _session.client("bedrock-runtime", config=AWS_RETRIES.merge(Config(rea
 # Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
 KINESIS = _session.client("kinesis", config=AWS_RETRIES)
 DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
+SETTINGS = GenerationSettings.from_config(CONFIG)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -49,11 +51,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         bedrock=BEDROCK,
         writer=writer,
         table=table,
-        model_id=CONFIG.model_id,
-        system_prompt=CONFIG.system_prompt,
-        flush_interval_ms=CONFIG.flush_interval_ms,
-        flush_max_chars=CONFIG.flush_max_chars,
-        cancel_check_interval_ms=CONFIG.cancel_check_interval_ms,
+        settings=SETTINGS,
         remaining_ms=context.get_remaining_time_in_millis,
     ).run()
 

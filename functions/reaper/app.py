@@ -17,7 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
 from chatstream.config import AWS_RETRIES, TableConfig
-from chatstream.generation import InvalidEvent
+from chatstream.errors import InvalidEvent
 from chatstream.reaper import FailedGeneration, end_abandoned_turn
 from chatstream.table import ChatTable
 

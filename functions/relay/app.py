@@ -21,6 +21,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
 from chatstream.config import AWS_RETRIES, RelayConfig
+from chatstream.relay.follow import StreamOutcome
+from chatstream.relay.http import Request, StreamKind
 from chatstream.relay.service import RelayService
 from chatstream.table import ChatTable
 from streaming_runtime import StreamingResponse
@@ -53,16 +55,10 @@ SERVICE = RelayService(
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
-    response = SERVICE.handle(event, remaining_ms=context.get_remaining_time_in_millis)
-    request_context = event.get("requestContext") if isinstance(event, dict) else None
-    http = request_context.get("http") if isinstance(request_context, dict) else None
+    request = Request.from_event(event)
+    response = SERVICE.handle(request, remaining_ms=context.get_remaining_time_in_millis)
     logger.info(
-        "request answered",
-        extra={
-            "method": http.get("method") if isinstance(http, dict) else None,
-            "path": event.get("rawPath") if isinstance(event, dict) else None,
-            "status": response.status_code,
-        },
+        "request answered", extra={"method": request.method, "path": request.path, "status": response.status_code}
     )
     body: Iterable[str] = response.body
     if response.stream is not None:
@@ -79,12 +75,12 @@ def _measured(body: Iterable[str], stream: StreamInfo) -> Iterator[str]:
     finally:
         stats = stream.stats
         metrics.add_metric(name="EventsSent", unit=MetricUnit.Count, value=stats.events_sent)
-        if stream.kind == "chat" and stats.first_token_at is not None:
+        if stream.kind is StreamKind.CHAT and stats.first_token_at is not None:
             ttft_ms = (stats.first_token_at - stream.started_at) * 1000
             metrics.add_metric(name="ClientTimeToFirstToken", unit=MetricUnit.Milliseconds, value=ttft_ms)
-        if stats.outcome == "reconnect":
+        if stats.outcome is StreamOutcome.RECONNECT:
             metrics.add_metric(name="Reconnects", unit=MetricUnit.Count, value=1)
-        if stats.outcome == "error":
+        if stats.outcome is StreamOutcome.ERROR:
             metrics.add_metric(name="StreamErrors", unit=MetricUnit.Count, value=1)
         logger.info(
             "stream ended",

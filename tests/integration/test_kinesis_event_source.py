@@ -14,7 +14,8 @@ import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from chatstream.kinesis import TokenStreamWriter
-from chatstream.records import TokenRecord, Usage
+from chatstream.records import TokenRecord
+from chatstream.status import TurnStatus
 from chatstream.table import ChatTable
 from chatstream_local.event_sources.invoker import Invoked
 from chatstream_local.event_sources.kinesis import (
@@ -23,6 +24,7 @@ from chatstream_local.event_sources.kinesis import (
     EventSourceMapping,
 )
 from chatstream_local.resources import create_queue, create_stream, create_table
+from tests.builders import turn_records
 from tests.support import FakeContext, load_function
 
 if TYPE_CHECKING:
@@ -133,10 +135,8 @@ def consumer(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Recorder:
 def write_turn(stack: Stack, words: list[str]) -> tuple[str, int]:
     session_id = stack.table.create_session(OWNER)
     turn = stack.table.start_turn(session_id, OWNER, "hello")
-    stack.writer.put(TokenRecord.start(session_id, turn, 1))
-    for seq, word in enumerate(words, start=1):
-        stack.writer.put(TokenRecord.delta(session_id, turn, seq, word, 1 + seq))
-    stack.writer.put(TokenRecord.stop(session_id, turn, len(words) + 1, "end_turn", Usage(1, len(words)), 99))
+    for record in turn_records(session_id, turn, words):
+        stack.writer.put(record)
     return session_id, turn
 
 
@@ -173,7 +173,7 @@ def test_a_turn_on_the_stream_reaches_the_table_through_the_real_consumer(stack,
     assert TokenRecord.decode(base64.b64decode(record["kinesis"]["data"])).type.value == "start"
     assert isinstance(record["kinesis"]["approximateArrivalTimestamp"], float)
     stored = stack.table.get_turn(session_id, turn)
-    assert stored is not None and (stored.status, stored.assistant) == ("complete", "You said: hello")
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, "You said: hello")
 
 
 def test_started_mapping_follows_the_stream_until_stopped(stack, consumer) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from chatstream.status import StopReason, TurnStatus
 from chatstream_client.api import ApiError, ChatClient
 from chatstream_local.bedrock.model import plan_reply
 
@@ -27,15 +28,15 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
         second = client.chat("/long 300", first.session_id)
         # THEN each stream carries the exact reply, ids contiguous from 1, and ends with done
         assert first.text == "You said: hello world" and first.done is not None
-        assert first.done["stop_reason"] == "end_turn"
+        assert first.done["stop_reason"] == StopReason.END_TURN
         assert second.text == plan_reply("/long 300").text
         assert second.ids == list(range(1, len(second.ids) + 1))
         assert (second.session_id, second.turn) == (first.session_id, 2)
         # AND history has both turns, complete, with the assembled text
         history = client.history(first.session_id)
         assert [(t["turn"], t["status"], t["assistant"]) for t in history["turns"]] == [
-            (1, "complete", "You said: hello world"),
-            (2, "complete", plan_reply("/long 300").text),
+            (1, TurnStatus.COMPLETE, "You said: hello world"),
+            (2, TurnStatus.COMPLETE, plan_reply("/long 300").text),
         ]
 
 

@@ -11,9 +11,12 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from chatstream.generation import GenerateRequest, Generation, build_messages
+from chatstream.errors import InvalidEvent
+from chatstream.generation import Generation, GenerationSettings, build_messages
 from chatstream.kinesis import TokenStreamWriter
-from chatstream.records import RecordType, TokenRecord, Usage
+from chatstream.proxy_event import GenerateRequest
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
+from chatstream.status import StopReason, TurnStatus
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
 from tests.support import FakeContext, load_event, load_function
@@ -67,9 +70,8 @@ def start_turn(chat_table: ChatTable, message: str) -> GenerateRequest:
 
 def generate(request: GenerateRequest, bedrock: Any, kinesis: Any, stream_name: str, chat_table: ChatTable, **kw: Any):
     writer = TokenStreamWriter(kinesis, stream_name, sleep=lambda _: None)
-    return Generation(
-        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="local.model", **kw
-    ).run()
+    settings = GenerationSettings(model_id="local.model", **kw)
+    return Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
 
 
 def assert_well_formed(records: list[TokenRecord]) -> None:
@@ -77,10 +79,6 @@ def assert_well_formed(records: list[TokenRecord]) -> None:
     assert [r.seq for r in records] == list(range(len(records)))
     assert records[0].type is RecordType.START
     assert [r.is_terminal for r in records].count(True) == 1 and records[-1].is_terminal
-
-
-def text_of(records: list[TokenRecord]) -> str:
-    return "".join(r.text or "" for r in records if r.type is RecordType.DELTA)
 
 
 def test_long_reply_is_exact_ordered_and_coalesced(bedrock, kinesis, stream_name, chat_table) -> None:
@@ -91,10 +89,10 @@ def test_long_reply_is_exact_ordered_and_coalesced(bedrock, kinesis, stream_name
     # THEN the stream holds the exact reply, in order, in far fewer records than deltas
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
-    assert text_of(records) == plan_reply("/long 2000").text
+    assert assistant_text(records) == plan_reply("/long 2000").text
     assert result.deltas == 2000
     assert len(records) < 2000 / 10
-    assert records[-1].type is RecordType.STOP and records[-1].stop_reason == "end_turn"
+    assert records[-1].type is RecordType.STOP and records[-1].stop_reason is StopReason.END_TURN
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 2000
     assert all(r.session_id == request.session_id and r.turn == request.turn for r in records)
 
@@ -113,7 +111,7 @@ class GatedBedrock:
                 if index == 1:
                     assert self.first_written.wait(timeout=10)
                 yield {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": text}}}
-            yield {"messageStop": {"stopReason": "end_turn"}}
+            yield {"messageStop": {"stopReason": StopReason.END_TURN}}
             yield {"metadata": {"usage": {"inputTokens": 2, "outputTokens": len(self.deltas)}, "metrics": {}}}
 
         return {"stream": _Closable(events())}
@@ -134,20 +132,19 @@ def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream
     # GIVEN a model whose later deltas come only after the first delta reached Kinesis
     first_written = threading.Event()
     writer = TokenStreamWriter(kinesis, stream_name)
-    put_all = writer.put_all
+    put = writer.put
 
-    def put_and_signal(records: list[TokenRecord]) -> None:
-        put_all(records)
-        if any(record.type is RecordType.DELTA for record in records):
+    def put_and_signal(record: TokenRecord) -> None:
+        put(record)
+        if record.type is RecordType.DELTA:
             first_written.set()
 
-    writer.put_all = put_and_signal  # type: ignore[method-assign]
+    writer.put = put_and_signal  # type: ignore[method-assign]
     request = start_turn(chat_table, "hello there")
     bedrock = GatedBedrock(["You", " said:", " hello", " there"], first_written)
     # WHEN the reply is generated with a long flush interval
-    Generation(
-        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_interval_ms=60_000
-    ).run()  # type: ignore[arg-type]
+    settings = GenerationSettings(model_id="m", flush_interval_ms=60_000)
+    Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()  # type: ignore[arg-type]
     # THEN the first delta is a record of its own and the rest were coalesced into one
     records = read_stream(kinesis, stream_name)
     assert [r.text for r in records if r.type is RecordType.DELTA] == ["You", " said: hello there"]
@@ -171,9 +168,8 @@ def test_every_record_goes_alone_after_the_one_before(bedrock, kinesis, stream_n
     request = start_turn(chat_table, "/long 40")
     writer = TokenStreamWriter(recording, stream_name)  # type: ignore[arg-type]
     # WHEN it is generated
-    Generation(
-        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_max_chars=40
-    ).run()
+    settings = GenerationSettings(model_id="m", flush_max_chars=40)
+    Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
     # THEN each call carries one record, start first and the first delta right after it: entries of one call
     # fail independently, so a shared call could store the delta without the start (no clean prefix if the
     # proxy then died)
@@ -189,7 +185,7 @@ def test_flush_size_bounds_each_record(bedrock, kinesis, stream_name, chat_table
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
     assert max(len(r.text or "") for r in records) <= 64
-    assert text_of(records) == plan_reply("/long 500").text
+    assert assistant_text(records) == plan_reply("/long 500").text
 
 
 def test_mid_stream_model_error_ends_with_error_record(bedrock, kinesis, stream_name, chat_table) -> None:
@@ -199,7 +195,7 @@ def test_mid_stream_model_error_ends_with_error_record(bedrock, kinesis, stream_
     # THEN what was generated is kept and the turn ends with a retryable error record
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
-    assert text_of(records) == "w1 w2 w3 w4 w5"
+    assert assistant_text(records) == "w1 w2 w3 w4 w5"
     assert records[-1].type is RecordType.ERROR and records[-1].error is not None
     assert records[-1].error.code == "model_stream_error" and records[-1].error.retryable
 
@@ -243,13 +239,12 @@ def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kines
     request = start_turn(chat_table, "/long 300")
     # WHEN a reply is generated with small records
     writer = TokenStreamWriter(flaky, stream_name, sleep=lambda _: None)  # type: ignore[arg-type]
-    result = Generation(
-        request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m", flush_max_chars=40
-    ).run()
+    settings = GenerationSettings(model_id="m", flush_max_chars=40)
+    result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
     # THEN every record arrived once, and the text is exact
     records = read_stream(kinesis, stream_name)
     assert_well_formed(sorted(records, key=lambda r: r.seq))
-    assert text_of(sorted(records, key=lambda r: r.seq)) == plan_reply("/long 300").text
+    assert assistant_text(sorted(records, key=lambda r: r.seq)) == plan_reply("/long 300").text
     assert result.throttle_retries > 10
     # AND in seq order: a record is written only once every earlier one is stored
     assert [r.seq for r in records] == list(range(len(records)))
@@ -260,14 +255,15 @@ def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_n
     flaky = FlakyKinesis(kinesis, ["ok", "ok"] + ["raise"] * 1000)
     request = start_turn(chat_table, "/long 50")
     writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
-    result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, model_id="m").run()
+    settings = GenerationSettings(model_id="m")
+    result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
     # THEN the turn still ends: an error record in the read model, the turn marked error
     assert result.terminal_via_table and result.terminal.error is not None
     assert result.terminal.error.code == "write_failed"
     stored = chat_table.query_records(request.session_id, request.turn)
     assert [r.type for r in stored] == [RecordType.ERROR] and stored[0].seq == 2
     turn = chat_table.get_turn(request.session_id, request.turn)
-    assert turn is not None and turn.status == "error"
+    assert turn is not None and turn.status is TurnStatus.ERROR
     assert turn.assistant and plan_reply("/long 50").text.startswith(turn.assistant)  # the first delta got through
     assert chat_table.get_session(request.session_id).active_turn is None  # type: ignore[union-attr]
 
@@ -293,29 +289,21 @@ def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_t
     # THEN the turn ends 'cancelled' well before the whole reply, with the generated text kept
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
-    assert records[-1].type is RecordType.STOP and records[-1].stop_reason == "cancelled"
+    assert records[-1].type is RecordType.STOP and records[-1].stop_reason is StopReason.CANCELLED
     assert 0 < outcome["result"].deltas < 5000
-    assert plan_reply("/long 5000").text.startswith(text_of(records))
+    assert plan_reply("/long 5000").text.startswith(assistant_text(records))
 
 
 def test_history_becomes_converse_messages(chat_table) -> None:
     # GIVEN a session with a complete turn, an errored turn and a cancelled turn without text
     session_id = chat_table.create_session(OWNER)
-    for turn, (message, record, text) in enumerate(
-        [
-            ("first", "end_turn", "One"),
-            ("second", "error", ""),
-            ("third", "cancelled", ""),
-        ],
-        start=1,
-    ):
+    endings = [
+        ("first", TokenRecord.stop(session_id, 1, 2, StopReason.END_TURN, Usage(1, 1), 1), "One"),
+        ("second", TokenRecord.failure(session_id, 2, 1, ErrorInfo("x", "y", True), 1), ""),
+        ("third", TokenRecord.stop(session_id, 3, 2, StopReason.CANCELLED, Usage(1, 1), 1), ""),
+    ]
+    for message, terminal, text in endings:
         chat_table.start_turn(session_id, OWNER, message)
-        if record == "error":
-            from chatstream.records import ErrorInfo
-
-            terminal = TokenRecord.failure(session_id, turn, 1, ErrorInfo("x", "y", True), 1)
-        else:
-            terminal = TokenRecord.stop(session_id, turn, 2, record, Usage(1, 1), 1)
         chat_table.complete_turn(terminal, text)
     chat_table.start_turn(session_id, OWNER, "fourth")
     # WHEN the proxy builds the messages for turn 4
@@ -344,14 +332,12 @@ def test_sample_event_runs_through_the_handler(
     result = app.handler(event, FakeContext("ProxyFunction"))
     # THEN the reply is on the stream and the handler reports how the turn ended
     records = read_stream(kinesis, stream_name)
-    assert text_of(records) == "You said: hello"
-    assert result["type"] == "stop" and result["stop_reason"] == "end_turn"
+    assert assistant_text(records) == "You said: hello"
+    assert result["type"] == "stop" and result["stop_reason"] == StopReason.END_TURN
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 3
 
 
 def test_invalid_event_is_rejected_with_a_clear_error() -> None:
-    from chatstream.generation import InvalidEvent
-
     for event, field in [
         ({}, "session_id"),
         ({"session_id": "abc", "turn": 0, "message": "x"}, "turn"),

@@ -10,10 +10,11 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from chatstream.records import TokenRecord, Usage
+from chatstream.status import StopReason, TurnStatus
 from chatstream.table import ChatTable
 from chatstream_client.api import ChatClient, TurnResult
 from chatstream_local.bedrock.model import plan_reply
+from tests.builders import turn_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,7 +80,7 @@ def test_disconnect_is_not_cancel_and_resume_has_no_duplicate_or_gap(slow_stack:
         text, ids = text_and_ids(rest)
         assert seen_text + text == plan_reply(LONG).text
         assert seen_ids + ids == list(range(1, len(seen_ids + ids) + 1))
-        assert rest[-1][0] == "done" and rest[-1][2]["stop_reason"] == "end_turn"
+        assert rest[-1][0] == "done" and rest[-1][2]["stop_reason"] == StopReason.END_TURN
 
 
 def test_two_followers_see_the_same_turn(slow_stack: LocalStack) -> None:
@@ -115,11 +116,11 @@ def test_cancel_ends_the_stream_and_keeps_the_partial_text(slow_stack: LocalStac
         result = client.chat("/long 3000", on_token=on_token, on_meta=current.append)
         # THEN the cancel is accepted, the stream ends 'cancelled' early, and history keeps exactly that text
         assert cancelled["status"] == "cancelling"
-        assert result.done is not None and result.done["stop_reason"] == "cancelled"
+        assert result.done is not None and result.done["stop_reason"] == StopReason.CANCELLED
         assert len(result.ids) > 0 and plan_reply("/long 3000").text.startswith(result.text)
         assert result.text != plan_reply("/long 3000").text
         turn = client.history(result.session_id)["turns"][0]
-        assert turn["status"] == "cancelled" and turn["assistant"] == result.text
+        assert turn["status"] == TurnStatus.CANCELLED and turn["assistant"] == result.text
         # AND cancelling again is 409 turn_finished
         response = httpx.post(f"{slow_stack.url}/sessions/{result.session_id}/turns/1/cancel")
         assert response.status_code == 409 and response.json()["error"]["code"] == "turn_finished"
@@ -157,14 +158,7 @@ def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., Local
     table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"))
     session_id = table.create_session("anonymous")
     table.start_turn(session_id, "anonymous", "hello")
-    table.put_records(
-        [
-            TokenRecord.start(session_id, 1, 1),
-            TokenRecord.delta(session_id, 1, 1, "one", 2),
-            TokenRecord.delta(session_id, 1, 3, "three", 3),
-            TokenRecord.stop(session_id, 1, 4, "end_turn", Usage(1, 3), 4),
-        ]
-    )
+    table.put_records([record for record in turn_records(session_id, 1, ["one", "two", "three"]) if record.seq != 2])
     # WHEN a client follows it
     with httpx.stream("GET", f"{stack.url}/sessions/{session_id}/turns/1/events", timeout=30) as response:
         events = read_events(response)

@@ -10,7 +10,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from chatstream.dlq import DlqKind
 from chatstream.errors import ConfigError
+from chatstream.status import StopReason, TurnStatus
 from chatstream_local.resources import create_queue
 from tests.support import FakeContext, load_event, load_function
 
@@ -59,7 +61,11 @@ def test_the_sample_turn_is_materialized_and_completed(app, chat_table, monkeypa
     assert response == {"batchItemFailures": []}
     stored = chat_table.get_turn(session_id, turn)
     assert stored is not None
-    assert (stored.status, stored.assistant, stored.stop_reason) == ("complete", "You said: hello", "end_turn")
+    assert (stored.status, stored.assistant, stored.stop_reason) == (
+        TurnStatus.COMPLETE,
+        "You said: hello",
+        StopReason.END_TURN,
+    )
     assert [r.seq for r in chat_table.query_records(session_id, turn)] == [0, 1, 2, 3, 4]
 
 
@@ -78,12 +84,12 @@ def test_the_sample_with_a_poison_record_sends_it_to_the_dlq_and_writes_the_rest
     sqs = boto3.client("sqs", region_name="us-east-1")
     (message,) = sqs.receive_message(QueueUrl=dlq_url, MaxNumberOfMessages=10)["Messages"]
     body = json.loads(message["Body"])
-    assert body["kind"] == "poison-record" and body["reason"].startswith("not JSON")
+    assert body["kind"] == DlqKind.POISON and body["reason"].startswith("not JSON")
     assert base64.b64decode(body["payload"]) == base64.b64decode(poison["data"])
     assert (body["sequenceNumber"], body["shardId"]) == (poison["sequenceNumber"], "shardId-000000000000")
     assert [r.seq for r in chat_table.query_records(session_id, turn)] == [0, 1, 3]
     stored = chat_table.get_turn(session_id, turn)
-    assert stored is not None and (stored.status, stored.assistant) == ("complete", "Hi")
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, "Hi")
 
 
 def test_throttled_writes_are_reported_as_batch_item_failures(app, chat_table, monkeypatch) -> None:

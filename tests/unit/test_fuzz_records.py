@@ -16,9 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatstream.errors import InvalidRecord
-from chatstream.generation import GenerateRequest, Generation, InvalidEvent
-from chatstream.records import RecordType, TokenRecord
+from chatstream.errors import InvalidEvent, InvalidRecord
+from chatstream.generation import Generation, GenerationSettings
+from chatstream.proxy_event import GenerateRequest
+from chatstream.records import RecordType, TokenRecord, assistant_text
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
 JSON_VALUES = st.recursive(
@@ -101,11 +102,8 @@ class _Writer:
     throttle_retries: int = 0
 
     def put(self, record: TokenRecord) -> None:
-        self.put_all([record])
-
-    def put_all(self, records: list[TokenRecord]) -> None:
         self.put_calls += 1
-        self.records.extend(records)
+        self.records.append(record)
 
 
 class _Table:
@@ -164,8 +162,7 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
         bedrock=_Bedrock(events, fail),  # type: ignore[arg-type]
         writer=writer,  # type: ignore[arg-type]
         table=_Table(),  # type: ignore[arg-type]
-        model_id="local",
-        flush_interval_ms=0,
+        settings=GenerationSettings(model_id="local", flush_interval_ms=0),
     )
 
     # WHEN the generation runs
@@ -177,6 +174,8 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
     assert records[0].type is RecordType.START
     assert [record.is_terminal for record in records].count(True) == 1 and records[-1].is_terminal
     assert result.terminal == records[-1]
+    # AND every record is one the consumer can read back
+    assert [TokenRecord.decode(record.encode()) for record in records] == records
     # AND no delta text was lost: what was written is every text delta the model sent, in order
     texts = []
     for event in events:
@@ -187,7 +186,7 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
                 texts.append(text)
             elif text:
                 break  # a malformed delta ends the turn in error: nothing after it is expected
-    written = "".join(record.text or "" for record in records if record.type is RecordType.DELTA)
+    written = assistant_text(records)
     assert "".join(texts).startswith(written)
     if records[-1].type is RecordType.STOP:
         assert written == "".join(texts)

@@ -12,12 +12,15 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from chatstream.dlq import DeadLetterQueue
-from chatstream.errors import Throttled
-from chatstream.materialize import DeadLetterError, Materializer, PoisonRecord, StreamRecord
-from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.dlq import DeadLetterQueue, PoisonRecord
+from chatstream.errors import DeadLetterError, Throttled
+from chatstream.kinesis import StreamRecord
+from chatstream.materialize import Materializer
+from chatstream.records import ErrorInfo, TokenRecord
+from chatstream.status import StopReason, TurnStatus
 from chatstream.table import ChatTable
 from chatstream_local.resources import create_queue
+from tests.builders import turn_records
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -61,13 +64,6 @@ def new_turn(table: ChatTable, message: str = "hello") -> tuple[str, int]:
     return session_id, table.start_turn(session_id, OWNER, message)
 
 
-def reply(session_id: str, turn: int, words: Sequence[str], stop_reason: str = "end_turn") -> list[TokenRecord]:
-    records = [TokenRecord.start(session_id, turn, 1000)]
-    records += [TokenRecord.delta(session_id, turn, i + 1, word, 1000 + i) for i, word in enumerate(words)]
-    records.append(TokenRecord.stop(session_id, turn, len(words) + 1, stop_reason, Usage(1, len(words)), 2000))
-    return records
-
-
 def stored_keys(table: ChatTable, session_id: str, turn: int) -> list[int]:
     return [record.seq for record in table.query_records(session_id, turn)]
 
@@ -90,7 +86,7 @@ def test_a_whole_turn_is_written_and_the_turn_completed_with_the_exact_text(chat
     # GIVEN a turn in progress and its records on the stream
     session_id, turn = new_turn(chat_table)
     words = ["You", " said:", " hello", " \u00e9\u00e8 \U0001f600"]
-    batch = Stream().records(reply(session_id, turn, words))
+    batch = Stream().records(turn_records(session_id, turn, words))
     # WHEN the batch is materialized
     outcome = materializer.process(batch)
     # THEN every record is an item, the turn is complete with the exact text, and the session is free
@@ -98,7 +94,11 @@ def test_a_whole_turn_is_written_and_the_turn_completed_with_the_exact_text(chat
     assert stored_keys(chat_table, session_id, turn) == list(range(len(batch)))
     stored = chat_table.get_turn(session_id, turn)
     assert stored is not None
-    assert (stored.status, stored.assistant, stored.stop_reason) == ("complete", "".join(words), "end_turn")
+    assert (stored.status, stored.assistant, stored.stop_reason) == (
+        TurnStatus.COMPLETE,
+        "".join(words),
+        StopReason.END_TURN,
+    )
     assert stored.usage == {"input_tokens": 1, "output_tokens": 4}
     session = chat_table.get_session(session_id)
     assert session is not None and session.active_turn is None
@@ -108,20 +108,20 @@ def test_error_and_cancelled_turns_get_their_status(chat_table, materializer) ->
     # GIVEN one turn that ends in error and, after it, one that is cancelled
     session_id, first = new_turn(chat_table)
     error = ErrorInfo("model_stream_error", "the model stopped", retryable=True)
-    failed = [
-        TokenRecord.start(session_id, first, 1),
-        TokenRecord.delta(session_id, first, 1, "partial", 2),
-        TokenRecord.failure(session_id, first, 2, error, 3),
-    ]
+    failed = turn_records(session_id, first, ["partial"], error=error)
     stream = Stream()
     materializer.process(stream.records(failed))
     second = chat_table.start_turn(session_id, OWNER, "again")
     # WHEN the cancelled turn is materialized
-    materializer.process(stream.records(reply(session_id, second, ["Once"], stop_reason="cancelled")))
+    materializer.process(stream.records(turn_records(session_id, second, ["Once"], stop_reason=StopReason.CANCELLED)))
     # THEN each turn has the status its terminal record says, with the text it got
     turns = {t.turn: t for t in chat_table.list_turns(session_id)}
-    assert (turns[first].status, turns[first].assistant, turns[first].error) == ("error", "partial", error.to_dict())
-    assert (turns[second].status, turns[second].assistant) == ("cancelled", "Once")
+    assert (turns[first].status, turns[first].assistant, turns[first].error) == (
+        TurnStatus.ERROR,
+        "partial",
+        error.to_dict(),
+    )
+    assert (turns[second].status, turns[second].assistant) == (TurnStatus.CANCELLED, "Once")
 
 
 def test_redelivered_and_replayed_batches_leave_exactly_one_item_per_record(
@@ -129,7 +129,7 @@ def test_redelivered_and_replayed_batches_leave_exactly_one_item_per_record(
 ) -> None:
     # GIVEN a turn's records, materialized once
     session_id, turn = new_turn(chat_table)
-    batch = Stream().records(reply(session_id, turn, ["a", "b", "c"]))
+    batch = Stream().records(turn_records(session_id, turn, ["a", "b", "c"]))
     materializer.process(batch)
     items_after_first = item_count(dynamodb, table_name)
     # WHEN the same batch is redelivered, then replayed in other batch boundaries, with duplicates inside
@@ -140,13 +140,13 @@ def test_redelivered_and_replayed_batches_leave_exactly_one_item_per_record(
     assert item_count(dynamodb, table_name) == items_after_first
     assert stored_keys(chat_table, session_id, turn) == [0, 1, 2, 3, 4]
     stored = chat_table.get_turn(session_id, turn)
-    assert stored is not None and (stored.status, stored.assistant) == ("complete", "abc")
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, "abc")
 
 
 def test_records_out_of_order_within_a_batch_still_complete_the_turn_with_every_delta(chat_table, materializer) -> None:
     # GIVEN a batch where the stop record comes before some of the turn's deltas
     session_id, turn = new_turn(chat_table)
-    tokens = reply(session_id, turn, [f" w{i}" for i in range(12)])
+    tokens = turn_records(session_id, turn, [f" w{i}" for i in range(12)])
     shuffled = tokens[:3] + [tokens[-1]] + tokens[3:-1]
     random.Random(7).shuffle(shuffled)
     # WHEN it is materialized
@@ -162,7 +162,7 @@ def test_a_later_batch_first_completes_the_turn_and_a_redrive_of_the_earlier_one
 ) -> None:
     # GIVEN the first half of a turn was skipped (its batch went to the DLQ) and the second half arrived
     session_id, turn = new_turn(chat_table)
-    tokens = reply(session_id, turn, ["one", " two", " three", " four"])
+    tokens = turn_records(session_id, turn, ["one", " two", " three", " four"])
     stream = Stream()
     early, late = stream.records(tokens[:3]), stream.records(tokens[3:])
     live = Materializer(table=chat_table, poison_sink=sink)
@@ -170,7 +170,7 @@ def test_a_later_batch_first_completes_the_turn_and_a_redrive_of_the_earlier_one
     # THEN the turn ends (no reader waits forever), reported as incomplete
     stored = chat_table.get_turn(session_id, turn)
     assert outcome.incomplete_turns == 1
-    assert stored is not None and (stored.status, stored.assistant) == ("complete", " three four")
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, " three four")
     # WHEN the earlier records are re-processed with reconciliation (what the redrive tool does)
     redrive = Materializer(table=chat_table, poison_sink=sink, reconcile_finished_turns=True)
     outcome = redrive.process(early)
@@ -188,7 +188,7 @@ def test_poison_records_go_to_the_dlq_with_payload_while_the_rest_of_the_batch_i
     queue_url = create_queue(sqs, template, "ConsumerDLQ")
     materializer = Materializer(table=chat_table, poison_sink=DeadLetterQueue(sqs, queue_url))
     session_id, turn = new_turn(chat_table)
-    tokens = reply(session_id, turn, ["ok", " fine"])
+    tokens = turn_records(session_id, turn, ["ok", " fine"])
     stream = Stream()
     garbage = b"\xff\xfe not json"
     invalid = json.dumps({"v": 1, "session_id": session_id, "turn": turn, "seq": 9, "type": "delta", "ts": 1}).encode()
@@ -255,8 +255,8 @@ def test_throttling_fails_the_session_from_its_first_unwritten_record_and_other_
     # GIVEN two sessions whose records interleave in one batch; session A's first records are already written
     a_session, a_turn = new_turn(chat_table)
     b_session, b_turn = new_turn(chat_table)
-    a_tokens = reply(a_session, a_turn, ["a1", "a2", "a3"])
-    b_tokens = reply(b_session, b_turn, ["b1", "b2"])
+    a_tokens = turn_records(a_session, a_turn, ["a1", "a2", "a3"])
+    b_tokens = turn_records(b_session, b_turn, ["b1", "b2"])
     stream = Stream()
     Materializer(table=chat_table, poison_sink=sink).process(stream.records(a_tokens[:2]))
     batch: list[StreamRecord] = []
@@ -276,11 +276,11 @@ def test_throttling_fails_the_session_from_its_first_unwritten_record_and_other_
     # AND nothing later of A was written (its stop record is not an item, its turn is still in progress)
     assert stored_keys(chat_table, a_session, a_turn) == [0, 1]
     a_stored = chat_table.get_turn(a_session, a_turn)
-    assert a_stored is not None and a_stored.status == "in_progress"
+    assert a_stored is not None and a_stored.status is TurnStatus.IN_PROGRESS
     # AND session B, in the same batch, is written and completed
     b_stored = chat_table.get_turn(b_session, b_turn)
     assert stored_keys(chat_table, b_session, b_turn) == [0, 1, 2, 3]
-    assert b_stored is not None and (b_stored.status, b_stored.assistant) == ("complete", "b1b2")
+    assert b_stored is not None and (b_stored.status, b_stored.assistant) == (TurnStatus.COMPLETE, "b1b2")
     # WHEN the event source mapping retries from the lowest failed record, without throttling
     lowest = min(outcome.failures, key=int)
     retry = [r for r in batch if int(r.sequence_number) >= int(lowest)]
@@ -300,7 +300,7 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
         raise Throttled("DynamoDB ThrottlingException")
 
     monkeypatch.setattr(chat_table, "complete_turn", throttled_complete)
-    batch = Stream().records(reply(session_id, turn, ["x", "y"]))
+    batch = Stream().records(turn_records(session_id, turn, ["x", "y"]))
     # WHEN the turn's records are materialized
     outcome = Materializer(table=chat_table, poison_sink=sink).process(batch)
     # THEN the deltas are written, but the terminal record is a batch item failure and not an item yet
@@ -311,7 +311,7 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
 def test_an_unavailable_dlq_fails_the_poison_record_and_the_later_records_of_its_session(chat_table) -> None:
     # GIVEN a DLQ that throttles, and a poison record in the middle of a session's records
     session_id, turn = new_turn(chat_table)
-    tokens = reply(session_id, turn, ["p", "q"])
+    tokens = turn_records(session_id, turn, ["p", "q"])
     stream = Stream()
     batch = stream.records(tokens[:2]) + [stream.record(b"garbage", session_id)] + stream.records(tokens[2:])
     # WHEN the batch is materialized
@@ -340,18 +340,6 @@ def test_lambda_event_records_are_parsed_with_their_coordinates() -> None:
     assert record.approximate_arrival == 1764400000.5 and record.undecodable is None
 
 
-def test_poison_messages_round_trip_and_oversized_payloads_are_left_out() -> None:
-    # GIVEN a small and a huge poison record
-    small = PoisonRecord(StreamRecord("1", "k", b"\x00abc", SHARD, STREAM_ARN, 1.0), "bad")
-    huge = PoisonRecord(StreamRecord("2", "k", b"x" * 300_000, SHARD, STREAM_ARN, 1.0), "too big")
-    # WHEN they become DLQ messages
-    small_body, huge_body = small.message(), huge.message()
-    # THEN the small one carries its payload back, the huge one says it was left out (re-read by coordinates)
-    assert PoisonRecord.from_message(json.loads(json.dumps(small_body))) == small
-    assert huge_body["payload"] is None and huge_body["payloadTruncated"] is True
-    assert len(json.dumps(huge_body)) < 256 * 1024
-
-
 class RendezvousTable:
     """A ChatTable whose first record write of each session waits until every session has started writing."""
 
@@ -376,7 +364,7 @@ class RendezvousTable:
 def test_the_sessions_of_a_batch_are_written_concurrently(chat_table, sink) -> None:
     # GIVEN a batch holding four sessions' whole turns, interleaved
     turns = [new_turn(chat_table) for _ in range(4)]
-    replies = [reply(session_id, turn, [f"w{i}", " x"]) for i, (session_id, turn) in enumerate(turns)]
+    replies = [turn_records(session_id, turn, [f"w{i}", " x"]) for i, (session_id, turn) in enumerate(turns)]
     stream = Stream()
     batch = [stream.record(token) for step in zip(*replies, strict=True) for token in step]
     # AND a table on which each session's first write waits for all four to be writing at once

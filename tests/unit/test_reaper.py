@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from chatstream.generation import InvalidEvent
+from chatstream.errors import InvalidEvent
 from chatstream.reaper import FailedGeneration, end_abandoned_turn
-from chatstream.records import TokenRecord, Usage
+from chatstream.status import TurnStatus
+from tests.builders import opening_records, turn_records
 from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:
@@ -43,20 +44,14 @@ def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(cha
     # GIVEN a turn whose proxy wrote two deltas and died
     session_id = chat_table.create_session(OWNER)
     chat_table.start_turn(session_id, OWNER, "hello")
-    chat_table.put_records(
-        [
-            TokenRecord.start(session_id, 1, 1),
-            TokenRecord.delta(session_id, 1, 1, "Hel", 2),
-            TokenRecord.delta(session_id, 1, 2, "lo", 3),
-        ]
-    )
+    chat_table.put_records(opening_records(session_id, 1, ["Hel", "lo"]))
     # WHEN its failure reaches the reaper
     ended = end_abandoned_turn(
         chat_table, FailedGeneration.from_destination_record(destination_record(session_id)), lambda: 9
     )
     # THEN the turn is an error with the partial text, and the session takes a new turn
     turn = chat_table.get_turn(session_id, 1)
-    assert ended and turn is not None and turn.status == "error" and turn.assistant == "Hello"
+    assert ended and turn is not None and turn.status is TurnStatus.ERROR and turn.assistant == "Hello"
     assert turn.error is not None and turn.error["code"] == "generation_failed"
     assert chat_table.start_turn(session_id, OWNER, "again") == 2
 
@@ -64,13 +59,13 @@ def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(cha
 def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
     session_id = chat_table.create_session(OWNER)
     chat_table.start_turn(session_id, OWNER, "hello")
-    stop = TokenRecord.stop(session_id, 1, 1, "end_turn", Usage(1, 0), 5)
-    chat_table.put_records([TokenRecord.start(session_id, 1, 1), stop])  # terminal in, not yet completed
+    start, stop = turn_records(session_id, 1, [])
+    chat_table.put_records([start, stop])  # terminal in, not yet completed
     failed = FailedGeneration.from_destination_record(destination_record(session_id))
     assert end_abandoned_turn(chat_table, failed, lambda: 9) is False
     chat_table.complete_turn(stop, "")
     assert end_abandoned_turn(chat_table, failed, lambda: 9) is False
-    assert chat_table.get_turn(session_id, 1).status == "complete"  # type: ignore[union-attr]
+    assert chat_table.get_turn(session_id, 1).status is TurnStatus.COMPLETE  # type: ignore[union-attr]
     unknown = FailedGeneration.from_destination_record(destination_record(session_id, turn=7))
     assert end_abandoned_turn(chat_table, unknown, lambda: 9) is False
 
@@ -94,4 +89,4 @@ def test_the_handler_on_the_sample_event(
     app = load_function("reaper")
     # WHEN the handler runs THEN the turn is ended and both messages count as processed
     assert app.handler(event, FakeContext("TurnReaperFunction")) == {"batchItemFailures": []}
-    assert chat_table.get_turn(session_id, 1).status == "error"  # type: ignore[union-attr]
+    assert chat_table.get_turn(session_id, 1).status is TurnStatus.ERROR  # type: ignore[union-attr]

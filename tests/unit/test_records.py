@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatstream.errors import InvalidRecord
-from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
+from chatstream.status import StopReason, TurnStatus
+from tests.builders import turn_records
 
 SESSION = "3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60"
 
@@ -19,8 +21,8 @@ SESSION = "3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60"
     [
         TokenRecord.start(SESSION, 1, 1700000000000),
         TokenRecord.delta(SESSION, 2, 7, 'héllo 👋\n"quoted"', 1700000000001),
-        TokenRecord.stop(SESSION, 3, 9, "end_turn", Usage(10, 8, 321), 1700000000002),
-        TokenRecord.stop(SESSION, 3, 9, "cancelled", Usage(10, 0), 1700000000002),
+        TokenRecord.stop(SESSION, 3, 9, StopReason.END_TURN, Usage(10, 8, 321), 1700000000002),
+        TokenRecord.stop(SESSION, 3, 9, StopReason.CANCELLED, Usage(10, 0), 1700000000002),
         TokenRecord.failure(SESSION, 4, 2, ErrorInfo("throttled", "slow down", True), 1700000000003),
     ],
 )
@@ -59,10 +61,14 @@ def _valid() -> dict[str, object]:
         ({"text": ""}, "non-empty"),
         ({"text": 5}, "text"),
         ({"ts": 1.5}, "ts"),
-        ({"stop_reason": "end_turn"}, "carries"),
+        ({"stop_reason": StopReason.END_TURN}, "carries"),
+        (
+            {"type": "stop", "text": None, "stop_reason": 5, "usage": {"input_tokens": 1, "output_tokens": 1}},
+            "stop_reason",
+        ),
         ({"type": "stop"}, "carries"),
         ({"type": "error", "text": None, "error": {"code": "x", "message": "y"}}, "retryable"),
-        ({"type": "stop", "text": None, "stop_reason": "end_turn", "usage": {"input_tokens": -1}}, "usage"),
+        ({"type": "stop", "text": None, "stop_reason": StopReason.END_TURN, "usage": {"input_tokens": -1}}, "usage"),
     ],
 )
 def test_rejections_name_the_problem(change: dict[str, object], reason: str) -> None:
@@ -79,6 +85,55 @@ def test_undecodable_input_is_invalid_record(data: bytes) -> None:
 
 
 def test_terminal_records() -> None:
-    assert TokenRecord.stop(SESSION, 1, 1, "end_turn", Usage(0, 0), 0).is_terminal
+    assert TokenRecord.stop(SESSION, 1, 1, StopReason.END_TURN, Usage(0, 0), 0).is_terminal
     assert TokenRecord.failure(SESSION, 1, 1, ErrorInfo("e", "m", False), 0).type is RecordType.ERROR
     assert not TokenRecord.start(SESSION, 1, 0).is_terminal
+
+
+def test_a_stop_reason_bedrock_added_later_decodes_and_re_encodes_as_it_came() -> None:
+    # GIVEN a stop record whose reason this code does not know (Bedrock adds reasons over time)
+    raw = _valid()
+    raw.pop("text")
+    raw.update(
+        type="stop", seq=9, stop_reason="a_reason_from_the_future", usage={"input_tokens": 1, "output_tokens": 2}
+    )
+    data = json.dumps(raw, separators=(",", ":")).encode()
+    # WHEN it is decoded
+    record = TokenRecord.decode(data)
+    # THEN it is readable: a StopReason that says it is undocumented, carrying the string verbatim
+    assert isinstance(record.stop_reason, StopReason) and not record.stop_reason.documented
+    assert record.stop_reason == "a_reason_from_the_future" and record.turn_status is TurnStatus.COMPLETE
+    # AND it encodes back to the same bytes
+    assert record.encode() == data
+
+
+def test_a_stop_record_takes_only_a_stop_reason() -> None:
+    with pytest.raises(InvalidRecord, match="StopReason"):
+        TokenRecord(SESSION, 1, 1, RecordType.STOP, 0, stop_reason="end_turn", usage=Usage(0, 0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("record", "status"),
+    [
+        (TokenRecord.stop(SESSION, 1, 1, StopReason.END_TURN, Usage(0, 0), 0), TurnStatus.COMPLETE),
+        (TokenRecord.stop(SESSION, 1, 1, StopReason.MAX_TOKENS, Usage(0, 0), 0), TurnStatus.COMPLETE),
+        (TokenRecord.stop(SESSION, 1, 1, StopReason.CANCELLED, Usage(0, 0), 0), TurnStatus.CANCELLED),
+        (TokenRecord.failure(SESSION, 1, 1, ErrorInfo("e", "m", False), 0), TurnStatus.ERROR),
+    ],
+)
+def test_a_terminal_record_gives_its_turn_status(record: TokenRecord, status: TurnStatus) -> None:
+    assert record.turn_status is status
+
+
+def test_a_record_that_does_not_end_a_turn_has_no_turn_status() -> None:
+    with pytest.raises(ValueError, match="does not end a turn"):
+        _ = TokenRecord.start(SESSION, 1, 0).turn_status
+
+
+def test_the_assistant_text_is_the_delta_texts_in_seq_order() -> None:
+    # GIVEN a turn's records in any order (as a batch or a query may hold them)
+    records = turn_records(SESSION, 1, ["Hel", "lo", " there"])
+    shuffled = [records[3], records[0], records[4], records[2], records[1]]
+    # THEN the text is the deltas' texts by seq, whatever else is among them
+    assert assistant_text(shuffled) == "Hello there"
+    assert assistant_text(records[:2]) == "Hel" and assistant_text([]) == ""

@@ -10,10 +10,13 @@ import boto3
 import pytest
 
 from chatstream.dlq import DeadLetterQueue
-from chatstream.materialize import Materializer, StreamRecord
-from chatstream.records import TokenRecord, Usage
-from chatstream.redrive import Redrive, main
+from chatstream.kinesis import StreamRecord
+from chatstream.materialize import Materializer
+from chatstream.records import TokenRecord
+from chatstream.redrive import Redrive, RedriveStatus, main
+from chatstream.status import TurnStatus
 from chatstream_local.resources import create_queue
+from tests.builders import turn_records
 from tests.support import load_event
 
 if TYPE_CHECKING:
@@ -57,13 +60,6 @@ def new_turn(table: ChatTable) -> tuple[str, int]:
     return session_id, table.start_turn(session_id, OWNER, "hello")
 
 
-def reply(session_id: str, turn: int, words: list[str]) -> list[TokenRecord]:
-    tokens = [TokenRecord.start(session_id, turn, 1)]
-    tokens += [TokenRecord.delta(session_id, turn, i, word, 1 + i) for i, word in enumerate(words, start=1)]
-    tokens.append(TokenRecord.stop(session_id, turn, len(words) + 1, "end_turn", Usage(1, len(words)), 9))
-    return tokens
-
-
 def on_failure_message(stream_arn: str, start: str, end: str, batch_size: int) -> str:
     """The sample on-failure record (events/), pointing at a range of this test's stream."""
     body = load_event("dlq-onfailure-message.json")
@@ -78,7 +74,7 @@ def test_an_on_failure_range_is_re_read_and_restores_the_missing_items(
 ) -> None:
     # GIVEN a turn whose first records the consumer skipped (their batch went to the DLQ) while the rest arrived
     session_id, turn = new_turn(chat_table)
-    tokens = reply(session_id, turn, ["Re", "drive", "n"])
+    tokens = turn_records(session_id, turn, ["Re", "drive", "n"])
     sequence_numbers = put_turn(kinesis, stream_name, tokens)
     arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
     live = Materializer(table=chat_table, poison_sink=dlq)
@@ -92,7 +88,7 @@ def test_an_on_failure_range_is_re_read_and_restores_the_missing_items(
     assert report.ok, report.render()
     assert [r.seq for r in chat_table.query_records(session_id, turn)] == [0, 1, 2, 3, 4]
     stored = chat_table.get_turn(session_id, turn)
-    assert stored is not None and (stored.status, stored.assistant) == ("complete", "Redriven")
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, "Redriven")
     assert queued(dlq) == []
     assert "1 redriven" in report.render()
 
@@ -116,7 +112,7 @@ def test_a_poison_message_that_is_now_valid_is_written_and_one_that_is_not_stays
     assert [r.seq for r in chat_table.query_records(session_id, turn)] == [2]
     # AND the still-invalid one stays in the queue, reported with the reason, and the run fails
     assert not report.ok
-    (left,) = [r for r in report.results if r.status == "left in queue"]
+    (left,) = [r for r in report.results if r.status is RedriveStatus.LEFT]
     assert "still not a valid token record (not JSON" in left.detail
     assert [body["sequenceNumber"] for body in queued(dlq)] == [bad["sequenceNumber"]]
 
@@ -126,7 +122,7 @@ def test_redrive_is_idempotent_when_run_twice(
 ) -> None:
     # GIVEN an on-failure message for a whole turn the consumer never wrote
     session_id, turn = new_turn(chat_table)
-    sequence_numbers = put_turn(kinesis, stream_name, reply(session_id, turn, ["a", "b"]))
+    sequence_numbers = put_turn(kinesis, stream_name, turn_records(session_id, turn, ["a", "b"]))
     arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
     sqs.send_message(
         QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], sequence_numbers[-1], 4)
@@ -137,7 +133,7 @@ def test_redrive_is_idempotent_when_run_twice(
     second = redrive.run()
     # THEN the first restored the turn, and the second found nothing to do and changed nothing
     stored = chat_table.get_turn(session_id, turn)
-    assert first.ok and [r.status for r in first.results] == ["redriven"]
+    assert first.ok and [r.status for r in first.results] == [RedriveStatus.REDRIVEN]
     assert stored is not None and stored.assistant == "ab"
     assert second.ok and second.results == []
     assert dynamodb.scan(TableName=table_name, Select="COUNT")["Count"] == items
@@ -166,7 +162,7 @@ def test_records_no_longer_in_the_stream_are_reported_lost_by_shard_and_range(re
 def test_dry_run_writes_and_deletes_nothing(redrive, dlq, sqs, kinesis, stream_name, chat_table) -> None:
     # GIVEN an on-failure message for records the table does not have
     session_id, turn = new_turn(chat_table)
-    sequence_numbers = put_turn(kinesis, stream_name, reply(session_id, turn, ["x"]))
+    sequence_numbers = put_turn(kinesis, stream_name, turn_records(session_id, turn, ["x"]))
     arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
     sqs.send_message(
         QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], sequence_numbers[-1], 3)
@@ -174,7 +170,7 @@ def test_dry_run_writes_and_deletes_nothing(redrive, dlq, sqs, kinesis, stream_n
     # WHEN a dry run is made
     report = redrive.run(dry_run=True)
     # THEN it says what it would do, and the table and the queue are unchanged
-    assert [(r.status, r.records) for r in report.results] == [("would redrive", 3)]
+    assert [(r.status, r.records) for r in report.results] == [(RedriveStatus.WOULD_REDRIVE, 3)]
     assert chat_table.query_records(session_id, turn) == []
     assert len(queued(dlq)) == 1
 

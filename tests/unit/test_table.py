@@ -9,18 +9,13 @@ import pytest
 
 from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.status import StopReason, TurnStatus
+from tests.builders import turn_records
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
 
 OWNER = "caller-a"
-
-
-def _turn_records(session_id: str, turn: int, words: list[str], reason: str = "end_turn") -> list[TokenRecord]:
-    records = [TokenRecord.start(session_id, turn, 1)]
-    records += [TokenRecord.delta(session_id, turn, i + 1, word, 2) for i, word in enumerate(words)]
-    records.append(TokenRecord.stop(session_id, turn, len(words) + 1, reason, Usage(1, len(words)), 3))
-    return records
 
 
 def test_session_ids_are_unguessable(chat_table: ChatTable) -> None:
@@ -39,7 +34,7 @@ def test_start_turn_allocates_consecutive_turns_one_at_a_time(chat_table: ChatTa
     with pytest.raises(TurnInProgress):
         chat_table.start_turn(session_id, OWNER, "again")
     # WHEN the first turn ends THEN the next turn is 2
-    records = _turn_records(session_id, 1, ["Hi", " there"])
+    records = turn_records(session_id, 1, ["Hi", " there"])
     chat_table.put_records(records)
     chat_table.complete_turn(records[-1], chat_table.assemble_text(session_id, 1))
     assert chat_table.start_turn(session_id, OWNER, "next") == 2
@@ -88,7 +83,7 @@ def test_a_stale_active_turn_is_taken_over(chat_table: ChatTable) -> None:
 def test_records_are_idempotent_and_queried_in_seq_order(chat_table: ChatTable) -> None:
     # GIVEN a turn's records written out of order, with duplicates (redelivery)
     session_id = chat_table.create_session(OWNER)
-    records = _turn_records(session_id, 1, ["a", "b", "c"])
+    records = turn_records(session_id, 1, ["a", "b", "c"])
     chat_table.put_records([records[3], records[1], records[1]])
     chat_table.put_records([records[0], records[2], records[4], records[3]])
     # THEN each record is stored once, in seq order, and the text assembles exactly
@@ -99,7 +94,7 @@ def test_records_are_idempotent_and_queried_in_seq_order(chat_table: ChatTable) 
 
 def test_more_than_one_batch_of_records(chat_table: ChatTable) -> None:
     session_id = chat_table.create_session(OWNER)
-    records = _turn_records(session_id, 1, [f" w{i}" for i in range(120)])
+    records = turn_records(session_id, 1, [f" w{i}" for i in range(120)])
     chat_table.put_records(records)
     assert len(chat_table.query_records(session_id, 1)) == 122
     assert chat_table.query_records(session_id, 2) == []
@@ -111,7 +106,7 @@ def test_cancel_flag_and_finished_turns(chat_table: ChatTable) -> None:
     assert chat_table.cancel_requested(session_id, 1) is False
     chat_table.request_cancel(session_id, 1)
     assert chat_table.cancel_requested(session_id, 1) is True
-    stop = TokenRecord.stop(session_id, 1, 1, "cancelled", Usage(1, 0), 5)
+    stop = TokenRecord.stop(session_id, 1, 1, StopReason.CANCELLED, Usage(1, 0), 5)
     chat_table.complete_turn(stop, "")
     with pytest.raises(TurnFinished):
         chat_table.request_cancel(session_id, 1)
@@ -122,13 +117,13 @@ def test_cancel_flag_and_finished_turns(chat_table: ChatTable) -> None:
 def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     session_id = chat_table.create_session(OWNER)
     chat_table.start_turn(session_id, OWNER, "one", max_tokens=10, temperature=0.5)
-    chat_table.complete_turn(TokenRecord.stop(session_id, 1, 2, "end_turn", Usage(1, 1), 5), "Yes")
+    chat_table.complete_turn(TokenRecord.stop(session_id, 1, 2, StopReason.END_TURN, Usage(1, 1), 5), "Yes")
     chat_table.start_turn(session_id, OWNER, "two")
     chat_table.complete_turn(TokenRecord.failure(session_id, 2, 1, ErrorInfo("throttled", "slow down", True), 6), "")
     turns = chat_table.list_turns(session_id)
     assert [(t.turn, t.user, t.status, t.assistant) for t in turns] == [
-        (1, "one", "complete", "Yes"),
-        (2, "two", "error", ""),
+        (1, "one", TurnStatus.COMPLETE, "Yes"),
+        (2, "two", TurnStatus.ERROR, ""),
     ]
     assert turns[0].usage == {"input_tokens": 1, "output_tokens": 1}
     assert turns[0].max_tokens == 10 and turns[0].temperature == 0.5
@@ -138,7 +133,7 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
 def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> None:
     # GIVEN a terminal record replayed for a turn the table no longer has
     session_id = chat_table.create_session(OWNER)
-    chat_table.complete_turn(TokenRecord.stop(session_id, 4, 2, "end_turn", Usage(1, 1), 5), "late")
+    chat_table.complete_turn(TokenRecord.stop(session_id, 4, 2, StopReason.END_TURN, Usage(1, 1), 5), "late")
     # THEN no partial turn item appears in the history
     assert chat_table.list_turns(session_id) == []
 
@@ -149,6 +144,6 @@ def test_start_session_allocates_turn_one_in_one_write(chat_table: ChatTable) ->
     session = chat_table.get_session(session_id)
     assert session is not None and (session.owner, session.turn_count, session.active_turn) == (OWNER, 1, 1)
     turn = chat_table.get_turn(session_id, 1)
-    assert turn is not None and (turn.user, turn.status, turn.max_tokens) == ("hello", "in_progress", 5)
+    assert turn is not None and (turn.user, turn.status, turn.max_tokens) == ("hello", TurnStatus.IN_PROGRESS, 5)
     with pytest.raises(TurnInProgress):
         chat_table.start_turn(session_id, OWNER, "next")

@@ -1,4 +1,8 @@
-"""Domain exceptions. Adapters translate service errors into these; callers decide what to do."""
+"""Domain exceptions, all of them. Adapters translate service errors into these; callers decide what to do.
+
+The relay's :class:`~chatstream.relay.http.HttpError` is not one of them: it is an HTTP answer (status,
+code, message) that the relay's endpoints raise to stop early, made from these where they apply.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,24 @@ class InvalidRecord(ChatstreamError, ValueError):
     """Bytes that are not a valid token record (undecodable, or a field out of the schema)."""
 
 
+class InvalidEvent(ChatstreamError, ValueError):
+    """The proxy's invocation event (or a failed invocation's destination record) is not a generation request."""
+
+
+class InvalidDeadLetter(ChatstreamError, ValueError):
+    """A DLQ message that is neither a poison-record message nor an on-failure record, or one missing a field."""
+
+
 class Throttled(ChatstreamError):
     """A service throttled us, or a retryable service error persisted: try again later."""
+
+
+class DeadLetterError(ChatstreamError):
+    """The DLQ did not take a message (throttled, unavailable): retry the record later."""
+
+
+class RecordNotMaterialized(ChatstreamError):
+    """A record of the batch that was not materialized and must be redelivered (a batch item failure)."""
 
 
 class SessionNotFound(ChatstreamError):

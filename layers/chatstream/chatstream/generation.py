@@ -1,42 +1,47 @@
 """The proxy's core: one Bedrock ConverseStream reply → ordered, coalesced token records.
 
-Two threads per generation. The caller's thread reads the Bedrock stream and appends each
-delta to a buffer; it never waits on Kinesis. A writer thread turns the buffer into records:
-``start`` then the first delta as soon as that delta is here (time to first token; ``start`` alone
-after ``start_defer_ms`` if the model is slow), later deltas every flush interval or flush size,
-whichever comes first, then exactly one ``stop`` or ``error``. Only one
-record is in flight at a time, so records reach the shard strictly in ``seq`` order and a slow
-Kinesis makes records larger instead of reordering them. Between flushes, at most every
-``cancel_check_interval_ms``, the writer reads the turn's cancel flag; when it is set the
-Bedrock stream is closed and the turn ends with ``stop_reason: "cancelled"``.
+Three parts: :class:`GenerationSettings` (what the deployer chose), the coalescer
+(``chatstream.coalescer``: which deltas become one record, and when) and :class:`Generation`, the loop.
+
+Two threads per generation. The caller's thread reads the Bedrock stream and appends each delta to the
+coalescer; it never waits on Kinesis. A writer thread takes the coalescer's steps: ``start`` then the
+first delta as soon as that delta is here (time to first token; ``start`` alone after
+``start_defer_ms`` if the model is slow), later deltas every flush interval or flush size, whichever
+comes first, then exactly one ``stop`` or ``error``. Only one record is in flight at a time, so records
+reach the shard strictly in ``seq`` order and a slow Kinesis makes records larger instead of reordering
+them. Between flushes, at most every ``cancel_check_interval_ms``, the writer reads the turn's cancel
+flag; when it is set the Bedrock stream is closed and the turn ends with ``stop_reason: "cancelled"``.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
 
-from chatstream.records import ErrorInfo, TokenRecord, Usage, validate_session_id
-from chatstream.table import STATUS_CANCELLED, STATUS_COMPLETE, STOP_REASON_CANCELLED
+from chatstream.backoff import Backoff
+from chatstream.coalescer import Coalescer, Step, WriterAction
+from chatstream.records import ErrorInfo, TokenRecord, Usage, assistant_text
+from chatstream.status import StopReason, TurnStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_bedrock_runtime import BedrockRuntimeClient
 
+    from chatstream.config import ProxyConfig
     from chatstream.kinesis import TokenStreamWriter
+    from chatstream.proxy_event import GenerateRequest
     from chatstream.table import ChatTable
 
 logger = logging.getLogger(__name__)
 
-MAX_MESSAGE_CHARS = 32_000
 DEADLINE_MARGIN_MS = 5_000
-MAX_RECORD_CHARS = 200_000
 
 # Bedrock error codes (as ClientError codes, or lower-camel event-stream exception types) →
 # (our error code, retryable).
@@ -54,52 +59,38 @@ _BEDROCK_ERRORS: dict[str, tuple[str, bool]] = {
     "modelerrorexception": ("model_error", False),
 }
 
-
-class InvalidEvent(ValueError):
-    """The proxy's invocation event is not a valid generation request."""
+# Turns whose text goes back to the model as history.
+_REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})
 
 
 @dataclass(frozen=True)
-class GenerateRequest:
-    """What the relay asks the proxy to generate (the async invocation's payload)."""
+class GenerationSettings:
+    """How a generation runs: the model, and how deltas become records (ProxyConfig's choices)."""
 
-    session_id: str
-    turn: int
-    message: str
-    max_tokens: int | None = None
-    temperature: float | None = None
+    model_id: str
+    system_prompt: str = ""
+    flush_interval_ms: int = 300
+    flush_max_chars: int = 1024
+    cancel_check_interval_ms: int = 500
+    start_defer_ms: int = 1000
+    table_attempts: int = 5  # ending a turn through the table when Kinesis refuses the reply
+    table_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.2, cap_s=5.0))
 
     @classmethod
-    def from_event(cls, event: object) -> GenerateRequest:
-        if not isinstance(event, Mapping):
-            raise InvalidEvent("the event must be a JSON object")
-        session_id = event.get("session_id")
-        turn = event.get("turn")
-        message = event.get("message")
-        max_tokens = event.get("max_tokens")
-        temperature = event.get("temperature")
-        try:
-            validate_session_id(session_id)
-        except ValueError as err:
-            raise InvalidEvent(str(err)) from err
-        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
-            raise InvalidEvent("turn must be a positive integer")
-        if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
-            raise InvalidEvent(f"message must be a non-empty string of at most {MAX_MESSAGE_CHARS} characters")
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-        ):
-            raise InvalidEvent("max_tokens must be a positive integer")
-        if temperature is not None and (
-            isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 1
-        ):
-            raise InvalidEvent("temperature must be a number from 0 to 1")
+    def from_config(cls, config: ProxyConfig) -> GenerationSettings:
         return cls(
-            session_id=str(session_id),
-            turn=turn,
-            message=message,
-            max_tokens=max_tokens,
-            temperature=None if temperature is None else float(temperature),
+            model_id=config.model_id,
+            system_prompt=config.system_prompt,
+            flush_interval_ms=config.flush_interval_ms,
+            flush_max_chars=config.flush_max_chars,
+            cancel_check_interval_ms=config.cancel_check_interval_ms,
+        )
+
+    def coalescer(self) -> Coalescer:
+        return Coalescer(
+            flush_interval_s=self.flush_interval_ms / 1000,
+            flush_max_chars=self.flush_max_chars,
+            cancel_check_s=self.cancel_check_interval_ms / 1000,
         )
 
 
@@ -137,17 +128,23 @@ def build_messages(table: ChatTable, request: GenerateRequest) -> list[dict[str,
     for turn in earlier:
         if turn.turn >= request.turn:
             break
-        if turn.status in (STATUS_COMPLETE, STATUS_CANCELLED) and turn.assistant:
+        if turn.status in _REPLAYED_STATUSES and turn.assistant:
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
     messages.append({"role": "user", "content": [{"text": request.message}]})
     return messages
 
 
+def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
+    """The stop reason of a ``messageStop`` event; a missing or empty one reads as ``end_turn``."""
+    reason = message_stop.get("stopReason")
+    return StopReason(reason) if isinstance(reason, str) and reason else StopReason.END_TURN
+
+
 @dataclass
 class _Outcome:
     deltas: int = 0
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     usage: dict[str, int] = field(default_factory=dict)
     failure: ErrorInfo | None = None
 
@@ -160,38 +157,25 @@ class Generation:
     bedrock: BedrockRuntimeClient
     writer: TokenStreamWriter
     table: ChatTable
-    model_id: str
-    system_prompt: str = ""
-    flush_interval_ms: int = 300
-    flush_max_chars: int = 1024
-    cancel_check_interval_ms: int = 500
-    start_defer_ms: int = 1000
+    settings: GenerationSettings
     remaining_ms: Callable[[], int] | None = None
-    table_attempts: int = 5
     sleep: Callable[[float], None] = time.sleep
     now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
-        self._cond = threading.Condition()
-        self._buffer: collections.deque[str] = collections.deque()  # deltas not yet written
-        self._buffered_chars = 0
-        self._first_flushed = False
-        self._last_flush = 0.0
-        self._last_cancel_check = 0.0
-        self._done = False
+        self._cond = threading.Condition()  # guards the coalescer and the terminal factory
+        self._coalescer = self.settings.coalescer()
         self._terminal: Callable[[int], TokenRecord] | None = None
         self._cancelled = threading.Event()
         self._write_failed: BaseException | None = None
         self._stream: Any = None
         self._next_seq = 0
-        self._written_text: list[str] = []
+        self._written_deltas: list[TokenRecord] = []
         self._result_terminal: TokenRecord | None = None
         self._records_written = 0
         self._first_delta_at: float | None = None
         self._started_at = 0.0
-
-    # ------------------------------------------------------------------------------ reader
 
     def run(self) -> GenerationResult:
         self._started_at = self.monotonic()
@@ -201,7 +185,7 @@ class Generation:
         terminal = self._terminal_factory(outcome)
         with self._cond:
             self._terminal = terminal
-            self._done = True
+            self._coalescer.end()
             self._cond.notify_all()
         writer.join()
         via_table = False
@@ -225,8 +209,10 @@ class Generation:
             terminal_via_table=via_table,
         )
 
+    # ------------------------------------------------------------------------------ reader
+
     def _read_stream(self) -> _Outcome:
-        """Read Bedrock's events into the buffer until the reply, a failure, a cancel or the deadline."""
+        """Read Bedrock's events into the coalescer until the reply, a failure, a cancel or the deadline."""
         outcome = _Outcome()
         try:
             response = self.bedrock.converse_stream(**self._converse_params())
@@ -256,7 +242,7 @@ class Generation:
                 outcome.deltas += 1
                 self._append(text)
         elif "messageStop" in event:
-            outcome.stop_reason = event["messageStop"].get("stopReason", "end_turn")
+            outcome.stop_reason = stop_reason_of(event["messageStop"])
         elif "metadata" in event:
             outcome.usage = _usage(event["metadata"])
 
@@ -271,13 +257,14 @@ class Generation:
             outcome.usage.get("output_tokens", outcome.deltas),
             outcome.usage.get("latency_ms"),
         )
-        reason = STOP_REASON_CANCELLED if self._cancelled.is_set() else (outcome.stop_reason or "end_turn")
+        reason = StopReason.CANCELLED if self._cancelled.is_set() else (outcome.stop_reason or StopReason.END_TURN)
         return lambda seq: TokenRecord.stop(req.session_id, req.turn, seq, reason, usage, self.now_ms())
 
     def _converse_params(self) -> dict[str, Any]:
-        params: dict[str, Any] = {"modelId": self.model_id, "messages": build_messages(self.table, self.request)}
-        if self.system_prompt:
-            params["system"] = [{"text": self.system_prompt}]
+        settings = self.settings
+        params: dict[str, Any] = {"modelId": settings.model_id, "messages": build_messages(self.table, self.request)}
+        if settings.system_prompt:
+            params["system"] = [{"text": settings.system_prompt}]
         inference: dict[str, Any] = {}
         if self.request.max_tokens is not None:
             inference["maxTokens"] = self.request.max_tokens
@@ -289,13 +276,7 @@ class Generation:
 
     def _append(self, text: str) -> None:
         with self._cond:
-            was_empty = not self._buffer
-            self._buffer.append(text)
-            self._buffered_chars += len(text)
-            # Wake the writer only when it has something new to decide: a first delta to write or a flush
-            # deadline to set (the buffer was empty), or a full record. Otherwise it sleeps until the deadline
-            # it already has; waking it for every delta cost a thread switch per token at full model speed.
-            if was_empty or self._buffered_chars >= self.flush_max_chars:
+            if self._coalescer.append(text):
                 self._cond.notify_all()
 
     # ------------------------------------------------------------------------------ writer
@@ -303,22 +284,16 @@ class Generation:
     def _write_loop(self) -> None:
         try:
             opening: TokenRecord | None = self._open_turn()
-            self._last_cancel_check = self.monotonic()  # the first check comes after the first delta, not before
+            with self._cond:  # the first check comes a cancel interval after the first delta, not before
+                self._coalescer.cancel_checked(self.monotonic())
             while True:
-                action, text = self._next_action()
+                step = self._next_step()
                 if opening is not None:
                     self._write(opening)  # alone, and first: see _open_turn
                     opening = None
-                if action == "delta":
-                    record = TokenRecord.delta(
-                        self.request.session_id, self.request.turn, self._next_seq, text, self.now_ms()
-                    )
-                    self._write(record)
-                    self._written_text.append(text)
-                    if self._first_delta_at is None:
-                        self._first_delta_at = self.monotonic()
-                    continue
-                if action == "cancel-check":
+                if step.action is WriterAction.WRITE_DELTA:
+                    self._write_delta(step.text)
+                elif step.action is WriterAction.CHECK_CANCEL:
                     self._check_cancel()
                 else:
                     assert self._terminal is not None
@@ -340,59 +315,38 @@ class Generation:
         consumer cycle earlier; a slow model still gets its start record promptly. They are two calls, not
         one ``PutRecords`` with both: entries of one call fail independently, and a proxy that died after
         the delta's entry was stored but before the start's retry would leave a turn whose records are not
-        a clean prefix (seq 1 without seq 0; ``make chaos`` found one such turn in 200).
+        a clean prefix (seq 1 without seq 0).
         """
         with self._cond:
-            self._cond.wait_for(lambda: bool(self._buffer) or self._done, timeout=self.start_defer_ms / 1000)
-            first_delta_here = bool(self._buffer)
+            self._cond.wait_for(
+                lambda: self._coalescer.pending or self._coalescer.ended, timeout=self.settings.start_defer_ms / 1000
+            )
+            first_delta_here = self._coalescer.pending
         start = TokenRecord.start(self.request.session_id, self.request.turn, self.now_ms())
         if first_delta_here:
             return start
         self._write(start)
         return None
 
-    def _next_action(self) -> tuple[str, str]:
-        """Block until there is something to do: a delta to flush, a cancel check, or the end."""
-        interval = self.flush_interval_ms / 1000
-        check_every = self.cancel_check_interval_ms / 1000
+    def _next_step(self) -> Step:
+        """Block until the coalescer has something to do: a delta record to write, a cancel check, or the end."""
         with self._cond:
             while True:
-                now = self.monotonic()
-                if self._buffer and (
-                    not self._first_flushed
-                    or self._done
-                    or self._buffered_chars >= self.flush_max_chars
-                    or now - self._last_flush >= interval
-                ):
-                    text = self._take_buffered()
-                    self._first_flushed = True
-                    self._last_flush = now
-                    return "delta", text
-                if self._done:
-                    return "end", ""
-                if now - self._last_cancel_check >= check_every:
-                    return "cancel-check", ""
-                waits = [self._last_cancel_check + check_every - now]
-                if self._buffer:
-                    waits.append(self._last_flush + interval - now)
-                self._cond.wait(timeout=max(0.001, min(waits)))
+                step = self._coalescer.next_step(self.monotonic())
+                if step.action is not None:
+                    return step
+                self._cond.wait(timeout=step.wait_s)
 
-    def _take_buffered(self) -> str:
-        """Whole deltas up to ``flush_max_chars`` (at least one), never over a Kinesis record's size."""
-        parts: list[str] = []
-        size = 0
-        while self._buffer and (not parts or size + len(self._buffer[0]) <= self.flush_max_chars):
-            delta = self._buffer.popleft()
-            if len(delta) > MAX_RECORD_CHARS:  # 4 bytes a character at most: stays under 1 MiB
-                delta, rest = delta[:MAX_RECORD_CHARS], delta[MAX_RECORD_CHARS:]
-                self._buffer.appendleft(rest)
-            parts.append(delta)
-            size += len(delta)
-        self._buffered_chars -= size
-        return "".join(parts)
+    def _write_delta(self, text: str) -> None:
+        record = TokenRecord.delta(self.request.session_id, self.request.turn, self._next_seq, text, self.now_ms())
+        self._write(record)
+        self._written_deltas.append(record)
+        if self._first_delta_at is None:
+            self._first_delta_at = self.monotonic()
 
     def _check_cancel(self) -> None:
-        self._last_cancel_check = self.monotonic()
+        with self._cond:
+            self._coalescer.cancel_checked(self.monotonic())
         if self._cancelled.is_set():
             return
         if self.table.cancel_requested(self.request.session_id, self.request.turn):
@@ -411,25 +365,25 @@ class Generation:
         """Kinesis refused the reply: write the error record straight into the read model."""
         record = terminal(self._next_seq)
         self._result_terminal = record
-        for attempt in range(self.table_attempts):
+        for attempt in range(self.settings.table_attempts):
             try:
-                self.table.complete_turn(record, "".join(self._written_text))
+                self.table.complete_turn(record, assistant_text(self._written_deltas))
                 self.table.put_records([record])
                 return True
             except Exception:  # retried below; the relay's timeouts are the last resort
                 logger.exception("could not end the turn through the table (attempt %d)", attempt + 1)
-                self.sleep(min(5.0, 0.2 * 2**attempt))
+                self.sleep(self.settings.table_backoff.delay(attempt))
         return False
 
 
 def _usage(metadata: Mapping[str, Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    usage = metadata.get("usage") or {}
-    if "inputTokens" in usage:
-        out["input_tokens"] = int(usage["inputTokens"])
-    if "outputTokens" in usage:
-        out["output_tokens"] = int(usage["outputTokens"])
-    latency = (metadata.get("metrics") or {}).get("latencyMs")
-    if latency is not None:
-        out["latency_ms"] = int(latency)
-    return out
+    """The counts of a ``metadata`` event; one that is missing or negative is left out (a record carries none)."""
+    usage, metrics = metadata.get("usage"), metadata.get("metrics")
+    usage = usage if isinstance(usage, Mapping) else {}
+    metrics = metrics if isinstance(metrics, Mapping) else {}
+    counts = {
+        "input_tokens": usage.get("inputTokens"),
+        "output_tokens": usage.get("outputTokens"),
+        "latency_ms": metrics.get("latencyMs"),
+    }
+    return {name: int(value) for name, value in counts.items() if value is not None and int(value) >= 0}

@@ -1,21 +1,29 @@
-"""Kinesis adapter: write token records in order, retrying failed entries with backoff."""
+"""Kinesis adapter: the token stream's writer, and one stream record as its readers see it.
+
+:class:`TokenStreamWriter` is how the proxy writes: one record per ``PutRecords`` call, retried with
+backoff until it is stored, so the stream always holds a clean prefix of a turn (ARCHITECTURE.md,
+"Coalescing"). :class:`StreamRecord` is one record read back, from a Lambda Kinesis event (the consumer)
+or a ``GetRecords`` response (the redrive tool), with its stream coordinates.
+"""
 
 from __future__ import annotations
 
-import random
+import base64
+import binascii
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from chatstream.backoff import Backoff
 from chatstream.errors import Throttled
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping
 
     from mypy_boto3_kinesis import KinesisClient
-    from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
     from chatstream.records import TokenRecord
 
@@ -36,12 +44,11 @@ RETRYABLE_CALL_ERRORS = frozenset(
 
 @dataclass
 class TokenStreamWriter:
-    """Writes token records in order, retrying failed entries with full-jitter exponential backoff.
+    """Writes token records one at a time, each retried with backoff until Kinesis stored it.
 
-    :meth:`put` writes one record per ``PutRecords`` call, so no record is ever stored after a later one.
-    :meth:`put_all` writes several in one call: an entry that fails is retried (before anything after
-    the call is written), but the call's later entries may then be stored before it, and a writer that
-    dies before the retry leaves a gap. The proxy therefore writes one record per call (:meth:`put`).
+    :meth:`put` sends one record per ``PutRecords`` call and returns once it is stored, so no record is
+    ever stored after a later one, and a writer that dies leaves a clean prefix. (Several records in one
+    call would not keep that promise: the entries of one call fail independently.)
 
     A failed entry (throttled, internal failure) or a failed call (throttling, transport error) is
     retried up to ``max_attempts`` calls; then :class:`Throttled` is raised and nothing later is written.
@@ -50,28 +57,23 @@ class TokenStreamWriter:
     client: KinesisClient
     stream_name: str
     max_attempts: int = 8
-    base_delay_s: float = 0.05
-    max_delay_s: float = 2.0
+    backoff: Backoff = field(default_factory=Backoff)
     sleep: Callable[[float], None] = time.sleep
     put_calls: int = field(default=0, init=False)
     throttle_retries: int = field(default=0, init=False)
 
     def put(self, record: TokenRecord) -> None:
-        self.put_all([record])
-
-    def put_all(self, records: Sequence[TokenRecord]) -> None:
-        pending = list(records)
+        data = record.encode()
         last_error = "unknown"
         for attempt in range(self.max_attempts):
             if attempt:
                 self.throttle_retries += 1
-                self.sleep(random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt)))
+                self.sleep(self.backoff.delay(attempt))
             self.put_calls += 1
-            entries: list[PutRecordsRequestEntryTypeDef] = [
-                {"Data": record.encode(), "PartitionKey": record.session_id} for record in pending
-            ]
             try:
-                response = self.client.put_records(StreamName=self.stream_name, Records=entries)
+                response = self.client.put_records(
+                    StreamName=self.stream_name, Records=[{"Data": data, "PartitionKey": record.session_id}]
+                )
             except ClientError as err:
                 code = err.response["Error"]["Code"]
                 if code not in RETRYABLE_CALL_ERRORS:
@@ -79,18 +81,78 @@ class TokenStreamWriter:
                 last_error = code
                 continue
             except BotoCoreError as err:
-                # Connection reset, read timeout…: the records may or may not be stored. Writing them again
-                # is safe, since readers de-duplicate by (session_id, turn, seq); losing one is not.
+                # Connection reset, read timeout…: the record may or may not be stored. Writing it again is
+                # safe, since readers de-duplicate by (session_id, turn, seq); losing it is not.
                 last_error = type(err).__name__
                 continue
-            failed = [
-                (record, result["ErrorCode"])
-                for record, result in zip(pending, response["Records"], strict=True)
-                if "ErrorCode" in result
-            ]
-            if not failed:
+            error_code = response["Records"][0].get("ErrorCode")
+            if error_code is None:
                 return
-            pending, last_error = [record for record, _ in failed], failed[0][1]
+            last_error = error_code
         raise Throttled(
-            f"Kinesis did not accept record seq {pending[0].seq} after {self.max_attempts} attempts: {last_error}"
+            f"Kinesis did not accept record seq {record.seq} after {self.max_attempts} attempts: {last_error}"
         )
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    """One Kinesis record as a reader sees it: its payload and its stream coordinates."""
+
+    sequence_number: str
+    partition_key: str
+    data: bytes
+    shard_id: str = ""
+    stream_arn: str = ""
+    approximate_arrival: float | None = None  # epoch seconds
+    undecodable: str | None = None  # why ``data`` could not be taken from the event (kept raw)
+
+    @classmethod
+    def from_lambda_record(cls, raw: Mapping[str, Any]) -> StreamRecord:
+        """From one ``Records[]`` entry of a Lambda Kinesis event."""
+        kinesis = raw["kinesis"]
+        encoded = str(kinesis.get("data", ""))
+        undecodable = None
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            data, undecodable = encoded.encode("utf-8"), "data is not base64"
+        event_id = str(raw.get("eventID", ""))
+        arrival = kinesis.get("approximateArrivalTimestamp")
+        return cls(
+            sequence_number=str(kinesis["sequenceNumber"]),
+            partition_key=str(kinesis.get("partitionKey", "")),
+            data=data,
+            shard_id=event_id.split(":", 1)[0] if ":" in event_id else "",
+            stream_arn=stream_arn_of(str(raw.get("eventSourceARN", ""))),
+            approximate_arrival=None if arrival is None else float(arrival),
+            undecodable=undecodable,
+        )
+
+    @classmethod
+    def from_get_records(cls, raw: Mapping[str, Any], shard_id: str, stream_arn: str) -> StreamRecord:
+        """From one ``Records[]`` entry of a boto3 ``GetRecords`` response."""
+        arrival = raw.get("ApproximateArrivalTimestamp")
+        return cls(
+            sequence_number=str(raw["SequenceNumber"]),
+            partition_key=str(raw["PartitionKey"]),
+            data=bytes(raw["Data"]),
+            shard_id=shard_id,
+            stream_arn=stream_arn,
+            approximate_arrival=arrival.timestamp() if isinstance(arrival, datetime) else None,
+        )
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.shard_id}:{self.sequence_number}"
+
+
+def stream_arn_of(source_arn: str) -> str:
+    """The stream ARN of an event source ARN (an enhanced fan-out consumer ARN names its stream first)."""
+    return source_arn.split("/consumer/", 1)[0]
+
+
+def stream_name_of(arn: str) -> str:
+    """The stream name in a stream (or enhanced fan-out consumer) ARN."""
+    if ":stream/" not in arn:
+        raise ValueError(f"not a Kinesis stream ARN: {arn!r}")
+    return arn.split(":stream/", 1)[1].split("/", 1)[0]

@@ -32,42 +32,26 @@ reaches the DLQ as the mapping's on-failure record.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import BotoCoreError
 
-from chatstream.errors import ChatstreamError, InvalidRecord, Throttled
-from chatstream.records import RecordType, TokenRecord
+from chatstream.dlq import PoisonRecord
+from chatstream.errors import DeadLetterError, InvalidRecord, RecordNotMaterialized, Throttled
+from chatstream.records import TokenRecord, assistant_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
+    from chatstream.kinesis import StreamRecord
     from chatstream.table import ChatTable
 
 logger = logging.getLogger(__name__)
-
-POISON_MESSAGE_KIND = "poison-record"
-POISON_MESSAGE_VERSION = "1"
-# SQS takes 256 KiB per message: a payload whose base64 is longer is left out of the message (the
-# redrive tool re-reads it from the stream by its coordinates while the stream still holds it).
-MAX_INLINE_PAYLOAD_CHARS = 200_000
-
-
-class DeadLetterError(ChatstreamError):
-    """The DLQ did not take a message (throttled, unavailable): retry the record later."""
-
-
-class RecordNotMaterialized(ChatstreamError):
-    """A record of the batch that was not materialized and must be redelivered (a batch item failure)."""
-
 
 # Sessions of one batch written at once. Each thread holds one DynamoDB connection at a time; botocore's
 # default pool (10 connections) stays above this.
@@ -75,108 +59,6 @@ DEFAULT_PARALLEL_KEYS = 8
 
 # Errors that mean "try this record again later": reported as batch item failures.
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (Throttled, DeadLetterError, BotoCoreError)
-
-
-@dataclass(frozen=True)
-class StreamRecord:
-    """One Kinesis record as the consumer sees it: its payload and its stream coordinates."""
-
-    sequence_number: str
-    partition_key: str
-    data: bytes
-    shard_id: str = ""
-    stream_arn: str = ""
-    approximate_arrival: float | None = None  # epoch seconds
-    undecodable: str | None = None  # why ``data`` could not be taken from the event (kept raw)
-
-    @classmethod
-    def from_lambda_record(cls, raw: Mapping[str, Any]) -> StreamRecord:
-        """From one ``Records[]`` entry of a Lambda Kinesis event."""
-        kinesis = raw["kinesis"]
-        encoded = str(kinesis.get("data", ""))
-        undecodable = None
-        try:
-            data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
-            data, undecodable = encoded.encode("utf-8"), "data is not base64"
-        event_id = str(raw.get("eventID", ""))
-        arrival = kinesis.get("approximateArrivalTimestamp")
-        return cls(
-            sequence_number=str(kinesis["sequenceNumber"]),
-            partition_key=str(kinesis.get("partitionKey", "")),
-            data=data,
-            shard_id=event_id.split(":", 1)[0] if ":" in event_id else "",
-            stream_arn=stream_arn_of(str(raw.get("eventSourceARN", ""))),
-            approximate_arrival=None if arrival is None else float(arrival),
-            undecodable=undecodable,
-        )
-
-    @classmethod
-    def from_get_records(cls, raw: Mapping[str, Any], shard_id: str, stream_arn: str) -> StreamRecord:
-        """From one ``Records[]`` entry of a boto3 ``GetRecords`` response."""
-        arrival = raw.get("ApproximateArrivalTimestamp")
-        return cls(
-            sequence_number=str(raw["SequenceNumber"]),
-            partition_key=str(raw["PartitionKey"]),
-            data=bytes(raw["Data"]),
-            shard_id=shard_id,
-            stream_arn=stream_arn,
-            approximate_arrival=arrival.timestamp() if isinstance(arrival, datetime) else None,
-        )
-
-    @property
-    def coordinates(self) -> str:
-        return f"{self.shard_id}:{self.sequence_number}"
-
-
-def stream_arn_of(source_arn: str) -> str:
-    """The stream ARN of an event source ARN (an enhanced fan-out consumer ARN names its stream first)."""
-    return source_arn.split("/consumer/", 1)[0]
-
-
-@dataclass(frozen=True)
-class PoisonRecord:
-    """A record that is not a valid token record, with the reason: what goes to the DLQ."""
-
-    record: StreamRecord
-    reason: str
-
-    def message(self, now: datetime | None = None) -> dict[str, Any]:
-        """The DLQ message body: payload (base64), reason and stream coordinates."""
-        payload = base64.b64encode(self.record.data).decode("ascii")
-        truncated = len(payload) > MAX_INLINE_PAYLOAD_CHARS
-        arrival = self.record.approximate_arrival
-        return {
-            "kind": POISON_MESSAGE_KIND,
-            "version": POISON_MESSAGE_VERSION,
-            "reason": self.reason,
-            "payload": None if truncated else payload,
-            "payloadTruncated": truncated,
-            "payloadBytes": len(self.record.data),
-            "partitionKey": self.record.partition_key,
-            "sequenceNumber": self.record.sequence_number,
-            "shardId": self.record.shard_id,
-            "streamArn": self.record.stream_arn,
-            "approximateArrivalTimestamp": arrival,
-            "detectedAt": _iso(now or datetime.now(UTC)),
-        }
-
-    @classmethod
-    def from_message(cls, body: Mapping[str, Any]) -> PoisonRecord:
-        """Parse a poison-record DLQ message (``data`` is empty when the payload was left out)."""
-        if body.get("kind") != POISON_MESSAGE_KIND:
-            raise ValueError("not a poison-record message")
-        payload = body.get("payload")
-        arrival = body.get("approximateArrivalTimestamp")
-        record = StreamRecord(
-            sequence_number=str(body["sequenceNumber"]),
-            partition_key=str(body.get("partitionKey", "")),
-            data=b"" if payload is None else base64.b64decode(str(payload)),
-            shard_id=str(body.get("shardId", "")),
-            stream_arn=str(body.get("streamArn", "")),
-            approximate_arrival=None if arrival is None else float(arrival),
-        )
-        return cls(record=record, reason=str(body.get("reason", "")))
 
 
 class PoisonSink(Protocol):
@@ -375,8 +257,7 @@ class Materializer:
         ]
         present = {record.seq for record in stored}
         missing = [seq for seq in range(terminal.seq) if seq not in present]
-        text = "".join(record.text or "" for record in stored if record.type is RecordType.DELTA)
-        return text, missing
+        return assistant_text(stored), missing
 
     def _reconcile_steps(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:
         """Re-complete finished turns that this group wrote records of without their terminal."""
@@ -419,7 +300,3 @@ def _decode(position: int, source: StreamRecord) -> _Entry:
         return _Entry(position, source, token=decode(source))
     except InvalidRecord as err:
         return _Entry(position, source, poison=str(err))
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

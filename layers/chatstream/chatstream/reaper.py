@@ -25,8 +25,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chatstream.generation import GenerateRequest, InvalidEvent
-from chatstream.records import ErrorInfo, TokenRecord
+from chatstream.errors import InvalidEvent
+from chatstream.proxy_event import GenerateRequest
+from chatstream.records import ErrorInfo, TokenRecord, assistant_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -83,7 +84,7 @@ def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Calla
     records = table.query_records(request.session_id, request.turn)
     if any(record.is_terminal for record in records):
         return False  # the terminal record is in; the consumer completes the turn
-    text = "".join(record.text or "" for record in records)
+    text = assistant_text(records)
     next_seq = max((record.seq for record in records), default=0) + 1
     terminal = TokenRecord.failure(request.session_id, request.turn, next_seq, failed.error(), now_ms())
     table.complete_turn(terminal, text)

@@ -2,8 +2,9 @@
 
 Fields (ARCHITECTURE.md): ``v`` (schema version, 1), ``session_id``, ``turn`` (from 1),
 ``seq`` (from 0, contiguous within a turn), ``type`` (start, delta, stop, error), ``text``
-(delta), ``stop_reason`` and ``usage`` (stop), ``error`` (error) and ``ts`` (producer time, epoch
-milliseconds). Readers order and de-duplicate by ``(session_id, turn, seq)``.
+(delta), ``stop_reason`` (a :class:`~chatstream.status.StopReason`) and ``usage`` (stop), ``error``
+(error) and ``ts`` (producer time, epoch milliseconds). Readers order and de-duplicate by
+``(session_id, turn, seq)``; :func:`assistant_text` is the reply a turn's records spell.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import InvalidRecord
+from chatstream.status import StopReason, TurnStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 SCHEMA_VERSION = 1
 MAX_TURN = 999_999
@@ -84,7 +89,7 @@ class TokenRecord:
     type: RecordType
     ts: int
     text: str | None = None
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     usage: Usage | None = None
     error: ErrorInfo | None = None
 
@@ -94,6 +99,15 @@ class TokenRecord:
     @property
     def is_terminal(self) -> bool:
         return self.type in (RecordType.STOP, RecordType.ERROR)
+
+    @property
+    def turn_status(self) -> TurnStatus:
+        """The status the turn has once this (terminal) record ended it."""
+        if self.type is RecordType.ERROR:
+            return TurnStatus.ERROR
+        if self.type is RecordType.STOP:
+            return TurnStatus.CANCELLED if self.stop_reason is StopReason.CANCELLED else TurnStatus.COMPLETE
+        raise ValueError(f"a {self.type.value} record does not end a turn")
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -151,7 +165,7 @@ class TokenRecord:
             type=kind,
             ts=_non_negative_int(raw.get("ts"), "ts"),
             text=None if text is None else _str(text, "text"),
-            stop_reason=None if stop_reason is None else _str(stop_reason, "stop_reason"),
+            stop_reason=None if stop_reason is None else StopReason(_str(stop_reason, "stop_reason")),
             usage=None if usage is None else Usage.from_dict(usage),
             error=None if error is None else ErrorInfo.from_dict(error),
         )
@@ -166,12 +180,18 @@ class TokenRecord:
         return cls(session_id, turn, seq, RecordType.DELTA, ts, text=text)
 
     @classmethod
-    def stop(cls, session_id: str, turn: int, seq: int, stop_reason: str, usage: Usage, ts: int) -> TokenRecord:
+    def stop(cls, session_id: str, turn: int, seq: int, stop_reason: StopReason, usage: Usage, ts: int) -> TokenRecord:
         return cls(session_id, turn, seq, RecordType.STOP, ts, stop_reason=stop_reason, usage=usage)
 
     @classmethod
     def failure(cls, session_id: str, turn: int, seq: int, error: ErrorInfo, ts: int) -> TokenRecord:
         return cls(session_id, turn, seq, RecordType.ERROR, ts, error=error)
+
+
+def assistant_text(records: Iterable[TokenRecord]) -> str:
+    """The reply a turn's records spell: the texts of its delta records, in ``seq`` order."""
+    deltas = sorted((record for record in records if record.type is RecordType.DELTA), key=lambda record: record.seq)
+    return "".join(record.text or "" for record in deltas)
 
 
 def validate_session_id(value: object) -> str:
@@ -188,6 +208,8 @@ def _validate(record: TokenRecord) -> None:
         raise InvalidRecord(f"seq must be between 0 and {MAX_SEQ}")
     if not isinstance(record.type, RecordType):
         raise InvalidRecord("type must be a RecordType")
+    if record.stop_reason is not None and not isinstance(record.stop_reason, StopReason):
+        raise InvalidRecord("stop_reason must be a StopReason")
     if record.type is RecordType.START and record.seq != 0:
         raise InvalidRecord("a start record has seq 0")
     if record.type is not RecordType.START and record.seq == 0:

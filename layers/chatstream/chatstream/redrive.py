@@ -5,7 +5,7 @@ Usage (see docs/OPERATIONS.md)::
     python -m chatstream.redrive [--queue-url URL] [--stack-name NAME] [--dry-run] [--max N]
                                  [--stream-name NAME] [--table-name NAME] [--discard-lost]
 
-Two kinds of message (``chatstream.dlq``):
+Two kinds of message (``chatstream.dlq`` builds and parses both):
 
 - **poison-record**: the payload is decoded again; if it is now a valid token record it is written
   (and its turn reconciled); otherwise the message stays, and the report says why. A payload too big
@@ -26,15 +26,17 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 from chatstream import config
-from chatstream.dlq import KIND_ON_FAILURE, KIND_POISON, DeadLetterQueue, DlqMessage
-from chatstream.errors import ChatstreamError, InvalidRecord
-from chatstream.materialize import Materializer, PoisonRecord, StreamRecord, decode
+from chatstream.dlq import DeadLetterQueue, DlqKind, DlqMessage, FailedBatch, PoisonRecord
+from chatstream.errors import ChatstreamError, InvalidDeadLetter, InvalidRecord
+from chatstream.kinesis import StreamRecord, stream_arn_of, stream_name_of
+from chatstream.materialize import Materializer, decode
 from chatstream.table import ChatTable
 
 if TYPE_CHECKING:
@@ -42,9 +44,15 @@ if TYPE_CHECKING:
 
     from mypy_boto3_kinesis import KinesisClient
 
-REDRIVEN = "redriven"
-WOULD_REDRIVE = "would redrive"
-LEFT = "left in queue"
+
+class RedriveStatus(StrEnum):
+    """What became of one DLQ message."""
+
+    REDRIVEN = "redriven"
+    WOULD_REDRIVE = "would redrive"
+    LEFT = "left in queue"
+
+
 STACK_NAME = "CHATSTREAM_STACK_NAME"
 GET_RECORDS_LIMIT = 1000
 MAX_EMPTY_READS = 5
@@ -67,8 +75,8 @@ class LostRange:
 @dataclass
 class MessageResult:
     message_id: str
-    kind: str
-    status: str
+    kind: DlqKind
+    status: RedriveStatus
     detail: str
     records: int = 0
     lost: list[LostRange] = field(default_factory=list)
@@ -81,7 +89,7 @@ class RedriveReport:
 
     @property
     def ok(self) -> bool:
-        return all(result.status != LEFT and not result.lost for result in self.results)
+        return all(result.status is not RedriveStatus.LEFT and not result.lost for result in self.results)
 
     def render(self) -> str:
         mode = " (dry run: nothing written or deleted)" if self.dry_run else ""
@@ -89,7 +97,7 @@ class RedriveReport:
         for result in self.results:
             lines.append(f"  {result.message_id} [{result.kind}] {result.status}: {result.detail}")
             lines.extend(f"    LOST {lost}" for lost in result.lost)
-        counts: dict[str, int] = {}
+        counts: dict[RedriveStatus, int] = {}
         for result in self.results:
             counts[result.status] = counts.get(result.status, 0) + 1
         summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "queue empty"
@@ -129,7 +137,7 @@ class Redrive:
                         continue
                     result = self.redrive(message, dry_run)
                     report.results.append(result)
-                    if result.status == REDRIVEN:
+                    if result.status is RedriveStatus.REDRIVEN:
                         self.dlq.delete(message)
                     else:
                         held[message.message_id] = message
@@ -140,60 +148,66 @@ class Redrive:
 
     def redrive(self, message: DlqMessage, dry_run: bool = False) -> MessageResult:
         kind = message.kind
-        document = message.document()
         try:
-            if kind == KIND_POISON and document is not None:
-                return self._poison(message, document, dry_run)
-            if kind == KIND_ON_FAILURE and document is not None:
-                return self._on_failure(message, document, dry_run)
+            letter = message.parse()
+            if isinstance(letter, PoisonRecord):
+                return self._poison(message, letter, dry_run)
+            return self._on_failure(message, letter, dry_run)
+        except InvalidDeadLetter as err:
+            if kind is DlqKind.UNKNOWN:
+                return MessageResult(message.message_id, kind, RedriveStatus.LEFT, str(err))
+            return MessageResult(message.message_id, kind, RedriveStatus.LEFT, f"failed: {err}")
         except (ClientError, BotoCoreError, KeyError, ValueError) as err:
-            return MessageResult(message.message_id, kind, LEFT, f"failed: {type(err).__name__}: {err}")
-        return MessageResult(message.message_id, kind, LEFT, "not a poison-record or on-failure message")
+            return MessageResult(message.message_id, kind, RedriveStatus.LEFT, f"failed: {type(err).__name__}: {err}")
 
     # ------------------------------------------------------------------------------ kinds
 
-    def _poison(self, message: DlqMessage, document: dict[str, Any], dry_run: bool) -> MessageResult:
-        poison = PoisonRecord.from_message(document)
+    def _poison(self, message: DlqMessage, poison: PoisonRecord, dry_run: bool) -> MessageResult:
         record = poison.record
-        if document.get("payloadTruncated"):
+        left = RedriveStatus.LEFT
+        if poison.payload_truncated:
             found, lost = self.read_range(record.stream_arn, record.shard_id, record.sequence_number)
             if lost:
-                return MessageResult(message.message_id, KIND_POISON, LEFT, "payload no longer in the stream", 0, lost)
+                return MessageResult(
+                    message.message_id, DlqKind.POISON, left, "payload no longer in the stream", 0, lost
+                )
             record = found[0]
         try:
             token = decode(record)
         except InvalidRecord as err:
             detail = f"still not a valid token record ({err}); first reported: {poison.reason}"
-            return MessageResult(message.message_id, KIND_POISON, LEFT, detail)
+            return MessageResult(message.message_id, DlqKind.POISON, left, detail)
         where = f"session {token.session_id} turn {token.turn} seq {token.seq}"
         if dry_run:
-            return MessageResult(message.message_id, KIND_POISON, WOULD_REDRIVE, f"now valid: {where}", 1)
-        return self._process(message, KIND_POISON, [record], f"written: {where}")
+            return MessageResult(
+                message.message_id, DlqKind.POISON, RedriveStatus.WOULD_REDRIVE, f"now valid: {where}", 1
+            )
+        return self._process(message, DlqKind.POISON, [record], f"written: {where}")
 
-    def _on_failure(self, message: DlqMessage, document: dict[str, Any], dry_run: bool) -> MessageResult:
-        info = document["KinesisBatchInfo"]
-        condition = document.get("requestContext", {}).get("condition", "?")
-        shard_id = str(info["shardId"])
-        start, end = str(info["startSequenceNumber"]), str(info["endSequenceNumber"])
-        records, lost = self.read_range(str(info.get("streamArn", "")), shard_id, start, end)
-        detail = f"{condition}: {len(records)} of {info.get('batchSize', '?')} records of {shard_id} {start}..{end}"
+    def _on_failure(self, message: DlqMessage, batch: FailedBatch, dry_run: bool) -> MessageResult:
+        records, lost = self.read_range(batch.stream_arn, batch.shard_id, batch.start, batch.end)
+        size = "?" if batch.batch_size is None else batch.batch_size
+        detail = f"{batch.condition}: {len(records)} of {size} records of {batch.shard_id} {batch.start}..{batch.end}"
         if dry_run:
-            status = LEFT if lost and not self.discard_lost else WOULD_REDRIVE
-            return MessageResult(message.message_id, KIND_ON_FAILURE, status, detail, len(records), lost)
-        result = self._process(message, KIND_ON_FAILURE, records, detail)
+            status = RedriveStatus.LEFT if lost and not self.discard_lost else RedriveStatus.WOULD_REDRIVE
+            return MessageResult(message.message_id, DlqKind.ON_FAILURE, status, detail, len(records), lost)
+        result = self._process(message, DlqKind.ON_FAILURE, records, detail)
         result.lost = lost
-        if lost and result.status == REDRIVEN and not self.discard_lost:
-            result.status = LEFT
+        if lost and result.status is RedriveStatus.REDRIVEN and not self.discard_lost:
+            result.status = RedriveStatus.LEFT
             result.detail += "; kept because records are lost (--discard-lost deletes it)"
         return result
 
-    def _process(self, message: DlqMessage, kind: str, records: Sequence[StreamRecord], detail: str) -> MessageResult:
+    def _process(
+        self, message: DlqMessage, kind: DlqKind, records: Sequence[StreamRecord], detail: str
+    ) -> MessageResult:
         outcome = self.materializer.process(records)
         if not outcome.ok:
             reasons = sorted(set(outcome.failures.values()))
-            return MessageResult(message.message_id, kind, LEFT, f"{detail}; not written: {'; '.join(reasons)}")
+            detail += f"; not written: {'; '.join(reasons)}"
+            return MessageResult(message.message_id, kind, RedriveStatus.LEFT, detail)
         extra = f"; {outcome.poison} poison record(s) sent back to the DLQ" if outcome.poison else ""
-        return MessageResult(message.message_id, kind, REDRIVEN, detail + extra, len(records))
+        return MessageResult(message.message_id, kind, RedriveStatus.REDRIVEN, detail + extra, len(records))
 
     # --------------------------------------------------------------------------- the stream
 
@@ -202,7 +216,7 @@ class Redrive:
     ) -> tuple[list[StreamRecord], list[LostRange]]:
         """The shard's records from ``start`` to ``end`` (inclusive), and what of the range is gone."""
         end = end or start
-        stream_name = self.stream_name or _stream_name(stream_arn)
+        stream_name = self.stream_name or stream_name_of(stream_arn)
         try:
             iterator: str | None = self.kinesis.get_shard_iterator(
                 StreamName=stream_name,
@@ -217,7 +231,7 @@ class Redrive:
             raise
         found: list[StreamRecord] = []
         empty_reads = 0
-        arn = _stream_arn(stream_arn)
+        arn = stream_arn_of(stream_arn)
         while iterator is not None and empty_reads < MAX_EMPTY_READS:
             response = self.kinesis.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
             iterator = response.get("NextShardIterator")
@@ -244,17 +258,6 @@ def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord]) -> lis
     if int(first) > int(start):
         return [LostRange(shard_id, start, first, "no longer in the stream (up to, not including, the last)")]
     return []
-
-
-def _stream_arn(arn: str) -> str:
-    return arn.split("/consumer/", 1)[0]
-
-
-def _stream_name(arn: str) -> str:
-    """The stream name in a stream (or enhanced fan-out consumer) ARN."""
-    if ":stream/" not in arn:
-        raise ValueError(f"not a Kinesis stream ARN: {arn!r}")
-    return arn.split(":stream/", 1)[1].split("/", 1)[0]
 
 
 # --------------------------------------------------------------------------------------- CLI

@@ -21,7 +21,6 @@ Token items are written idempotently (a redelivered record rewrites its own item
 
 from __future__ import annotations
 
-import random
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -30,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from chatstream.backoff import Backoff
 from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
-from chatstream.records import MAX_SEQ, RecordType, TokenRecord
+from chatstream.records import MAX_SEQ, TokenRecord, assistant_text
+from chatstream.status import StopReason, TurnStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,11 +40,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 SESSION_SK = "SESSION"
-STATUS_IN_PROGRESS = "in_progress"
-STATUS_COMPLETE = "complete"
-STATUS_CANCELLED = "cancelled"
-STATUS_ERROR = "error"
-STOP_REASON_CANCELLED = "cancelled"
 BATCH_WRITE_MAX = 25
 THROTTLE_CODES = frozenset(
     {
@@ -77,13 +73,6 @@ def _record_sk(turn: int, seq: int) -> str:
     return f"R#{turn:06d}#{seq:08d}"
 
 
-def status_for(record: TokenRecord) -> str:
-    """The turn status a terminal record leads to."""
-    if record.type is RecordType.ERROR:
-        return STATUS_ERROR
-    return STATUS_CANCELLED if record.stop_reason == STOP_REASON_CANCELLED else STATUS_COMPLETE
-
-
 @dataclass(frozen=True)
 class Session:
     session_id: str
@@ -98,9 +87,9 @@ class Turn:
     session_id: str
     turn: int
     user: str
-    status: str
+    status: TurnStatus
     cancel_requested: bool = False
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     usage: Mapping[str, int] | None = None
     error: Mapping[str, Any] | None = None
     assistant: str | None = None
@@ -110,7 +99,7 @@ class Turn:
 
     @property
     def finished(self) -> bool:
-        return self.status != STATUS_IN_PROGRESS
+        return self.status.finished
 
 
 @dataclass
@@ -123,6 +112,7 @@ class ChatTable:
     now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     sleep: Callable[[float], None] = time.sleep
     max_attempts: int = 6
+    backoff: Backoff = field(default_factory=Backoff)
 
     # ----------------------------------------------------------------- sessions and turns
 
@@ -270,7 +260,7 @@ class ChatTable:
             "sk": _turn_sk(turn),
             "turn": turn,
             "user": message,
-            "status": STATUS_IN_PROGRESS,
+            "status": TurnStatus.IN_PROGRESS,
             "cancel_requested": False,
             "created_at": now,
             "updated_at": now,
@@ -310,7 +300,7 @@ class ChatTable:
                 ConditionExpression="attribute_exists(pk) AND #status = :in_progress",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=_ser(
-                    {":yes": True, ":now": self.now_ms(), ":in_progress": STATUS_IN_PROGRESS}
+                    {":yes": True, ":now": self.now_ms(), ":in_progress": TurnStatus.IN_PROGRESS}
                 ),
             )
         except ClientError as err:
@@ -337,7 +327,7 @@ class ChatTable:
         """
         if not record.is_terminal:
             raise ValueError("complete_turn takes the turn's stop or error record")
-        fields: dict[str, Any] = {"status": status_for(record), "assistant": assistant, "updated_at": self.now_ms()}
+        fields: dict[str, Any] = {"status": record.turn_status, "assistant": assistant, "updated_at": self.now_ms()}
         if record.stop_reason is not None:
             fields["stop_reason"] = record.stop_reason
         if record.usage is not None:
@@ -406,9 +396,8 @@ class ChatTable:
         return [TokenRecord.decode(str(item["record"])) for item in items]
 
     def assemble_text(self, session_id: str, turn: int) -> str:
-        """The assistant text of a turn: its delta texts in seq order."""
-        records = self.query_records(session_id, turn)
-        return "".join(record.text or "" for record in records if record.type is RecordType.DELTA)
+        """The assistant text of a turn so far, from its stored records."""
+        return assistant_text(self.query_records(session_id, turn))
 
     # -------------------------------------------------------------------------- internals
 
@@ -430,7 +419,7 @@ class ChatTable:
             pending = list(response.get("UnprocessedItems", {}).get(self.table_name, []))
             if not pending:
                 return
-            self.sleep(_backoff(attempt))
+            self.sleep(self.backoff.delay(attempt))
         raise Throttled(f"{len(pending)} token items still unprocessed after {self.max_attempts} attempts")
 
     def _query(self, single_page: bool = False, **params: Any) -> Iterator[dict[str, Any]]:
@@ -457,11 +446,6 @@ class ChatTable:
         return now_ms // 1000 + self.ttl_days * 86_400
 
 
-def _backoff(attempt: int, base: float = 0.05, cap: float = 2.0) -> float:
-    """Full-jitter exponential backoff (seconds)."""
-    return random.uniform(0, min(cap, base * 2**attempt))
-
-
 def _decimal(value: float) -> Any:
     from decimal import Decimal
 
@@ -480,13 +464,14 @@ def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
     usage = item.get("usage")
     temperature = item.get("temperature")
     max_tokens = item.get("max_tokens")
+    stop_reason = item.get("stop_reason")
     return Turn(
         session_id=session_id,
         turn=int(item["turn"]),
         user=str(item.get("user", "")),
-        status=str(item.get("status", STATUS_IN_PROGRESS)),
+        status=TurnStatus(item.get("status", TurnStatus.IN_PROGRESS)),
         cancel_requested=bool(item.get("cancel_requested", False)),
-        stop_reason=item.get("stop_reason"),
+        stop_reason=None if stop_reason is None else StopReason(stop_reason),
         usage=None if usage is None else {key: int(value) for key, value in usage.items()},
         error=item.get("error"),
         assistant=item.get("assistant"),

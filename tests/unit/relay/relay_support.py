@@ -8,12 +8,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chatstream.config import RelayConfig
-from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.records import assistant_text
 from chatstream.relay.follow import Clock, FollowSettings
+from chatstream.status import StopReason
+from tests.builders import turn_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from chatstream.records import ErrorInfo, TokenRecord
     from chatstream.table import ChatTable
 
 PROXY_FUNCTION = "chatstream-local-ProxyFunction"
@@ -161,24 +164,11 @@ def write_turn(
     turn: int,
     words: list[str],
     *,
-    reason: str = "end_turn",
+    stop_reason: StopReason = StopReason.END_TURN,
     error: ErrorInfo | None = None,
 ) -> list[TokenRecord]:
     """Write a whole turn as the consumer does (turn item first, then the token items)."""
-    records = turn_records(session_id, turn, words, reason=reason, error=error)
-    table.complete_turn(records[-1], "".join(words))
+    records = turn_records(session_id, turn, words, stop_reason=stop_reason, error=error)
+    table.complete_turn(records[-1], assistant_text(records))
     table.put_records(records)
-    return records
-
-
-def turn_records(
-    session_id: str, turn: int, words: list[str], *, reason: str = "end_turn", error: ErrorInfo | None = None
-) -> list[TokenRecord]:
-    records = [TokenRecord.start(session_id, turn, 1)]
-    records += [TokenRecord.delta(session_id, turn, i + 1, word, 2) for i, word in enumerate(words)]
-    end = len(words) + 1
-    if error is not None:
-        records.append(TokenRecord.failure(session_id, turn, end, error, 3))
-    else:
-        records.append(TokenRecord.stop(session_id, turn, end, reason, Usage(4, len(words)), 3))
     return records

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from chatstream.relay.http import Request, Router, json_response
+from chatstream.relay.http import Request, Route, Router, json_response
 from tests.support import load_event
 
 
@@ -51,11 +51,12 @@ def test_header_names_are_matched_whatever_their_case() -> None:
 
 def test_route_templates_match_whole_segments() -> None:
     # GIVEN a router with one templated route
-    router = Router()
-    router.add("GET", "/sessions/{id}/turns/{turn}", lambda request, params: json_response(200, params))
+    router: Router[None] = Router(
+        (Route("GET", "/sessions/{id}/turns/{turn}", lambda _, params: json_response(200, params)),)
+    )
 
     def answer(path: str) -> tuple[int, object]:
-        response = router.dispatch(Request(method="GET", path=path))
+        response = router.dispatch(Request(method="GET", path=path), None)
         return response.status_code, json.loads("".join(response.body))
 
     # WHEN paths are dispatched THEN only exact segment matches reach the handler, with their values

@@ -2,6 +2,7 @@
 
 ``http`` turns a payload-format-2.0 event into a :class:`~chatstream.relay.http.Request` and shapes
 responses; ``validation`` checks ``POST /chat`` bodies and resume positions; ``sse`` frames
-Server-Sent Events; ``follow`` tails one turn's token items in ChatTable; ``service`` is the
-endpoints. ``functions/relay/app.py`` is the thin Lambda entry point around :class:`RelayService`.
+Server-Sent Events; ``follow`` tails one turn's token items in ChatTable; ``service`` declares the
+routes and answers them. ``functions/relay/app.py`` is the thin Lambda entry point: it parses the event
+into a ``Request``, has :class:`~chatstream.relay.service.RelayService` answer it, and logs from it.
 """

@@ -25,10 +25,9 @@ Polling is adaptive. After a poll that brought records (no wait when the page wa
 waits ``CADENCE_FRACTION`` of the turn's cadence, the smoothed interval between records (the time
 between the polls that brought records, divided by the records each brought; at most ``poll_max_s``):
 the proxy flushes on a timer, so the next records are not due before then. Each idle poll after that
-doubles the wait from ``poll_min_s`` up to ``poll_max_s``. Against records every 300 ms this asks about
-half as often as polling from ``poll_min_s`` after every arrival, and finds each arrival sooner (the
-doubling waits were longest just when it was due). Until the first token, and until the cadence is
-known (for at most ``FIRST_TOKEN_FAST_S``), the wait grows only by a
+doubles the wait from ``poll_min_s`` up to ``poll_max_s`` (ARCHITECTURE.md, "How the relay polls", says
+what this saves). Until the first token, and until the cadence is known (for at most
+``FIRST_TOKEN_FAST_S``), the wait grows only by a
 quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
 what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
 rate for seconds. A wait is never shorter than the last Query took: when the table answers slowly,
@@ -43,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -51,10 +50,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from chatstream.errors import InvalidRecord, Throttled
 from chatstream.records import RecordType, TokenRecord
 from chatstream.relay import sse
-from chatstream.table import STATUS_ERROR
+from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator, Iterator
 
     from chatstream.config import RelayConfig
     from chatstream.table import ChatTable, Turn
@@ -71,9 +70,14 @@ def events_url(session_id: str, turn: int) -> str:
     return f"/sessions/{session_id}/turns/{turn}/events"
 
 
-class _Idle(Enum):
-    GO_ON = "go on"
-    FINISHED_PENDING = "the turn ended; its terminal record is on its way"
+class StreamOutcome(StrEnum):
+    """How a stream ended (``open`` while it runs)."""
+
+    OPEN = "open"
+    DONE = "done"
+    ERROR = "error"
+    RECONNECT = "reconnect"
+    CLOSED = "closed"  # the client went away
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class FollowStats:
     events_sent: int = 0
     tokens_sent: int = 0
     first_token_at: float | None = None  # Clock.monotonic() when the first token event was produced
-    outcome: str = "open"  # done · error · reconnect · closed (client went away) · open
+    outcome: StreamOutcome = StreamOutcome.OPEN
     error_code: str | None = None
 
 
@@ -151,7 +155,7 @@ def error_event(code: str, message: str, *, retryable: bool) -> str:
 
 def _terminal_from_turn(turn: Turn) -> str:
     """The ending event rebuilt from a finished turn's item (its terminal record is missing)."""
-    if turn.status == STATUS_ERROR:
+    if turn.status is TurnStatus.ERROR:
         error = dict(turn.error or {})
         return error_event(
             str(error.get("code") or "model_error"),
@@ -167,6 +171,40 @@ def _terminal_from_turn(turn: Turn) -> str:
         },
     }
     return sse.json_message(payload, event="done")
+
+
+class _End(Exception):
+    """Raised with the stream's ending event; the follower sends it and stops."""
+
+    def __init__(self, event: str) -> None:
+        super().__init__(event)
+        self.event = event
+
+
+@dataclass
+class _Cursor:
+    """Where a follower is between polls, and what it has learnt about the turn so far."""
+
+    last: int  # the last seq covered (emitted, or the start record); -1: none yet
+    started: bool  # the start record (or a later one) was seen
+    begin: float
+    last_output: float
+    next_status_check: float
+    gap_since: float | None = None  # since when a later record is visible but the next one is not
+    finished_since: float | None = None  # since when the turn item says finished, its terminal record not seen
+    idle_polls: int = 0  # polls in a row that brought nothing new
+    cadence: float | None = None  # smoothed seconds between records
+    last_progress: float | None = None
+
+    def progressed(self, now: float, fresh: int, status_check_s: float) -> None:
+        """A poll brought ``fresh`` records (a page that was not full)."""
+        self.next_status_check = max(self.next_status_check, now + status_check_s)  # records flow: the turn lives
+        if self.last_progress is not None:
+            interval = (now - self.last_progress) / fresh  # a late poll finds several flushes' records
+            self.cadence = (
+                interval if self.cadence is None else self.cadence + CADENCE_WEIGHT * (interval - self.cadence)
+            )
+        self.last_progress = now
 
 
 @dataclass
@@ -189,92 +227,113 @@ class Follower:
                     self.stats.events_sent += 1
                 yield chunk
         except GeneratorExit:
-            self.stats.outcome = "closed"
+            self.stats.outcome = StreamOutcome.CLOSED
             raise
 
-    def _events(self) -> Iterator[str]:  # noqa: C901 - one loop, each rule in its own small branch
+    def _events(self) -> Iterator[str]:
+        begin = self.clock.monotonic()
+        cursor = _Cursor(
+            # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
+            last=self.after if self.after >= 1 else -1,
+            started=self.after >= 1,
+            begin=begin,
+            last_output=begin,
+            # A new follower reads the turn item only after status_check_s (its first polls find the records
+            # of a turn that has ended); a resuming one reads it at once.
+            next_status_check=begin + self.settings.status_check_s if self.after < 0 else begin,
+        )
+        try:
+            while True:
+                yield from self._poll(cursor)
+        except _End as end:
+            yield end.event
+
+    def _poll(self, cursor: _Cursor) -> Iterator[str]:
+        """One poll: emit what is new, apply the rules that end a stream, then wait for the next poll."""
         s, clock = self.settings, self.clock
-        # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
-        last = self.after if self.after >= 1 else -1
-        started = self.after >= 1
-        begin = last_output = clock.monotonic()
-        gap_since: float | None = None
-        finished_since: float | None = None
-        next_status_check = begin + s.status_check_s if self.after < 0 else begin
-        idle_polls = 0
-        cadence: float | None = None  # smoothed seconds between polls that brought records
-        last_progress: float | None = None
-        while True:
-            asked = clock.monotonic()
-            try:
-                records = self.table.query_records(self.session_id, self.turn, after_seq=last, limit=s.page_size)
-            except Throttled:
-                records = []
-            except (ClientError, BotoCoreError, InvalidRecord) as err:
-                yield self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
-                return
-            query_s = clock.monotonic() - asked
-            progressed, fresh = False, 0
-            for record in records:
-                if record.seq != last + 1:
-                    break
-                last, progressed, fresh = record.seq, True, fresh + 1
-                if record.type is RecordType.START:
-                    started = True
-                    continue
-                yield self._emit(record)
-                last_output = clock.monotonic()
-                if record.is_terminal:
-                    return
-            if clock.remaining_ms() < s.reconnect_margin_s * 1000:
-                yield self._reconnect(last)
-                return
-            now = clock.monotonic()
-            pending = bool(records) and records[-1].seq > last
-            if progressed:
-                gap_since, finished_since, idle_polls = None, None, 0
-                if len(records) >= s.page_size:
-                    continue
-                next_status_check = max(next_status_check, now + s.status_check_s)  # records flow: the turn is alive
-                if last_progress is not None:
-                    interval = (now - last_progress) / fresh  # a late poll finds several flushes' records
-                    cadence = interval if cadence is None else cadence + CADENCE_WEIGHT * (interval - cadence)
-                last_progress = now
-            else:
-                idle_polls += 1
-            if pending:
-                gap_since = now if gap_since is None else gap_since
-                if now - gap_since >= s.gap_timeout_s:
-                    yield self._fail(
-                        "gap", f"event {last + 1} of the turn is missing; later events exist", retryable=True
-                    )
-                    return
-            else:
-                gap_since = None
-            if not progressed and not pending and now >= next_status_check:
-                next_status_check = now + s.status_check_s
-                try:
-                    ending = self._check_turn(last, now, finished_since)
-                except Throttled:
-                    ending = _Idle.GO_ON
-                except (ClientError, BotoCoreError, InvalidRecord) as err:
-                    yield self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
-                    return
-                if ending is _Idle.FINISHED_PENDING:
-                    finished_since = now if finished_since is None else finished_since
-                elif isinstance(ending, str):
-                    yield ending
-                    return
-            if not started and not pending and finished_since is None and now - begin >= s.start_timeout_s:
-                yield self._fail(
-                    "timeout", f"the generation did not start within {s.start_timeout_s:g} s", retryable=True
-                )
-                return
-            if now - last_output >= s.keepalive_s:
-                yield sse.comment("keep-alive")
-                last_output = now
-            gentle = (last < 1 or cadence is None) and now - begin < FIRST_TOKEN_FAST_S
-            clock.sleep(max(self._poll_wait(idle_polls, first_token_due=gentle, cadence=cadence), query_s))
+        asked = clock.monotonic()
+        records = self._read(cursor.last)
+        query_s = clock.monotonic() - asked
+        fresh = yield from self._emit_run(cursor, records)
+        if clock.remaining_ms() < s.reconnect_margin_s * 1000:
+            raise _End(self._reconnect(cursor.last))
+        now = clock.monotonic()
+        pending = bool(records) and records[-1].seq > cursor.last  # later records, past a gap
+        if fresh:
+            cursor.gap_since, cursor.finished_since, cursor.idle_polls = None, None, 0
+            if len(records) >= s.page_size:
+                return  # a full page: more are waiting, read again at once
+            cursor.progressed(now, fresh, s.status_check_s)
+        else:
+            cursor.idle_polls += 1
+        self._watch_gap(cursor, now, pending)
+        if not fresh and not pending and now >= cursor.next_status_check:
+            self._check_status(cursor, now)
+        self._watch_start(cursor, now, pending)
+        if now - cursor.last_output >= s.keepalive_s:
+            yield sse.comment("keep-alive")
+            cursor.last_output = now
+        gentle = (cursor.last < 1 or cursor.cadence is None) and now - cursor.begin < FIRST_TOKEN_FAST_S
+        wait = self._poll_wait(cursor.idle_polls, first_token_due=gentle, cadence=cursor.cadence)
+        clock.sleep(max(wait, query_s))
+
+    def _read(self, last: int) -> list[TokenRecord]:
+        """The page of records after ``last``; a throttled read finds nothing (an idle poll)."""
+        try:
+            return self.table.query_records(self.session_id, self.turn, after_seq=last, limit=self.settings.page_size)
+        except Throttled:
+            return []
+        except (ClientError, BotoCoreError, InvalidRecord) as err:
+            raise _End(self._read_failed(err)) from err
+
+    def _emit_run(self, cursor: _Cursor, records: list[TokenRecord]) -> Generator[str, None, int]:
+        """The events of the contiguous run right after ``cursor.last``; returns how many records it covered.
+
+        Stops at the first gap. The terminal record's event ends the stream.
+        """
+        fresh = 0
+        for record in records:
+            if record.seq != cursor.last + 1:
+                break
+            cursor.last, fresh = record.seq, fresh + 1
+            if record.type is RecordType.START:
+                cursor.started = True
+                continue
+            event = self._emit(record)
+            if record.is_terminal:
+                raise _End(event)
+            yield event
+            cursor.last_output = self.clock.monotonic()
+        return fresh
+
+    def _watch_gap(self, cursor: _Cursor, now: float, pending: bool) -> None:
+        """End the stream when a missing record stays missing for ``gap_timeout_s`` while later ones exist."""
+        if not pending:
+            cursor.gap_since = None
+            return
+        cursor.gap_since = now if cursor.gap_since is None else cursor.gap_since
+        if now - cursor.gap_since >= self.settings.gap_timeout_s:
+            message = f"event {cursor.last + 1} of the turn is missing; later events exist"
+            raise _End(self._fail("gap", message, retryable=True))
+
+    def _watch_start(self, cursor: _Cursor, now: float, pending: bool) -> None:
+        """End the stream when the turn has shown no record at all for ``start_timeout_s``."""
+        limit = self.settings.start_timeout_s
+        if cursor.started or pending or cursor.finished_since is not None or now - cursor.begin < limit:
+            return
+        raise _End(self._fail("timeout", f"the generation did not start within {limit:g} s", retryable=True))
+
+    def _check_status(self, cursor: _Cursor, now: float) -> None:
+        """Read the turn item (idle, and due): end the stream, or note that its terminal record is on its way."""
+        cursor.next_status_check = now + self.settings.status_check_s
+        try:
+            finished = self._check_turn(cursor.last, now, cursor.finished_since)
+        except Throttled:
+            return
+        except (ClientError, BotoCoreError, InvalidRecord) as err:
+            raise _End(self._read_failed(err)) from err
+        if finished and cursor.finished_since is None:
+            cursor.finished_since = now
 
     # ------------------------------------------------------------------------------ helpers
 
@@ -288,29 +347,29 @@ class Follower:
             return min(max(s.poll_min_s, CADENCE_FRACTION * cadence), s.poll_max_s)
         return float(min(s.poll_min_s * 2**idle, s.poll_max_s))
 
-    def _check_turn(self, last: int, now: float, finished_since: float | None) -> str | _Idle:
-        """Read the turn item while idle: the ending event to send, or what to do next."""
+    def _check_turn(self, last: int, now: float, finished_since: float | None) -> bool:
+        """Read the turn item while idle. Raises :class:`_End` with the ending event to send; else whether the
+        turn ended with its terminal record still on its way."""
         item = self.table.get_turn(self.session_id, self.turn)
         if item is None:
-            return self._fail("turn_not_found", f"turn {self.turn} no longer exists", retryable=False)
+            raise _End(self._fail("turn_not_found", f"turn {self.turn} no longer exists", retryable=False))
         if not item.finished:
             age_s = (self.clock.now_ms() - item.created_at) / 1000
             if item.created_at and age_s > self.settings.stale_turn_s:
-                return self._fail(
-                    "timeout", f"the generation stopped without finishing ({age_s:.0f} s old)", retryable=True
-                )
-            return _Idle.GO_ON
+                message = f"the generation stopped without finishing ({age_s:.0f} s old)"
+                raise _End(self._fail("timeout", message, retryable=True))
+            return False
         # The turn ended. Its terminal record is written after the turn item: it is either still on
         # its way (after `last`), or the client is already past it (resuming at or beyond the end).
         if last >= 0:
             at_last = self.table.query_records(self.session_id, self.turn, after_seq=last - 1, limit=1)
             if at_last and at_last[0].seq == last and at_last[0].is_terminal:
-                return self._emit(at_last[0])
+                raise _End(self._emit(at_last[0]))
             if not at_last or at_last[0].seq != last:
-                return self._rebuilt(item)
+                raise _End(self._rebuilt(item))
         if finished_since is not None and now - finished_since >= self.settings.gap_timeout_s:
-            return self._rebuilt(item)
-        return _Idle.FINISHED_PENDING
+            raise _End(self._rebuilt(item))
+        return True
 
     def _emit(self, record: TokenRecord) -> str:
         if record.type is RecordType.DELTA:
@@ -318,22 +377,25 @@ class Follower:
             if self.stats.first_token_at is None:
                 self.stats.first_token_at = self.clock.monotonic()
         elif record.type is RecordType.STOP:
-            self.stats.outcome = "done"
+            self.stats.outcome = StreamOutcome.DONE
         elif record.type is RecordType.ERROR:
-            self.stats.outcome = "error"
+            self.stats.outcome = StreamOutcome.ERROR
             self.stats.error_code = record.error.code if record.error else None
         return render(record)
 
     def _rebuilt(self, turn: Turn) -> str:
-        self.stats.outcome = "error" if turn.status == STATUS_ERROR else "done"
+        self.stats.outcome = StreamOutcome.ERROR if turn.status is TurnStatus.ERROR else StreamOutcome.DONE
         return _terminal_from_turn(turn)
 
+    def _read_failed(self, err: Exception) -> str:
+        return self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
+
     def _fail(self, code: str, message: str, *, retryable: bool) -> str:
-        self.stats.outcome = "error"
+        self.stats.outcome = StreamOutcome.ERROR
         self.stats.error_code = code
         return error_event(code, message, retryable=retryable)
 
     def _reconnect(self, last: int) -> str:
-        self.stats.outcome = "reconnect"
+        self.stats.outcome = StreamOutcome.RECONNECT
         payload = {"events_url": events_url(self.session_id, self.turn), "last_event_id": max(last, 0)}
         return sse.json_message(payload, event="reconnect")

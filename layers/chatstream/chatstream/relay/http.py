@@ -5,9 +5,12 @@ class and never raises: a field of the wrong shape reads as absent, so even a ha
 an HTTP answer. The body is kept as bytes (base64-decoded when ``isBase64Encoded``); a body that is
 not valid base64 is remembered as such and reported by whoever reads it.
 
-:class:`Router` matches ``rawPath`` against the route templates (``{name}`` matches one non-empty
-segment), answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
-``Allow`` header for a known path with another method.
+:class:`Router` holds routes declared once (a method, a path template where ``{name}`` matches one
+non-empty segment, and a handler). It matches ``rawPath`` against the templates and calls the handler
+with the request's context (whatever the router's user answers a request with) and the path's
+parameters, answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
+``Allow`` header for a known path with another method. An :class:`HttpError` a handler raises becomes
+its response.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
 
@@ -97,11 +101,16 @@ def _body(body: object, is_base64: bool) -> tuple[bytes | None, bool]:
         return None, False
 
 
+class StreamKind(StrEnum):
+    CHAT = "chat"  # a new turn (POST /chat)
+    EVENTS = "events"  # attach to a turn, or resume it
+
+
 @dataclass(frozen=True)
 class StreamInfo:
     """What an SSE response follows, and (once its body ran) what it sent."""
 
-    kind: str  # "chat" (a new turn) or "events" (attach / resume)
+    kind: StreamKind
     session_id: str
     turn: int
     stats: FollowStats
@@ -145,11 +154,14 @@ def sse_response(body: Iterable[str], stream: StreamInfo) -> Response:
     return Response(200, dict(SSE_HEADERS), body, stream)
 
 
+_C = TypeVar("_C")
+
+
 @dataclass(frozen=True)
-class Route:
+class Route(Generic[_C]):
     method: str
     template: str
-    handler: Callable[[Request, dict[str, str]], Response]
+    handler: Callable[[_C, Mapping[str, str]], Response]
 
     def match(self, path: str) -> dict[str, str] | None:
         want = self.template.split("/")
@@ -167,14 +179,11 @@ class Route:
         return params
 
 
-@dataclass
-class Router:
-    routes: list[Route] = field(default_factory=list)
+@dataclass(frozen=True)
+class Router(Generic[_C]):
+    routes: tuple[Route[_C], ...]
 
-    def add(self, method: str, template: str, handler: Callable[[Request, dict[str, str]], Response]) -> None:
-        self.routes.append(Route(method.upper(), template, handler))
-
-    def dispatch(self, request: Request) -> Response:
+    def dispatch(self, request: Request, context: _C) -> Response:
         allowed: list[str] = []
         for route in self.routes:
             params = route.match(request.path)
@@ -182,7 +191,7 @@ class Router:
                 continue
             if route.method == request.method:
                 try:
-                    return route.handler(request, params)
+                    return route.handler(context, params)
                 except HttpError as err:
                     return err.response()
             allowed.append(route.method)

@@ -10,6 +10,9 @@ Identity (who owns a session):
 - ``AUTH_TYPE=NONE``: every caller is :data:`ANONYMOUS_OWNER`; a session id (128 random bits) is the
   capability to use the session.
 
+The routes are declared once, at import (:data:`ROUTES`); every route under ``/sessions/{session_id}``
+passes the one ownership check (:meth:`_Exchange.owned`) before it reads anything.
+
 ``POST /chat`` allocates the turn (one generating turn per session, a conditional write), invokes
 ProxyFunction asynchronously, and answers a stream: ``retry: 1000``, ``meta`` at once, then the
 turn as :class:`~chatstream.relay.follow.Follower` emits it. When the invoke fails, the turn is ended
@@ -30,30 +33,32 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.proxy_event import GenerateRequest
 from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord
 from chatstream.relay import sse
-from chatstream.relay.follow import Clock, Follower, FollowSettings, FollowStats, events_url, render
+from chatstream.relay.follow import Clock, Follower, FollowSettings, FollowStats, StreamOutcome, events_url, render
 from chatstream.relay.http import (
     HttpError,
     Request,
     Response,
+    Route,
     Router,
     StreamInfo,
+    StreamKind,
     error_response,
     json_response,
     sse_response,
 )
 from chatstream.relay.page import SITE
 from chatstream.relay.validation import parse_chat_request, parse_position
-from chatstream.table import STATUS_IN_PROGRESS
+from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping
 
     from mypy_boto3_lambda import LambdaClient
 
     from chatstream.config import RelayConfig
-    from chatstream.relay.validation import ChatRequest
     from chatstream.table import ChatTable, Turn
 
 logger = logging.getLogger(__name__)
@@ -77,12 +82,11 @@ class RelayService:
         if self.settings is None:
             self.settings = FollowSettings.from_config(self.config)
 
-    def handle(self, event: object, remaining_ms: Callable[[], int] | None = None) -> Response:
-        """Answer one Function URL event. ``remaining_ms`` is the invocation's remaining time."""
-        request = Request.from_event(event)
+    def handle(self, request: Request, remaining_ms: Callable[[], int] | None = None) -> Response:
+        """Answer one request. ``remaining_ms`` is the invocation's remaining time."""
         clock = self.clock if remaining_ms is None else replace(self.clock, remaining_ms=remaining_ms)
         try:
-            return _Exchange(self, request, clock).run()
+            return ROUTES.dispatch(request, _Exchange(self, request, clock, clock.monotonic()))
         except Throttled as err:
             logger.warning("throttled before the response", extra={"error": str(err)})
             return error_response(
@@ -93,6 +97,20 @@ class RelayService:
             return error_response(500, "internal_error", "the request failed unexpectedly; try again")
 
 
+@dataclass(frozen=True)
+class _Owned:
+    """What the ownership check let through: the caller's session, and the turn number of a turn's route."""
+
+    session_id: str
+    turn_number: int | None = None
+
+    @property
+    def turn(self) -> int:
+        if self.turn_number is None:
+            raise ValueError("this route names no turn")
+        return self.turn_number
+
+
 @dataclass
 class _Exchange:
     """One request being answered: the service's collaborators plus this request's clock."""
@@ -100,26 +118,7 @@ class _Exchange:
     service: RelayService
     request: Request
     clock: Clock
-
-    def run(self) -> Response:
-        self.started_at = self.clock.monotonic()
-        router = Router()
-        router.add("GET", "/health", lambda request, params: json_response(200, {"status": "ok"}))
-        router.add("GET", "/", lambda request, params: SITE.index())
-        router.add("GET", "/static/{name}", lambda request, params: SITE.asset(params["name"]))
-        router.add("POST", "/chat", lambda request, params: self.chat())
-        router.add("GET", "/sessions/{session_id}", lambda request, params: self.history(params["session_id"]))
-        router.add(
-            "GET",
-            "/sessions/{session_id}/turns/{turn}/events",
-            lambda request, params: self.events(params["session_id"], params["turn"]),
-        )
-        router.add(
-            "POST",
-            "/sessions/{session_id}/turns/{turn}/cancel",
-            lambda request, params: self.cancel(params["session_id"], params["turn"]),
-        )
-        return router.dispatch(self.request)
+    started_at: float  # the clock's monotonic() when the request arrived
 
     @property
     def table(self) -> ChatTable:
@@ -131,7 +130,16 @@ class _Exchange:
 
     # -------------------------------------------------------------------------- endpoints
 
-    def chat(self) -> Response:
+    def health(self, params: Mapping[str, str]) -> Response:
+        return json_response(200, {"status": "ok"})
+
+    def page(self, params: Mapping[str, str]) -> Response:
+        return SITE.index()
+
+    def asset(self, params: Mapping[str, str]) -> Response:
+        return SITE.asset(params["name"])
+
+    def chat(self, params: Mapping[str, str]) -> Response:
         chat = parse_chat_request(
             self.request.body,
             max_tokens_limit=self.config.max_tokens_limit,
@@ -146,6 +154,7 @@ class _Exchange:
                 )
             else:
                 session_id = _session_param(chat.session_id)
+                # The table checks ownership in the same read that allocates the turn.
                 turn = self.table.start_turn(
                     session_id,
                     owner,
@@ -161,9 +170,10 @@ class _Exchange:
             raise HttpError(
                 409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
             ) from None
-        failure = self.invoke_proxy(session_id, turn, chat)
+        request = GenerateRequest(session_id, turn, chat.message, chat.max_tokens, chat.temperature)
+        failure = self.invoke_proxy(request)
         stats = FollowStats()
-        info = StreamInfo("chat", session_id, turn, stats, self.started_at)
+        info = StreamInfo(StreamKind.CHAT, session_id, turn, stats, self.started_at)
         meta = sse.json_message(
             {"session_id": session_id, "turn": turn, "events_url": events_url(session_id, turn)}, event="meta"
         )
@@ -172,21 +182,22 @@ class _Exchange:
         follower = self.follower(session_id, turn, -1, stats)
         return sse_response(self._stream(meta, follower), info)
 
-    def events(self, session_id: str, turn_param: str) -> Response:
+    def events(self, params: Mapping[str, str]) -> Response:
         header = parse_position(self.request.header("last-event-id"), "Last-Event-ID", blank_is_absent=True)
         query = parse_position(self.request.query.get("after"), "after")
         after = header if header is not None else query
-        turn = self.owned_turn(session_id, turn_param)
+        owned = self.owned(params)
+        turn = self.table.get_turn(owned.session_id, owned.turn)
+        if turn is None:
+            raise _turn_not_found(owned.session_id, owned.turn)
         stats = FollowStats()
-        info = StreamInfo("events", session_id, turn.turn, stats, self.started_at)
-        follower = self.follower(session_id, turn.turn, -1 if after is None else after, stats)
+        info = StreamInfo(StreamKind.EVENTS, owned.session_id, turn.turn, stats, self.started_at)
+        follower = self.follower(owned.session_id, turn.turn, -1 if after is None else after, stats)
         return sse_response(self._stream(None, follower), info)
 
-    def cancel(self, session_id: str, turn_param: str) -> Response:
-        owner = self.owner()
-        session_id = _session_param(session_id)
-        turn = _turn_param(session_id, turn_param)
-        self._owned_session(session_id, owner)
+    def cancel(self, params: Mapping[str, str]) -> Response:
+        owned = self.owned(params)
+        session_id, turn = owned.session_id, owned.turn
         try:
             self.table.request_cancel(session_id, turn)
         except TurnNotFound:
@@ -197,16 +208,15 @@ class _Exchange:
             ) from None
         return json_response(202, {"session_id": session_id, "turn": turn, "status": "cancelling"})
 
-    def history(self, session_id: str) -> Response:
-        owner = self.owner()
-        session_id = _session_param(session_id)
-        self._owned_session(session_id, owner)
+    def history(self, params: Mapping[str, str]) -> Response:
+        session_id = self.owned(params).session_id
         turns = [self._turn_view(turn) for turn in self.table.list_turns(session_id)]
         return json_response(200, {"session_id": session_id, "turns": turns})
 
     # ---------------------------------------------------------------------------- helpers
 
     def owner(self) -> str:
+        """Who is asking (see the module docstring); ``403 forbidden`` when IAM auth found nobody."""
         if self.config.auth_type == "NONE":
             return ANONYMOUS_OWNER
         iam = self.request.iam
@@ -217,21 +227,20 @@ class _Exchange:
             return f"{account_id}:{caller_id}"
         raise HttpError(403, "forbidden", "the request carries no IAM caller identity; sign it with SigV4")
 
-    def owned_turn(self, session_id: str, turn_param: str) -> Turn:
-        owner = self.owner()
-        session_id = _session_param(session_id)
-        turn_number = _turn_param(session_id, turn_param)
-        self._owned_session(session_id, owner)
-        turn = self.table.get_turn(session_id, turn_number)
-        if turn is None:
-            raise _turn_not_found(session_id, turn_number)
-        return turn
+    def owned(self, params: Mapping[str, str]) -> _Owned:
+        """The ownership check of the routes under ``/sessions/{session_id}`` (with ``/turns/{turn}`` or not).
 
-    def _owned_session(self, session_id: str, owner: str) -> None:
+        In this order: the caller (``403``), the session id's shape and the turn number's (``404``), then the
+        session must be the caller's (``404 session_not_found``, as for a session that does not exist).
+        """
+        owner = self.owner()
+        session_id = _session_param(params["session_id"])
+        turn = _turn_param(session_id, params["turn"]) if "turn" in params else None
         try:
             self.table.owned_session(session_id, owner)
         except SessionNotFound:
             raise _session_not_found(session_id) from None
+        return _Owned(session_id, turn)
 
     def follower(self, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
         assert self.service.settings is not None
@@ -239,25 +248,23 @@ class _Exchange:
             self.table, session_id, turn, after=after, settings=self.service.settings, clock=self.clock, stats=stats
         )
 
-    def invoke_proxy(self, session_id: str, turn: int, chat: ChatRequest) -> TokenRecord | None:
+    def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
         """Start the generation; on failure end the turn in the table and return its error record."""
-        payload: dict[str, Any] = {"session_id": session_id, "turn": turn, "message": chat.message}
-        if chat.max_tokens is not None:
-            payload["max_tokens"] = chat.max_tokens
-        if chat.temperature is not None:
-            payload["temperature"] = chat.temperature
         try:
             response = self.service.lambda_client.invoke(
                 FunctionName=self.config.proxy_function_name,
                 InvocationType="Event",
-                Payload=json.dumps(payload, ensure_ascii=False).encode("utf-8"),
+                Payload=json.dumps(request.to_event(), ensure_ascii=False).encode("utf-8"),
             )
             status = response.get("StatusCode")
             if status != 202:
                 raise _InvokeRefused(f"the invoke answered status {status}")
         except (ClientError, BotoCoreError, _InvokeRefused) as err:
-            logger.error("invoking the proxy failed", extra={"session_id": session_id, "turn": turn, "error": str(err)})
-            return self._end_turn_in_error(session_id, turn, err)
+            logger.error(
+                "invoking the proxy failed",
+                extra={"session_id": request.session_id, "turn": request.turn, "error": str(err)},
+            )
+            return self._end_turn_in_error(request.session_id, request.turn, err)
         return None
 
     def _end_turn_in_error(self, session_id: str, turn: int, err: Exception) -> TokenRecord:
@@ -289,13 +296,13 @@ class _Exchange:
     def _failed_stream(self, meta: str, failure: TokenRecord, stats: FollowStats) -> Iterator[str]:
         yield sse.retry(RETRY_MS) + meta
         stats.events_sent += 2
-        stats.outcome = "error"
+        stats.outcome = StreamOutcome.ERROR
         stats.error_code = PROXY_UNAVAILABLE
         yield render(failure)
 
     def _turn_view(self, turn: Turn) -> dict[str, Any]:
         assistant = turn.assistant
-        if turn.status == STATUS_IN_PROGRESS:
+        if turn.status is TurnStatus.IN_PROGRESS:
             assistant = self.table.assemble_text(turn.session_id, turn.turn)
         view: dict[str, Any] = {
             "turn": turn.turn,
@@ -311,7 +318,7 @@ class _Exchange:
 
 
 class _InvokeRefused(Exception):
-    """Lambda accepted the call but not the asynchronous invocation."""
+    """Lambda took the Invoke call but not the asynchronous invocation (private: its name is in the error message)."""
 
 
 def _session_param(session_id: str) -> str:
@@ -334,3 +341,16 @@ def _session_not_found(session_id: str) -> HttpError:
 
 def _turn_not_found(session_id: str, turn: int) -> HttpError:
     return HttpError(404, "turn_not_found", f"session {session_id} has no turn {turn}")
+
+
+ROUTES: Router[_Exchange] = Router(
+    (
+        Route("GET", "/health", _Exchange.health),
+        Route("GET", "/", _Exchange.page),
+        Route("GET", "/static/{name}", _Exchange.asset),
+        Route("POST", "/chat", _Exchange.chat),
+        Route("GET", "/sessions/{session_id}", _Exchange.history),
+        Route("GET", "/sessions/{session_id}/turns/{turn}/events", _Exchange.events),
+        Route("POST", "/sessions/{session_id}/turns/{turn}/cancel", _Exchange.cancel),
+    )
+)

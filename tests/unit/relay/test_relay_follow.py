@@ -9,11 +9,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from chatstream.errors import Throttled
-from chatstream.records import ErrorInfo, TokenRecord, Usage
-from chatstream.relay.follow import CADENCE_FRACTION, Follower
-from tests.unit.relay.relay_support import FAST, FakeClock, read_stream, turn_records, write_turn
+from chatstream.records import ErrorInfo
+from chatstream.relay.follow import CADENCE_FRACTION, Follower, StreamOutcome
+from chatstream.status import StopReason
+from tests.builders import turn_records
+from tests.unit.relay.relay_support import FAST, FakeClock, read_stream, write_turn
 
 if TYPE_CHECKING:
+    from chatstream.records import TokenRecord
     from chatstream.relay.follow import FollowSettings
     from chatstream.table import ChatTable
 
@@ -49,7 +52,10 @@ def test_a_finished_turn_is_replayed_with_exact_ids_and_text(chat_table: ChatTab
     assert stream.kinds == ["token", "token", "token", "done"]
     assert stream.ids == [1, 2, 3, 4]
     assert stream.text == "You said: hello"
-    assert stream.of("done")[0].json() == {"stop_reason": "end_turn", "usage": {"input_tokens": 4, "output_tokens": 3}}
+    assert stream.of("done")[0].json() == {
+        "stop_reason": StopReason.END_TURN,
+        "usage": {"input_tokens": 1, "output_tokens": 3},
+    }
 
 
 def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str) -> None:
@@ -292,13 +298,13 @@ def test_resuming_at_the_ending_sends_the_ending_again(chat_table: ChatTable, se
 
 def test_resuming_past_the_end_of_a_finished_turn_ends_at_once(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a finished turn of three events
-    write_turn(chat_table, session_id, 1, ["a", "b"], reason="max_tokens")
+    write_turn(chat_table, session_id, 1, ["a", "b"], stop_reason=StopReason.MAX_TOKENS)
     clock = FakeClock()
     # WHEN a client claims to have event 99
     stream = read_stream(follow(chat_table, session_id, clock, after=99).events(), clock)
     # THEN it gets the turn's ending rebuilt from the turn item, without waiting for a timeout
     assert stream.kinds == ["done"]
-    assert stream.events[0].json()["stop_reason"] == "max_tokens"
+    assert stream.events[0].json()["stop_reason"] == StopReason.MAX_TOKENS
     assert clock.t < FAST.gap_timeout_s
 
 
@@ -317,14 +323,17 @@ def test_a_terminal_record_behind_its_turn_item_is_waited_for(chat_table: ChatTa
 
 def test_a_terminal_record_that_never_shows_up_is_rebuilt_from_the_turn(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn completed as cancelled in the table whose terminal token item never arrives
-    records = turn_records(session_id, 1, ["a"], reason="cancelled")
+    records = turn_records(session_id, 1, ["a"], stop_reason=StopReason.CANCELLED)
     chat_table.complete_turn(records[-1], "a")
     chat_table.put_records(records[:-1])
     # WHEN a client follows it
     stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
     # THEN the stream still ends with done / cancelled
     assert stream.kinds == ["token", "done"]
-    assert stream.of("done")[0].json() == {"stop_reason": "cancelled", "usage": {"input_tokens": 4, "output_tokens": 1}}
+    assert stream.of("done")[0].json() == {
+        "stop_reason": StopReason.CANCELLED,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
 
 
 def test_an_error_record_ends_the_stream_with_its_error(chat_table: ChatTable, session_id: str) -> None:
@@ -427,17 +436,14 @@ def test_a_failing_read_ends_the_stream_with_a_retryable_error(
 
 def test_statistics_count_what_the_client_got(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a finished turn of two tokens
-    chat_table.put_records(
-        [
-            TokenRecord.start(session_id, 1, 1),
-            TokenRecord.delta(session_id, 1, 1, "a", 2),
-            TokenRecord.delta(session_id, 1, 2, "b", 2),
-            TokenRecord.stop(session_id, 1, 3, "end_turn", Usage(1, 2), 3),
-        ]
-    )
+    chat_table.put_records(turn_records(session_id, 1, ["a", "b"]))
     follower = follow(chat_table, session_id, FakeClock())
     # WHEN the stream is consumed
     read_stream(follower.events())
     # THEN the stats say three events, two tokens, done
-    assert (follower.stats.events_sent, follower.stats.tokens_sent, follower.stats.outcome) == (3, 2, "done")
+    assert (follower.stats.events_sent, follower.stats.tokens_sent, follower.stats.outcome) == (
+        3,
+        2,
+        StreamOutcome.DONE,
+    )
     assert follower.stats.first_token_at is not None

@@ -1,9 +1,9 @@
-"""One moto DynamoDB table per test module for the relay's service, follower and page tests.
+"""One moto DynamoDB table per test module for the relay's core (service, follower, page).
 
-Creating a table from template.yaml costs a few hundred milliseconds; those tests only ever use
-fresh sessions (128-bit random ids), so they can share one table without seeing each other. In
-this folder ``chat_table`` and ``table_name`` are that table (they override the per-test table of
-tests/conftest.py, which the relay's handler tests, one folder up, keep).
+Creating a table from template.yaml costs a few hundred milliseconds; these tests only ever use fresh
+sessions (128-bit random ids), so they can share one table without seeing each other. Here
+``chat_table`` and ``table_name`` are that table (they override the per-test table of tests/conftest.py,
+which the relay's handler tests keep: tests/unit/test_relay_handler.py, whose samples share fixed ids).
 """
 
 from __future__ import annotations

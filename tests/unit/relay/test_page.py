@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from chatstream.relay.http import Request
 from chatstream.relay.page import STATIC_DIR, StaticSite
 from chatstream.relay.service import RelayService
 from tests.support import load_event
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from chatstream.relay.http import Response
-    from tests.unit.relay.shared_table.conftest import SharedTable
+    from tests.unit.relay.conftest import SharedTable
 
 
 class NoLambda:
@@ -42,7 +43,7 @@ def get(service: RelayService, path: str, *, caller: bool = True, method: str = 
     raw["headers"]["accept"] = "text/html"
     if not caller:
         raw["requestContext"].pop("authorizer")
-    return service.handle(raw)
+    return service.handle(Request.from_event(raw))
 
 
 def body(response: Response) -> str:

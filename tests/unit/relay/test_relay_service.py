@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 
 from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo
+from chatstream.relay.follow import StreamOutcome
+from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
+from chatstream.status import StopReason, TurnStatus
+from tests.builders import turn_records
 from tests.support import load_event
 from tests.unit.relay.relay_support import (
     FAST,
@@ -24,7 +28,6 @@ from tests.unit.relay.relay_support import (
     Stream,
     read_stream,
     relay_config,
-    turn_records,
     write_turn,
 )
 
@@ -98,10 +101,15 @@ def event(
     return raw
 
 
+def request(*args: Any, **kwargs: Any) -> Request:
+    """The :func:`event` as the relay's handler parses it."""
+    return Request.from_event(event(*args, **kwargs))
+
+
 def chat(
     service: RelayService, message: str = "hello", caller: dict[str, str] | None = ALICE, **fields: Any
 ) -> Response:
-    return service.handle(event("POST", "/chat", body=json.dumps({"message": message, **fields}), caller=caller))
+    return service.handle(request("POST", "/chat", body=json.dumps({"message": message, **fields}), caller=caller))
 
 
 def json_body(response: Response) -> Any:
@@ -158,7 +166,7 @@ def test_chat_streams_meta_at_once_then_the_turn(
     assert stream.kinds == ["token", "token", "token", "done"]
     assert stream.ids == [1, 2, 3, 4]
     assert stream.text == "You said: hello"
-    assert response.stream is not None and response.stream.stats.outcome == "done"
+    assert response.stream is not None and response.stream.stats.outcome is StreamOutcome.DONE
 
 
 def test_a_second_turn_continues_the_session(service: RelayService, chat_table: ChatTable) -> None:
@@ -231,7 +239,7 @@ def test_a_failed_proxy_invoke_ends_the_turn_in_error_and_frees_the_session(
     assert "TooManyRequestsException" in error["message"]
     # AND the turn ended as error in the table, so the next message starts turn 2
     turn = chat_table.get_turn(session_id, 1)
-    assert turn is not None and turn.status == "error"
+    assert turn is not None and turn.status is TurnStatus.ERROR
     proxy.failure = None
     assert meta_of(chat(service, "again", session_id=session_id))["turn"] == 2
 
@@ -243,7 +251,7 @@ def test_a_resume_of_a_turn_whose_invoke_failed_replays_the_error(
     proxy.failure = EndpointConnectionError(endpoint_url="https://lambda.us-east-1.amazonaws.com")
     session_id = meta_of(chat(service, "hello"))["session_id"]
     # WHEN a client attaches to the turn
-    response = service.handle(event("GET", f"/sessions/{session_id}/turns/1/events"))
+    response = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events"))
     # THEN it gets the same error from the table
     stream = rest_of(response)
     assert stream.kinds == ["error"] and stream.events[0].json()["code"] == "proxy_unavailable"
@@ -283,7 +291,7 @@ def test_bad_chat_bodies_are_answered_before_any_turn_starts(
     code: str,
 ) -> None:
     # WHEN a chat body breaks a rule
-    response = service.handle(event("POST", "/chat", body=body, base64_body=base64_body))
+    response = service.handle(request("POST", "/chat", body=body, base64_body=base64_body))
     # THEN the error row's status and code, and no generation was started
     assert_error(response, status, code)
     assert proxy.calls == []
@@ -291,7 +299,7 @@ def test_bad_chat_bodies_are_answered_before_any_turn_starts(
 
 def test_a_base64_chat_body_is_decoded(service: RelayService) -> None:
     # WHEN curl sends the body as application/octet-stream (the Function URL base64-encodes it)
-    response = service.handle(event("POST", "/chat", body='{"message": "hi"}', base64_body=True))
+    response = service.handle(request("POST", "/chat", body='{"message": "hi"}', base64_body=True))
     # THEN it is an ordinary chat
     assert meta_of(response)["turn"] == 1
 
@@ -299,7 +307,7 @@ def test_a_base64_chat_body_is_decoded(service: RelayService) -> None:
 @pytest.mark.parametrize("path", ["//", "/nope", "/chat/", "//chat", "/sessions", "/sessions/a/turns", "/health/x"])
 def test_unknown_routes_are_404_not_found(service: RelayService, path: str) -> None:
     # WHEN a path matches no route THEN 404 not_found
-    assert_error(service.handle(event("GET", path)), 404, "not_found")
+    assert_error(service.handle(request("GET", path)), 404, "not_found")
 
 
 @pytest.mark.parametrize(
@@ -318,7 +326,7 @@ def test_a_known_route_with_another_method_is_405_with_allow(
     service: RelayService, method: str, path: str, allow: str
 ) -> None:
     # WHEN a route is called with a method it does not serve
-    response = service.handle(event(method, path))
+    response = service.handle(request(method, path))
     # THEN 405 method_not_allowed with the Allow header
     assert_error(response, 405, "method_not_allowed")
     assert response.headers["Allow"] == allow
@@ -326,7 +334,7 @@ def test_a_known_route_with_another_method_is_405_with_allow(
 
 def test_health(service: RelayService) -> None:
     # WHEN GET /health THEN 200 {"status": "ok"}
-    response = service.handle(event("GET", "/health"))
+    response = service.handle(request("GET", "/health"))
     assert response.status_code == 200 and json_body(response) == {"status": "ok"}
 
 
@@ -343,7 +351,7 @@ def test_events_replays_a_finished_turn(service: RelayService, chat_table: ChatT
     # GIVEN a finished turn
     session_id = finished_session(service, chat_table, ["a", "b"])
     # WHEN a client attaches without a position
-    response = service.handle(event("GET", f"/sessions/{session_id}/turns/1/events"))
+    response = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events"))
     # THEN it gets retry, the whole turn, and the end
     assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/event-stream")
     stream = rest_of(response)
@@ -361,7 +369,7 @@ def test_events_resume_after_the_last_event_id(
     # GIVEN a finished turn of four tokens
     session_id = finished_session(service, chat_table, ["a", "b", "c", "d"])
     # WHEN a client resumes after event 2 (the Last-Event-ID header wins over ?after=)
-    response = service.handle(event("GET", f"/sessions/{session_id}/turns/1/events", headers=headers, query=query))
+    response = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", headers=headers, query=query))
     # THEN exactly the events after 2
     stream = rest_of(response)
     assert stream.ids == [3, 4, 5] and stream.text == "cd"
@@ -373,7 +381,7 @@ def test_events_follow_a_live_turn(service: RelayService, chat_table: ChatTable,
     for index, record in enumerate(turn_records(session_id, 1, ["x", "y"])):
         clock.at(1.0 + index, lambda record=record: chat_table.put_records([record]))
     # WHEN a client attaches
-    stream = rest_of(service.handle(event("GET", f"/sessions/{session_id}/turns/1/events")), clock)
+    stream = rest_of(service.handle(request("GET", f"/sessions/{session_id}/turns/1/events")), clock)
     # THEN it follows until the end
     assert stream.kinds == ["token", "token", "done"] and stream.text == "xy"
 
@@ -391,7 +399,7 @@ def test_events_with_a_bad_position_are_400_invalid_request(
     service: RelayService, headers: dict[str, str] | None, query: dict[str, str] | None, named: str
 ) -> None:
     # WHEN the position is not a non-negative integer THEN 400 invalid_request naming it
-    response = service.handle(event("GET", "/sessions/abc/turns/1/events", headers=headers, query=query))
+    response = service.handle(request("GET", "/sessions/abc/turns/1/events", headers=headers, query=query))
     assert assert_error(response, 400, "invalid_request").startswith(named)
 
 
@@ -402,12 +410,12 @@ def test_events_of_an_unknown_turn_are_404_turn_not_found(
     # GIVEN a session with one turn
     session_id = finished_session(service, chat_table, ["a"])
     # WHEN a client asks for another turn THEN 404 turn_not_found
-    assert_error(service.handle(event("GET", f"/sessions/{session_id}/turns/{turn}/events")), 404, "turn_not_found")
+    assert_error(service.handle(request("GET", f"/sessions/{session_id}/turns/{turn}/events")), 404, "turn_not_found")
 
 
 def test_events_of_an_unknown_session_are_404_session_not_found(service: RelayService) -> None:
     # WHEN a client asks for a session that does not exist THEN 404 session_not_found
-    response = service.handle(event("GET", f"/sessions/{'f' * 32}/turns/1/events"))
+    response = service.handle(request("GET", f"/sessions/{'f' * 32}/turns/1/events"))
     assert_error(response, 404, "session_not_found")
 
 
@@ -418,7 +426,7 @@ def test_cancel_of_a_generating_turn_is_202_and_sets_the_flag(service: RelayServ
     # GIVEN a turn generating
     session_id = meta_of(chat(service, "hello"))["session_id"]
     # WHEN the client cancels it
-    response = service.handle(event("POST", f"/sessions/{session_id}/turns/1/cancel"))
+    response = service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel"))
     # THEN 202 cancelling, and the flag the proxy checks is set
     assert response.status_code == 202
     assert json_body(response) == {"session_id": session_id, "turn": 1, "status": "cancelling"}
@@ -428,14 +436,14 @@ def test_cancel_of_a_generating_turn_is_202_and_sets_the_flag(service: RelayServ
 def test_cancel_of_a_finished_turn_is_409_turn_finished(service: RelayService, chat_table: ChatTable) -> None:
     # GIVEN a finished turn WHEN the client cancels it THEN 409 turn_finished
     session_id = finished_session(service, chat_table, ["a"])
-    response = service.handle(event("POST", f"/sessions/{session_id}/turns/1/cancel"))
+    response = service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel"))
     assert_error(response, 409, "turn_finished")
 
 
 def test_cancel_of_an_unknown_turn_is_404_turn_not_found(service: RelayService, chat_table: ChatTable) -> None:
     # GIVEN a session with one turn WHEN the client cancels turn 2 THEN 404 turn_not_found
     session_id = finished_session(service, chat_table, ["a"])
-    assert_error(service.handle(event("POST", f"/sessions/{session_id}/turns/2/cancel")), 404, "turn_not_found")
+    assert_error(service.handle(request("POST", f"/sessions/{session_id}/turns/2/cancel")), 404, "turn_not_found")
 
 
 # ---------------------------------------------------------------------------- GET /sessions
@@ -449,7 +457,7 @@ def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) 
     meta_of(chat(service, "three", session_id=session_id))
     chat_table.put_records(turn_records(session_id, 3, ["so", " far"])[:3])
     # WHEN the client reads the history
-    response = service.handle(event("GET", f"/sessions/{session_id}"))
+    response = service.handle(request("GET", f"/sessions/{session_id}"))
     # THEN every turn with its status, texts, stop reason and usage
     assert response.status_code == 200
     assert json_body(response) == {
@@ -457,15 +465,15 @@ def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) 
         "turns": [
             {
                 "turn": 1,
-                "status": "complete",
+                "status": TurnStatus.COMPLETE,
                 "user": "hello",
                 "assistant": "Hi there",
-                "stop_reason": "end_turn",
-                "usage": {"input_tokens": 4, "output_tokens": 2},
+                "stop_reason": StopReason.END_TURN,
+                "usage": {"input_tokens": 1, "output_tokens": 2},
             },
             {
                 "turn": 2,
-                "status": "error",
+                "status": TurnStatus.ERROR,
                 "user": "two",
                 "assistant": "par",
                 "stop_reason": None,
@@ -474,7 +482,7 @@ def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) 
             },
             {
                 "turn": 3,
-                "status": "in_progress",
+                "status": TurnStatus.IN_PROGRESS,
                 "user": "three",
                 "assistant": "so far",
                 "stop_reason": None,
@@ -486,7 +494,7 @@ def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) 
 
 def test_history_of_an_unknown_session_is_404(service: RelayService) -> None:
     # WHEN the session does not exist THEN 404 session_not_found
-    assert_error(service.handle(event("GET", "/sessions/nope")), 404, "session_not_found")
+    assert_error(service.handle(request("GET", "/sessions/nope")), 404, "session_not_found")
 
 
 # ---------------------------------------------------------------------------------- identity
@@ -498,9 +506,9 @@ def test_another_iam_caller_gets_404_for_every_session_endpoint(service: RelaySe
     # WHEN Bob uses its id anywhere
     answers = [
         chat(service, "mine now", caller=BOB, session_id=session_id),
-        service.handle(event("GET", f"/sessions/{session_id}", caller=BOB)),
-        service.handle(event("GET", f"/sessions/{session_id}/turns/1/events", caller=BOB)),
-        service.handle(event("POST", f"/sessions/{session_id}/turns/1/cancel", caller=BOB)),
+        service.handle(request("GET", f"/sessions/{session_id}", caller=BOB)),
+        service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", caller=BOB)),
+        service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel", caller=BOB)),
     ]
     # THEN it does not exist for him
     for response in answers:
@@ -512,8 +520,8 @@ def test_an_iam_caller_without_user_arn_is_identified_by_account_and_caller_id(s
     carol = {"accountId": "210987654321", "callerId": "AROACAROL:session"}
     session_id = meta_of(chat(service, "hi", caller=carol))["session_id"]
     # WHEN the same caller reads the history, and another caller of that account does
-    same = service.handle(event("GET", f"/sessions/{session_id}", caller=carol))
-    other = service.handle(event("GET", f"/sessions/{session_id}", caller={**carol, "callerId": "AROAOTHER:x"}))
+    same = service.handle(request("GET", f"/sessions/{session_id}", caller=carol))
+    other = service.handle(request("GET", f"/sessions/{session_id}", caller={**carol, "callerId": "AROAOTHER:x"}))
     # THEN the first is the owner and the second is not
     assert same.status_code == 200
     assert_error(other, 404, "session_not_found")
@@ -537,7 +545,7 @@ def test_with_auth_none_the_session_id_is_the_capability(
     )
     # WHEN one anonymous client starts a chat and another uses its session id
     session_id = meta_of(chat(service, "hi", caller=None))["session_id"]
-    response = service.handle(event("GET", f"/sessions/{session_id}", caller=BOB))
+    response = service.handle(request("GET", f"/sessions/{session_id}", caller=BOB))
     # THEN the id alone gives access
     assert response.status_code == 200 and json_body(response)["turns"][0]["user"] == "hi"
 
@@ -589,7 +597,7 @@ def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
 )
 def test_malformed_events_get_a_4xx_answer(service: RelayService, raw: object) -> None:
     # WHEN the event itself is malformed THEN the answer is still a JSON client error
-    response = service.handle(raw)
+    response = service.handle(Request.from_event(raw))
     assert 400 <= response.status_code < 500
     assert "error" in json_body(response)
 
@@ -609,5 +617,5 @@ _json = st.recursive(
 )
 def test_no_chat_body_produces_a_server_error(service: RelayService, fields: dict[str, Any]) -> None:
     # WHEN any JSON object is posted THEN the answer is a stream or a client error, never a 5xx
-    response = service.handle(event("POST", "/chat", body=json.dumps(fields)))
+    response = service.handle(request("POST", "/chat", body=json.dumps(fields)))
     assert response.status_code in (200, 400, 404)

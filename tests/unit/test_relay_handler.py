@@ -13,10 +13,12 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from chatstream.errors import ConfigError
+from chatstream.status import TurnStatus
 from streaming_runtime import StreamingResponse
 from streaming_runtime.marshalling import is_function_url_event
+from tests.builders import turn_records
 from tests.support import EVENTS, FakeContext, load_event, load_function
-from tests.unit.relay.relay_support import PROXY_FUNCTION, read_stream, turn_records, write_turn
+from tests.unit.relay.relay_support import PROXY_FUNCTION, read_stream, write_turn
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -91,6 +93,43 @@ def test_health(app: ModuleType) -> None:
     # WHEN the health sample is handled THEN 200 {"status": "ok"}
     response = run(app, "relay-health.json")
     assert response.status_code == 200 and body_json(response) == {"status": "ok"}
+
+
+def answered(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int]]:
+    """(method, path, status) of each "request answered" log line."""
+    return [
+        (record.method, record.path, record.status)  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.getMessage() == "request answered"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "path", "status"),
+    [
+        ("relay-health.json", "GET", "/health", 200),
+        ("relay-chat-bad-json.json", "POST", "/chat", 400),
+        ("relay-history.json", "GET", f"/sessions/{SAMPLE_SESSION}", 404),
+    ],
+)
+def test_each_request_is_logged_once_with_its_method_path_and_status(
+    app: ModuleType, caplog: pytest.LogCaptureFixture, name: str, method: str, path: str, status: int
+) -> None:
+    # WHEN a sample is handled THEN one "request answered" line says what was asked and what was answered
+    run(app, name)
+    assert answered(caplog) == [(method, path, status)]
+
+
+def test_an_event_without_a_path_is_logged_as_the_relay_read_it(
+    app: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a hand-made event with no path and a lower-case method
+    event = load_event("relay-health.json")
+    del event["rawPath"], event["requestContext"]["http"]["path"]
+    event["requestContext"]["http"]["method"] = "get"
+    # WHEN it is handled THEN the log line shows the request as the relay routed it: GET of no path, 404
+    response = app.handler(event, FakeContext("RelayFunction"))
+    assert response.status_code == 404 and answered(caplog) == [("GET", "", 404)]
 
 
 def test_chat_sample_streams_a_turn_and_flushes_its_metrics(
@@ -187,7 +226,7 @@ def test_history_sample(app: ModuleType, chat_table: ChatTable, sample_session: 
     history = body_json(run(app, "relay-history.json"))
     assert history["session_id"] == sample_session
     assert [(t["turn"], t["status"], t["user"], t["assistant"]) for t in history["turns"]] == [
-        (1, "complete", "hello", "Hi")
+        (1, TurnStatus.COMPLETE, "hello", "Hi")
     ]
 
 

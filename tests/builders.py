@@ -1,0 +1,40 @@
+"""Builders of token records for tests: a turn as the proxy writes it, whole or cut short."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.status import StopReason
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+def opening_records(session_id: str, turn: int, words: Sequence[str], *, ts: int = 1) -> list[TokenRecord]:
+    """A turn still generating: its start record (seq 0), then one delta per word (seq 1, 2, …)."""
+    records = [TokenRecord.start(session_id, turn, ts)]
+    records += [TokenRecord.delta(session_id, turn, seq, word, ts + seq) for seq, word in enumerate(words, start=1)]
+    return records
+
+
+def turn_records(
+    session_id: str,
+    turn: int,
+    words: Sequence[str],
+    *,
+    stop_reason: StopReason = StopReason.END_TURN,
+    error: ErrorInfo | None = None,
+    input_tokens: int = 1,
+    ts: int = 1,
+) -> list[TokenRecord]:
+    """A whole turn: start, one delta per word, then a stop record (usage: ``input_tokens`` in, one token a
+    word out), or an error record when ``error`` is given."""
+    records = opening_records(session_id, turn, words, ts=ts)
+    end = len(words) + 1
+    if error is not None:
+        records.append(TokenRecord.failure(session_id, turn, end, error, ts + end))
+    else:
+        usage = Usage(input_tokens, len(words))
+        records.append(TokenRecord.stop(session_id, turn, end, stop_reason, usage, ts + end))
+    return records

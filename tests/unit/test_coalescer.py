@@ -1,0 +1,83 @@
+"""The proxy writer's decisions, without threads or a clock: which deltas become one record, and when."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatstream.coalescer import Coalescer, Step, WriterAction
+
+
+def coalescer(interval_s: float = 0.3, max_chars: int = 10, cancel_s: float = 0.5, **kw: int) -> Coalescer:
+    return Coalescer(flush_interval_s=interval_s, flush_max_chars=max_chars, cancel_check_s=cancel_s, **kw)
+
+
+def test_the_first_delta_is_written_at_once_and_later_ones_wait_for_the_interval() -> None:
+    c = coalescer()
+    c.cancel_checked(0.0)
+    # WHEN the first delta arrives THEN it is a record of its own, at once
+    assert c.append("Hel") is True
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "Hel")
+    # WHEN two more arrive soon after THEN nothing is due until the interval since that write has passed
+    c.append("lo")
+    c.append(" you")
+    assert c.next_step(0.1) == Step(None, wait_s=pytest.approx(0.21))
+    # THEN at the interval they go out together
+    assert c.next_step(0.31) == Step(WriterAction.WRITE_DELTA, "lo you")
+
+
+def test_only_an_empty_or_full_buffer_wakes_the_writer() -> None:
+    c = coalescer(max_chars=6)
+    assert c.append("ab") is True  # was empty: a first delta, or a flush deadline to set
+    assert c.append("cd") is False  # the writer's wait already ends at the right moment
+    assert c.append("ef") is True  # full: a record to write now
+
+
+def test_a_full_buffer_is_written_before_the_interval() -> None:
+    c = coalescer(max_chars=6)
+    c.append("first")
+    c.next_step(0.0)
+    for word in ["ab", "cd", "ef", "gh"]:
+        c.append(word)
+    # THEN a record takes whole deltas up to flush_max_chars, and the rest waits
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "abcdef")
+    assert c.next_step(0.02).action is None
+
+
+def test_a_record_holds_at_least_one_delta_and_a_huge_one_is_split() -> None:
+    c = coalescer(max_chars=4, max_record_chars=5)
+    c.append("0123456789AB")
+    # THEN a delta longer than flush_max_chars still goes whole up to max_record_chars, the rest after it
+    assert c.next_step(0.0) == Step(WriterAction.WRITE_DELTA, "01234")
+    assert c.next_step(0.0) == Step(WriterAction.WRITE_DELTA, "56789")  # still a full buffer
+    assert c.next_step(0.0).action is None  # what is left is not: it waits for the interval
+    assert c.next_step(0.3) == Step(WriterAction.WRITE_DELTA, "AB")
+
+
+def test_the_end_flushes_what_is_buffered_then_ends() -> None:
+    c = coalescer()
+    c.append("a")
+    c.next_step(0.0)
+    c.append("b")
+    c.append("c")
+    c.end()
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "bc")
+    assert c.next_step(0.01) == Step(WriterAction.END)
+
+
+def test_the_cancel_flag_is_checked_every_cancel_interval_while_idle() -> None:
+    c = coalescer(cancel_s=0.5)
+    c.cancel_checked(1.0)
+    assert c.next_step(1.2) == Step(None, wait_s=pytest.approx(0.3))
+    assert c.next_step(1.5) == Step(WriterAction.CHECK_CANCEL)
+    c.cancel_checked(1.5)
+    assert c.next_step(1.6).action is None
+
+
+def test_a_wait_is_never_zero() -> None:
+    # GIVEN a flush that is due in less than a millisecond THEN the writer still waits a little, never spins
+    c = coalescer(interval_s=0.3)
+    c.cancel_checked(0.0)
+    c.append("a")
+    c.next_step(0.0)
+    c.append("b")
+    assert c.next_step(0.2999999).wait_s == 0.001
