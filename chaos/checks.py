@@ -215,23 +215,11 @@ class ChaosResult:
     """The counts of a chaos run: what its ``chaos:`` line says, and whether it held."""
 
     chats: int
-    lost_tokens: int
-    duplicated_tokens: int
-    unfinished_turns: int
-    exact_streams: int
-    generator_lost: int
-    model_errors: int
-    drops: int
-    resumes: int
-    relay_retries: int
-    poison_expected: int
-    poison_in_dlq: int
-    unexpected_dlq: int
-    onfailure_redriven: int
+    totals: ChatCounts  # every chat's counts, added up
+    dlq: DlqCounts
     proxy_kills: int
     consumer_kills: int
-    faults: Mapping[str, int]
-    problems: tuple[str, ...]
+    faults: Mapping[str, int]  # injected by the fault proxy, by kind
 
     @classmethod
     def of(
@@ -244,52 +232,40 @@ class ChaosResult:
         faults: Mapping[str, int],
     ) -> ChaosResult:
         total = sum(chats, ChatCounts())
-        return cls(
-            chats=len(chats),
-            lost_tokens=total.lost_tokens,
-            duplicated_tokens=total.duplicated_tokens,
-            unfinished_turns=total.unfinished_turns,
-            exact_streams=total.exact_streams,
-            generator_lost=total.generator_lost,
-            model_errors=total.model_errors,
-            drops=total.drops,
-            resumes=total.resumes,
-            relay_retries=total.relay_retries,
-            poison_expected=dlq.poison_expected,
-            poison_in_dlq=dlq.poison_in_dlq,
-            unexpected_dlq=dlq.unexpected_dlq,
-            onfailure_redriven=dlq.onfailure_redriven,
-            proxy_kills=proxy_kills,
-            consumer_kills=consumer_kills,
-            faults=dict(faults),
-            problems=dlq.problems + total.problems,
-        )
+        return cls(len(chats), total, dlq, proxy_kills, consumer_kills, dict(faults))
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """What went wrong, the redrive's first, then each chat's in plan order."""
+        return self.dlq.problems + self.totals.problems
 
     @property
     def possible_exact(self) -> int:
         """Streams that can be exact: all but those whose generation was lost with its proxy."""
-        return self.chats - self.generator_lost
+        return self.chats - self.totals.generator_lost
 
     @property
     def ok(self) -> bool:
+        totals, dlq = self.totals, self.dlq
         return (
-            self.lost_tokens == 0
-            and self.duplicated_tokens == 0
-            and self.unfinished_turns == 0
-            and self.exact_streams + self.generator_lost == self.chats
-            and self.poison_in_dlq == self.poison_expected
-            and self.unexpected_dlq == 0
+            totals.lost_tokens == 0
+            and totals.duplicated_tokens == 0
+            and totals.unfinished_turns == 0
+            and totals.exact_streams + totals.generator_lost == self.chats
+            and dlq.poison_in_dlq == dlq.poison_expected
+            and dlq.unexpected_dlq == 0
             and not self.problems
         )
 
     def line(self) -> str:
         """The one line ``make chaos`` prints."""
+        t, dlq = self.totals, self.dlq
         return (
-            f"chaos: chats={self.chats} lost_tokens={self.lost_tokens} duplicated_tokens={self.duplicated_tokens} "
-            f"unfinished_turns={self.unfinished_turns} exact_streams={self.exact_streams}/{self.possible_exact} "
-            f"generator_lost={self.generator_lost} model_errors={self.model_errors} drops={self.drops} "
-            f"resumes={self.resumes} relay_retries={self.relay_retries} "
-            f"poison={self.poison_in_dlq}/{self.poison_expected} "
-            f"unexpected_dlq={self.unexpected_dlq} redriven_onfailure={self.onfailure_redriven} "
+            f"chaos: chats={self.chats} lost_tokens={t.lost_tokens} duplicated_tokens={t.duplicated_tokens} "
+            f"unfinished_turns={t.unfinished_turns} exact_streams={t.exact_streams}/{self.possible_exact} "
+            f"generator_lost={t.generator_lost} model_errors={t.model_errors} drops={t.drops} "
+            f"resumes={t.resumes} relay_retries={t.relay_retries} "
+            f"poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
+            f"unexpected_dlq={dlq.unexpected_dlq} redriven_onfailure={dlq.onfailure_redriven} "
             f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} faults={fault_summary(self.faults)}"
         )

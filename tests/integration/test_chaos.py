@@ -35,12 +35,13 @@ def test_no_token_is_lost_or_duplicated_and_every_turn_ends_under_faults(aws_env
     # THEN every stream is exact (or its generation was lost with its killed proxy, and says so),
     # nothing is lost, duplicated or unfinished, and the DLQ holds exactly the poison records
     line = result.line()
+    totals = result.totals
     assert result.problems == (), line
-    assert (result.lost_tokens, result.duplicated_tokens, result.unfinished_turns) == (0, 0, 0), line
-    assert result.exact_streams == result.chats - result.generator_lost, line
-    assert (result.poison_in_dlq, result.unexpected_dlq) == (2, 0), line
+    assert (totals.lost_tokens, totals.duplicated_tokens, totals.unfinished_turns) == (0, 0, 0), line
+    assert totals.exact_streams == result.chats - totals.generator_lost, line
+    assert (result.dlq.poison_in_dlq, result.dlq.unexpected_dlq) == (2, 0), line
     assert result.ok, line
     # AND the faults really happened (the fault proxy was in the functions' path)
     services = {kind.split("_", 1)[0] for kind in result.faults}
     assert {"kinesis", "dynamodb"} <= services, line
-    assert result.drops > 0 and result.model_errors > 0, line
+    assert totals.drops > 0 and totals.model_errors > 0, line

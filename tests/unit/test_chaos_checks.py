@@ -216,11 +216,14 @@ def test_a_message_that_is_not_a_whole_poison_record_has_no_payload(body: str) -
     assert poison_payload_of(body) is None
 
 
-def result(**changes: object) -> ChaosResult:
+def result(dlq: DlqCounts | None = None, faults: dict[str, int] | None = None, **changes: object) -> ChaosResult:
+    """A run of two chats (one exact, one lost generation) with the given changes to its added-up counts."""
     chats = [ChatCounts(exact_streams=1, drops=1, resumes=2), ChatCounts(generator_lost=1, relay_retries=3)]
-    dlq = DlqCounts(poison_expected=5, poison_in_dlq=5)
-    faults = {"kinesis_throttle": 88, "dynamodb_read_throttle": 197}
-    return dataclasses.replace(ChaosResult.of(chats, dlq, proxy_kills=4, consumer_kills=8, faults=faults), **changes)
+    faults = {"kinesis_throttle": 88, "dynamodb_read_throttle": 197} if faults is None else faults
+    run = ChaosResult.of(
+        chats, dlq or DlqCounts(poison_expected=5, poison_in_dlq=5), proxy_kills=4, consumer_kills=8, faults=faults
+    )
+    return dataclasses.replace(run, totals=dataclasses.replace(run.totals, **changes))
 
 
 def test_the_line_says_every_count_in_its_order() -> None:
@@ -238,8 +241,9 @@ def test_a_run_holds_only_when_every_stream_is_exact_or_a_lost_generation_and_th
     assert not result(duplicated_tokens=1).ok
     assert not result(unfinished_turns=1).ok
     assert not result(exact_streams=0).ok
-    assert not result(poison_in_dlq=4).ok
-    assert not result(unexpected_dlq=1).ok
+    assert not result(DlqCounts(poison_expected=5, poison_in_dlq=4)).ok
+    assert not result(DlqCounts(poison_expected=5, poison_in_dlq=5, unexpected_dlq=1)).ok
+    assert not result(DlqCounts(poison_expected=5, poison_in_dlq=5, problems=("redrive lost ranges: x",))).ok
     assert not result(problems=("chat 0: something",)).ok
 
 
