@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import coldstart, procstat
 from bench.cost import UnitCounts, cost_per_million_tokens, price_table
 from bench.load import ChatSample, LoadRunner
+from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
 from bench.report import write_markdown, write_plot
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
@@ -40,7 +41,7 @@ from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
     from chatstream_local.lambda_.invocation import StreamHandle
 
@@ -53,7 +54,7 @@ PIPELINE_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
     "naive": {"ProxyFunction": NAIVE_PROXY},
     "chatstream": {},
     "poll-fast": {"RelayFunction": {"POLL_MAX_MS": "20"}},
-    "flush-100": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}},  # smoother text, more records (the old default)
+    "flush-100": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}},  # smoother text, more records
 }
 DIRECT_NAME = "bench-direct"
 
@@ -146,28 +147,13 @@ class CallCounts:
     def reset(self) -> None:
         self._call("reset", b"")
 
-    def counts(self) -> dict[str, dict[str, dict[str, float]]]:
+    def counts(self) -> MotoCounts:
         return dict(self._call("counts"))
 
     def idle_s(self) -> float | None:
         """Seconds since the last call a function made ended (None: none yet)."""
         idle = self._call("idle")["idle_s"]
         return None if idle is None else float(idle)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (``q`` in 0..100); ``None`` for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def _r(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 # --------------------------------------------------------------------------------------------- the targets
@@ -239,15 +225,15 @@ def start_pipeline(variant: str) -> Target:
 # ------------------------------------------------------------------------------------------------ the runs
 
 
-@dataclass
+@dataclass(frozen=True)
 class Measured:
     """One (variant, delay, concurrency) cell: the samples and what the system spent producing them."""
 
-    samples: list[ChatSample] = field(default_factory=list)
-    wall_s: float = 0.0
-    counts: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
-    cpu_s: dict[str, float] = field(default_factory=dict)
-    durations: dict[str, list[float]] = field(default_factory=dict)
+    samples: Sequence[ChatSample]
+    wall_s: float
+    counts: MotoCounts  # empty for direct, which calls no AWS service
+    cpu_s: dict[str, float]
+    durations: dict[str, list[float]]
 
 
 WARM_UP_DELAY_MS = 20
@@ -289,7 +275,8 @@ def settle(target: Target, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
 def measure_cell(
     target: Target, load: LoadRunner, workload: Workload, concurrency: int, *, gap_s: float = 0.0
 ) -> Measured:
-    out = Measured()
+    samples: list[ChatSample] = []
+    wall_s = 0.0
     settle(target)
     if target.calls is not None:
         target.calls.reset()
@@ -298,35 +285,14 @@ def measure_cell(
     for round_ in range(1 if gap_s else workload.rounds(concurrency, target.variant)):
         if round_ and concurrency > 1:
             settle(target)  # each round starts on a quiet stack, as the first did
-        samples = load.run(target.url, workload.message, concurrency, gap_s)
-        out.samples.extend(samples)
-        out.wall_s += max(s.finished for s in samples) - min(s.started for s in samples)
+        batch = load.run(target.url, workload.message, concurrency, gap_s)
+        samples.extend(batch)
+        wall_s += max(s.finished for s in batch) - min(s.started for s in batch)
     time.sleep(0.5)  # the consumer's turn completion lands just after the stop record the relay sent
-    out.cpu_s = procstat.delta(procstat.cpu_by_label(), cpu_before)
-    out.durations = target.invocations.take()
-    if target.calls is not None:
-        out.counts = target.calls.counts()
-    return out
-
-
-def _op_sum(
-    counts: dict[str, dict[str, dict[str, float]]],
-    field_name: str,
-    *,
-    label: str | None = None,
-    ops: tuple[str, ...] | None = None,
-) -> float:
-    total = 0.0
-    for who, by_op in counts.items():
-        if label is not None and who != label:
-            continue
-        for op, values in by_op.items():
-            if ops is None or op in ops:
-                total += values.get(field_name, 0.0)
-    return total
-
-
-WRITE_OPS = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+    cpu_s = procstat.delta(procstat.cpu_by_label(), cpu_before)
+    durations = target.invocations.take()
+    counts = target.calls.counts() if target.calls is not None else {}
+    return Measured(samples, wall_s, counts, cpu_s, durations)
 
 
 def units_of(target: Target, m: Measured, tokens: int) -> UnitCounts:
@@ -338,73 +304,24 @@ def units_of(target: Target, m: Measured, tokens: int) -> UnitCounts:
         gb_seconds += sum(durations) * target.memory_mb[role] / 1024
     return UnitCounts(
         tokens=tokens,
-        kinesis_ingest_kb=_op_sum(m.counts, "ingest_kb", ops=("PutRecords",)),
-        kinesis_put_payload_units=_op_sum(m.counts, "put_payload_units", ops=("PutRecords",)),
-        dynamodb_write_units=_op_sum(m.counts, "write_units"),
-        dynamodb_read_units=_op_sum(m.counts, "read_units"),
+        kinesis_ingest_kb=op_sum(m.counts, "ingest_kb", ops=("PutRecords",)),
+        kinesis_put_payload_units=op_sum(m.counts, "put_payload_units", ops=("PutRecords",)),
+        dynamodb_write_units=op_sum(m.counts, "write_units"),
+        dynamodb_read_units=op_sum(m.counts, "read_units"),
         lambda_requests=requests,
         lambda_gb_seconds=gb_seconds,
     )
 
 
-def run_record(target: Target, delay: int, concurrency: int, m: Measured, expected: str) -> dict[str, Any]:
-    samples = m.samples
-    exact = all(s.ok and s.text == expected and s.ids_contiguous for s in samples)
-    ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
-    gaps = [g for s in samples for g in s.gaps_ms]
-    tokens = sum(len(s.text.split()) for s in samples)  # /long N: one word per model delta
-    per_1k = 1000 / tokens if tokens else 0.0
-    relay = target.function_names["relay"]
-    record: dict[str, Any] = {
-        "variant": target.variant,
-        "model_delay_ms": delay,
-        "concurrency": concurrency,
-        "chats": len(samples),
-        "exact": exact,
-        "failures": [s.error for s in samples if not s.ok][:3],
-        "ttft_ms": {
-            "p50": _r(percentile(ttfts, 50)),
-            "p95": _r(percentile(ttfts, 95)),
-            "p99": _r(percentile(ttfts, 99)),
-        },
-        "gap_ms": {"p50": _r(percentile(gaps, 50), 2), "p99": _r(percentile(gaps, 99), 2)},
-        "tokens_per_s": _r(tokens / m.wall_s if m.wall_s else 0.0),
-        "token_events_per_chat": _r(sum(s.token_events for s in samples) / max(len(samples), 1)),
-        "wall_s": _r(m.wall_s, 2),
-        "kinesis_records_per_1k_tokens": _r(_op_sum(m.counts, "items", ops=("PutRecords",)) * per_1k, 2),
-        "put_calls_per_1k_tokens": _r(_op_sum(m.counts, "calls", ops=("PutRecords",)) * per_1k, 2),
-        "dynamodb_writes_per_1k_tokens": _r(_op_sum(m.counts, "items", ops=WRITE_OPS) * per_1k, 2),
-        "dynamodb_token_item_writes_per_1k_tokens": _r(
-            _op_sum(m.counts, "items", label="consumer", ops=("BatchWriteItem",)) * per_1k, 2
-        ),
-        "relay_queries_per_turn": _r(
-            _op_sum(m.counts, "calls", label="relay", ops=("Query",)) / max(len(samples), 1), 1
-        ),
-        "relay_cpu_ms_per_1k_tokens": _r(m.cpu_s.get(relay, 0.0) * 1000 * per_1k, 1),
-        "cpu_ms_per_1k_tokens_by_process": {k: _r(v * 1000 * per_1k, 1) for k, v in sorted(m.cpu_s.items())},
-        "upstream_ms_per_call": {
-            f"{who}.{op}": _r(v["seconds"] * 1000 / v["calls"], 2)
-            for who, by_op in sorted(m.counts.items())
-            for op, v in sorted(by_op.items())
-            if v["calls"]
-        },
-        "calls": {
-            f"{who}.{op}": int(v["calls"]) for who, by_op in sorted(m.counts.items()) for op, v in sorted(by_op.items())
-        },
-        "units": units_of(target, m, tokens).__dict__,
-        "ttft_samples_ms": [_r(v) for v in ttfts],
-        "gap_samples_ms": [_r(v, 2) for v in gaps],
-    }
-    if target.variant == "direct":
-        for key in (
-            "kinesis_records_per_1k_tokens",
-            "put_calls_per_1k_tokens",
-            "dynamodb_writes_per_1k_tokens",
-            "dynamodb_token_item_writes_per_1k_tokens",
-            "relay_queries_per_turn",
-        ):
-            record[key] = 0.0
-    return record
+def run_record(target: Target, cell: Cell, m: Measured, expected: str) -> RunRecord:
+    """The cell's record: what its clients saw, the AWS calls and units it took, its CPU."""
+    tokens = tokens_of(m.samples)
+    return RunRecord(
+        cell=cell,
+        clients=ClientMeasures.of(m.samples, m.wall_s, expected),
+        aws=AwsUsage.of(m.counts, tokens, len(m.samples), units_of(target, m, tokens)),
+        cpu=CpuUse.of(m.cpu_s, target.function_names["relay"], tokens),
+    )
 
 
 @contextlib.contextmanager
@@ -465,36 +382,93 @@ def _sha1(path: Path) -> str:
 COST_CONCURRENCY = 1
 
 
-def add_costs(results: dict[str, Any], workload: Workload) -> None:
+def costs(runs: Sequence[RunRecord], workload: Workload) -> dict[str, Any]:
     """Cost per million output tokens from the units of the realistic-delay runs at concurrency 1, where no
     variant is slowed by the local emulator's contention (Lambda durations there are what a warm function on
-    AWS would bill: the reply's length)."""
+    AWS would bill: the reply's length): results.json's cost entries."""
     delay = max(workload.delays_ms)
     totals: dict[str, UnitCounts] = {}
-    for run in results["runs"]:
-        if run["variant"] == "direct" or run["model_delay_ms"] != delay or run["concurrency"] != COST_CONCURRENCY:
+    for run in runs:
+        variant = run.cell.variant
+        if variant == "direct" or run.cell.model_delay_ms != delay or run.cell.concurrency != COST_CONCURRENCY:
             continue
-        units = UnitCounts(**run["units"])
-        totals[run["variant"]] = totals[run["variant"]] + units if run["variant"] in totals else units
-    results["cost_per_million_output_tokens"] = {
-        v: round(cost_per_million_tokens(u).total, 4) for v, u in totals.items()
+        units = run.aws.units
+        totals[variant] = totals[variant] + units if variant in totals else units
+    return {
+        "cost_per_million_output_tokens": {v: round(cost_per_million_tokens(u).total, 4) for v, u in totals.items()},
+        "cost_breakdown_per_million_output_tokens": {
+            v: cost_per_million_tokens(u).to_dict() for v, u in totals.items()
+        },
+        "cost_basis": (
+            f"measured units of the {delay} ms model delay runs at concurrency {COST_CONCURRENCY} "
+            f"({workload.repeat_at_1} chats each), at the list prices in environment.prices"
+        ),
     }
-    results["cost_breakdown_per_million_output_tokens"] = {
-        v: cost_per_million_tokens(u).to_dict() for v, u in totals.items()
-    }
-    results["cost_basis"] = (
-        f"measured units of the {delay} ms model delay runs at concurrency {COST_CONCURRENCY} "
-        f"({workload.repeat_at_1} chats each), at the list prices in environment.prices"
-    )
 
 
 def rerender(path: Path) -> None:
     """Recompute the costs and rewrite results.md and the plot from an existing results.json."""
     results = json.loads(path.read_text())
-    add_costs(results, Workload())
+    results.update(costs([RunRecord.from_json(run) for run in results["runs"]], Workload()))
     path.write_text(json.dumps(results, indent=1) + "\n")
     write_markdown(results, path.with_suffix(".md"))
     write_plot(results, path.with_suffix(".png"))
+
+
+def measure_variants(variants: Sequence[str], workload: Workload) -> tuple[list[RunRecord], list[RunRecord]]:
+    """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones."""
+    expected = plan_reply(workload.message).text
+    runs: list[RunRecord] = []
+    spread: list[RunRecord] = []
+    load = LoadRunner()
+    try:
+        for variant in variants:
+            log(f"{variant}: starting")
+            with running(variant) as target:
+                top = max(workload.concurrency)
+                warm_up(target, load, min(top, workload.naive_max_concurrency) if variant == "naive" else top)
+                runs += _measure_cells(target, load, workload, expected)
+                if variant != "naive":
+                    spread += _measure_spread(target, load, workload, expected)
+    finally:
+        load.close()
+    return runs, spread
+
+
+def _measure_cells(target: Target, load: LoadRunner, workload: Workload, expected: str) -> list[RunRecord]:
+    records = []
+    for delay in workload.delays_ms:
+        target.model.delay_ms = delay
+        for concurrency in workload.concurrency:
+            if target.variant == "naive" and concurrency > workload.naive_max_concurrency:
+                log(f"naive: {concurrency} chats at once not run (naive_max_concurrency)")
+                continue
+            m = measure_cell(target, load, workload, concurrency)
+            record = run_record(target, Cell(target.variant, delay, concurrency), m, expected)
+            records.append(record)
+            clients = record.clients
+            log(
+                f"{target.variant} delay={delay} c={concurrency}: exact={clients.exact} "
+                f"ttft p50={clients.ttft_ms.p50} ms, gap p50={clients.gap_ms.p50} ms, "
+                f"{clients.tokens_per_s} tok/s, records/1k={record.aws.kinesis_records_per_1k_tokens}"
+            )
+    return records
+
+
+def _measure_spread(target: Target, load: LoadRunner, workload: Workload, expected: str) -> list[RunRecord]:
+    records = []
+    target.model.delay_ms = workload.spread_delay_ms
+    for concurrency in workload.spread_concurrency:
+        m = measure_cell(target, load, workload, concurrency, gap_s=workload.spread_gap_ms / 1000)
+        cell = Cell(target.variant, workload.spread_delay_ms, concurrency, arrival_gap_ms=workload.spread_gap_ms)
+        record = run_record(target, cell, m, expected)
+        records.append(record)
+        log(
+            f"{target.variant} delay={workload.spread_delay_ms} c={concurrency} sent "
+            f"{workload.spread_gap_ms} ms apart: exact={record.clients.exact} "
+            f"ttft p50={record.clients.ttft_ms.p50} ms"
+        )
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,48 +491,17 @@ def main(argv: list[str] | None = None) -> int:
         workload = dataclasses.replace(workload, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
     variants = [v for v in args.variants.split(",") if v]
     began = time.monotonic()
-    results: dict[str, Any] = {"environment": environment(workload), "runs": [], "spread_arrivals": []}
+    results: dict[str, Any] = {"environment": environment(workload)}
+    cold_start = None
     if not args.no_coldstart:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
-        results["cold_start"] = coldstart.measure(workload.coldstart_repeat)
-    expected = plan_reply(workload.message).text
-    load = LoadRunner()
-    try:
-        for variant in variants:
-            log(f"{variant}: starting")
-            with running(variant) as target:
-                top = max(workload.concurrency)
-                warm_up(target, load, min(top, workload.naive_max_concurrency) if variant == "naive" else top)
-                for delay in workload.delays_ms:
-                    target.model.delay_ms = delay
-                    for concurrency in workload.concurrency:
-                        if variant == "naive" and concurrency > workload.naive_max_concurrency:
-                            log(f"naive: {concurrency} chats at once not run (naive_max_concurrency)")
-                            continue
-                        m = measure_cell(target, load, workload, concurrency)
-                        record = run_record(target, delay, concurrency, m, expected)
-                        results["runs"].append(record)
-                        log(
-                            f"{variant} delay={delay} c={concurrency}: exact={record['exact']} "
-                            f"ttft p50={record['ttft_ms']['p50']} ms, gap p50={record['gap_ms']['p50']} ms, "
-                            f"{record['tokens_per_s']} tok/s, records/1k={record['kinesis_records_per_1k_tokens']}"
-                        )
-                if variant == "naive":
-                    continue
-                target.model.delay_ms = workload.spread_delay_ms
-                for concurrency in workload.spread_concurrency:
-                    m = measure_cell(target, load, workload, concurrency, gap_s=workload.spread_gap_ms / 1000)
-                    record = run_record(target, workload.spread_delay_ms, concurrency, m, expected)
-                    record["arrival_gap_ms"] = workload.spread_gap_ms
-                    results["spread_arrivals"].append(record)
-                    log(
-                        f"{variant} delay={workload.spread_delay_ms} c={concurrency} sent "
-                        f"{workload.spread_gap_ms} ms apart: exact={record['exact']} "
-                        f"ttft p50={record['ttft_ms']['p50']} ms"
-                    )
-    finally:
-        load.close()
-    add_costs(results, workload)
+        cold_start = coldstart.measure(workload.coldstart_repeat)
+    runs, spread = measure_variants(variants, workload)
+    results["runs"] = [run.to_json() for run in runs]
+    results["spread_arrivals"] = [run.to_json() for run in spread]
+    if cold_start is not None:
+        results["cold_start"] = cold_start
+    results.update(costs(runs, workload))
     results["environment"]["duration_s"] = round(time.monotonic() - began, 1)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")

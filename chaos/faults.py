@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 KINESIS = "Kinesis_20131202."
 DYNAMODB = "DynamoDB_20120810."
@@ -74,13 +74,15 @@ class FaultRates:
         )
 
 
+def fault_summary(counts: Mapping[str, int]) -> str:
+    """``kind:count,…`` by kind, or ``none``: how the ``chaos:`` line shows the faults injected."""
+    return ",".join(f"{name}:{count}" for name, count in sorted(counts.items())) or "none"
+
+
 @dataclass
 class FaultStats:
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     forwarded: int = 0
-
-    def summary(self) -> str:
-        return ",".join(f"{name}:{count}" for name, count in sorted(self.counts.items())) or "none"
 
 
 @dataclass(frozen=True)

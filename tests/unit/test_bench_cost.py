@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from bench import cost
-from bench.run import percentile
 from chatstream_local.callcount import measure
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
@@ -100,13 +99,6 @@ def test_billed_units_of_calls() -> None:
     assert measure("Query", {"ConsistentRead": True}, {"Items": []}).read_units == 1
     assert measure("Query", {}, {"Items": []}).read_units == 0.5
     assert measure("GetItem", {"ConsistentRead": True}, {"Item": {"pk": {"S": "x" * 9000}}}).read_units == 3
-
-
-def test_percentile_interpolates_between_ranks() -> None:
-    assert percentile([], 50) is None
-    assert percentile([5.0], 99) == 5.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert percentile([4.0, 1.0, 3.0, 2.0], 100) == 4.0
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="bench/results.json is written by make bench")

@@ -1,0 +1,96 @@
+"""What a chaos run does, decided before it starts: its settings, the chats it sends, the poison it puts.
+
+Everything here is pure and seeded: the same settings give the same chats (message, whether and when the
+client drops its connection) and the same poison payloads. What is decided while the run goes (which
+environment is killed, which request is faulted) is in :mod:`chaos.inject` and :mod:`chaos.faults`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from chaos.faults import FaultRates
+from chatstream_local.bedrock.model import plan_reply
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    chats: int = 200
+    concurrency: int = 20
+    seed: int = 0
+    rates: FaultRates = field(default_factory=FaultRates.chaos)
+    model_delay_ms: int = 2
+    drop_rate: float = 0.25  # chats whose connection drops mid-stream and resumes
+    model_error_rate: float = 0.1  # chats that end in a mid-stream model error
+    poison_records: int = 5
+    proxy_kills: int = 4
+    consumer_kills: int = 8
+    stale_turn_s: int = 30  # the relay's STALE_TURN_S: a killed generation's stream ends after this
+    retry_budget_s: float = 180.0  # a client resumes after the relay's own retryable errors this long without progress
+    settle_timeout_s: float = 60.0
+    run_timeout_s: float = 1200.0
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    index: int
+    message: str
+    drop_after: int | None  # close the connection after this many token events, then resume
+
+    @property
+    def expected_text(self) -> str:
+        """The reply the local model sends for this chat's message."""
+        return plan_reply(self.message).text
+
+    @property
+    def model_fails(self) -> bool:
+        return self.message.startswith("/error-after")
+
+
+def plan_chats(settings: ChaosSettings) -> list[ChatPlan]:
+    """The run's chats, from ``settings.seed``: mixed lengths, some model errors, some dropped connections.
+
+    The first three are one of each kind (an ordinary message, a model error, a long reply that drops), so a
+    short run still exercises every path.
+    """
+    rng = random.Random(settings.seed)
+    plans = []
+    for index in range(settings.chats):
+        roll = rng.random() if index > 2 else (0.99, 0.0, 0.5)[index]
+        if roll < settings.model_error_rate:
+            message = f"/error-after {rng.randint(0, 60)}"
+        elif roll < 0.55:
+            message = f"/long {rng.choice([1, 5, 40, 120, 300, 600])}"
+        else:
+            message = f"chaos chat {index}: héllo 🙂 wörld {'tokens ' * rng.randint(0, 30)}".strip()
+        drop_after = rng.randint(0, 6) if rng.random() < settings.drop_rate or index == 2 else None
+        plans.append(ChatPlan(index, message, drop_after))
+    return plans
+
+
+def _wrong_types(session_id: str, n: int) -> bytes:
+    return json.dumps({"v": 1, "session_id": session_id, "turn": 1, "seq": "x", "type": "delta", "n": n}).encode()
+
+
+def _wrong_version(session_id: str, n: int) -> bytes:
+    return json.dumps({"v": 2, "session_id": session_id, "turn": 1, "seq": 0, "type": "start", "n": n}).encode()
+
+
+POISON_SHAPES: tuple[Callable[[str, int], bytes], ...] = (
+    lambda session_id, n: f"not json at all #{n}".encode(),
+    _wrong_types,
+    _wrong_version,
+    lambda session_id, n: b"\xff\xfe\x00 invalid utf-8 #" + str(n).encode(),
+    lambda session_id, n: json.dumps([session_id, n]).encode(),  # JSON, not an object
+)
+
+
+def poison_payload(session_id: str, n: int) -> bytes:
+    """The ``n``-th poison record of a run: not a token record, in one of five shapes, unique by ``n``."""
+    return POISON_SHAPES[n % len(POISON_SHAPES)](session_id, n)

@@ -1,0 +1,160 @@
+"""The benchmark's run records: built from what a cell measured, written with results.json's keys, and the
+committed results read back to the same file. No timing: the samples here are made up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cost import UnitCounts
+from bench.load import ChatSample
+from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, RunRecord, percentile
+from bench.run import Workload, costs
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
+REPLY = "w1 w2 w3 w4"
+
+
+def sample(text: str = REPLY, ttft_ms: float | None = 10.0, gaps: tuple[float, ...] = (20.0, 20.0, 20.0)) -> ChatSample:
+    events = len(text.split())
+    return ChatSample(ok=True, text=text, ids_contiguous=True, token_events=events, ttft_ms=ttft_ms, gaps_ms=list(gaps))
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([4.0, 1.0, 3.0, 2.0], 100) == 4.0
+
+
+def test_the_clients_measures_of_exact_chats() -> None:
+    # GIVEN two exact chats, first tokens after 10 and 30 ms, 0.5 s of wall time
+    samples = [sample(ttft_ms=10.0, gaps=(19.994, 20.0, 21.0)), sample(ttft_ms=30.0)]
+
+    # WHEN they are measured
+    clients = ClientMeasures.of(samples, wall_s=0.5, expected=REPLY)
+
+    # THEN the percentiles interpolate, the rates are per second and per chat, and the samples are rounded
+    assert clients.exact and clients.failures == ()
+    assert (clients.ttft_ms.p50, clients.ttft_ms.p95, clients.ttft_ms.p99) == (20.0, 29.0, 29.8)
+    assert (clients.gap_ms.p50, clients.gap_ms.p99) == (20.0, 20.95)
+    assert (clients.chats, clients.tokens_per_s, clients.token_events_per_chat, clients.wall_s) == (2, 16.0, 4.0, 0.5)
+    assert clients.ttft_samples_ms == (10.0, 30.0)
+    assert clients.gap_samples_ms == (19.99, 20.0, 21.0, 20.0, 20.0, 20.0)
+
+
+def test_one_wrong_or_failed_chat_makes_the_cell_inexact_and_names_the_first_three_failures() -> None:
+    failed = [ChatSample(ok=False, error=f"boom {i}") for i in range(4)]
+
+    assert not ClientMeasures.of([sample(), sample("w1 w2")], 1.0, REPLY).exact
+    clients = ClientMeasures.of([sample(), *failed], 1.0, REPLY)
+    assert not clients.exact
+    assert clients.failures == ("boom 0", "boom 1", "boom 2")
+    assert clients.ttft_samples_ms == (10.0,)  # a chat without a first token has no time to it
+
+
+def test_aws_usage_per_thousand_tokens_and_per_turn() -> None:
+    # GIVEN moto's counts for 2,000 tokens in two chats
+    counts = {
+        "proxy": {"PutRecords": {"calls": 4, "items": 10, "seconds": 0.02}},
+        "consumer": {"BatchWriteItem": {"calls": 2, "items": 8, "seconds": 0.01}},
+        "relay": {
+            "BatchWriteItem": {"calls": 1, "items": 2, "seconds": 0.0},
+            "Query": {"calls": 30, "items": 0, "seconds": 0.3},
+            "TransactWriteItems": {"calls": 2, "items": 4, "seconds": 0.0},
+        },
+    }
+    units = UnitCounts(tokens=2000, lambda_requests=6)
+
+    aws = AwsUsage.of(counts, tokens=2000, chats=2, units=units)
+
+    # THEN records and calls are per 1,000 tokens, every write op counts, the token items are the consumer's
+    assert (aws.kinesis_records_per_1k_tokens, aws.put_calls_per_1k_tokens) == (5.0, 2.0)
+    assert (aws.dynamodb_writes_per_1k_tokens, aws.dynamodb_token_item_writes_per_1k_tokens) == (7.0, 4.0)
+    assert aws.relay_queries_per_turn == 15.0
+    assert aws.calls == {
+        "consumer.BatchWriteItem": 2,
+        "proxy.PutRecords": 4,
+        "relay.BatchWriteItem": 1,
+        "relay.Query": 30,
+        "relay.TransactWriteItems": 2,
+    }
+    assert aws.upstream_ms_per_call == {
+        "consumer.BatchWriteItem": 5.0,
+        "proxy.PutRecords": 5.0,
+        "relay.BatchWriteItem": 0.0,
+        "relay.Query": 10.0,
+        "relay.TransactWriteItems": 0.0,
+    }
+    assert aws.units is units
+
+
+def test_no_aws_calls_and_no_tokens_are_zeros_not_errors() -> None:
+    aws = AwsUsage.of({}, tokens=0, chats=0, units=UnitCounts(tokens=0))
+    cpu = CpuUse.of({"bench-relay": 1.0}, "bench-relay", tokens=0)
+
+    assert (aws.kinesis_records_per_1k_tokens, aws.relay_queries_per_turn, aws.calls) == (0.0, 0.0, {})
+    assert cpu.relay_cpu_ms_per_1k_tokens == 0.0
+
+
+def test_cpu_per_thousand_tokens_by_process() -> None:
+    cpu = CpuUse.of({"moto": 0.25, "relay-fn": 0.5}, "relay-fn", tokens=500)
+
+    assert cpu.relay_cpu_ms_per_1k_tokens == 1000.0
+    assert cpu.cpu_ms_per_1k_tokens_by_process == {"moto": 500.0, "relay-fn": 1000.0}
+
+
+def record(variant: str, delay: int, concurrency: int, units: UnitCounts, gap: int | None = None) -> RunRecord:
+    clients = ClientMeasures.of([sample()], 1.0, REPLY)
+    aws = AwsUsage.of({}, tokens=units.tokens, chats=1, units=units)
+    return RunRecord(Cell(variant, delay, concurrency, gap), clients, aws, CpuUse.of({}, "relay", units.tokens))
+
+
+def test_a_record_serializes_to_the_results_keys_and_back() -> None:
+    run = record("chatstream", 20, 10, UnitCounts(tokens=4, lambda_requests=3.0), gap=100)
+
+    document = run.to_json()
+
+    assert list(document)[:3] == ["variant", "model_delay_ms", "concurrency"]
+    assert document["arrival_gap_ms"] == 100 and document["units"]["lambda_requests"] == 3.0
+    assert RunRecord.from_json(json.loads(json.dumps(document))) == run
+    assert "arrival_gap_ms" not in record("direct", 0, 1, UnitCounts(tokens=4)).to_json()
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="bench/results.json is written by make bench")
+def test_the_committed_results_load_and_serialize_back_to_the_same_file() -> None:
+    results = json.loads(RESULTS.read_text())
+
+    for run in [*results["runs"], *results.get("spread_arrivals", [])]:
+        assert json.dumps(RunRecord.from_json(run).to_json()) == json.dumps(run), run["variant"]
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="bench/results.json is written by make bench")
+def test_the_committed_costs_are_recomputed_from_the_committed_runs() -> None:
+    results = json.loads(RESULTS.read_text())
+
+    recomputed = costs([RunRecord.from_json(run) for run in results["runs"]], Workload())
+
+    assert recomputed == {key: results[key] for key in recomputed}
+
+
+def test_costs_come_from_the_pipeline_runs_at_one_chat_and_the_realistic_delay() -> None:
+    # GIVEN two chatstream runs at one chat and 20 ms, and runs that must not count
+    one = UnitCounts(tokens=1000, dynamodb_write_units=100)
+    runs = [
+        record("chatstream", 20, 1, one),
+        record("chatstream", 20, 1, one),
+        record("chatstream", 0, 1, UnitCounts(tokens=1000, dynamodb_write_units=9999)),
+        record("chatstream", 20, 10, UnitCounts(tokens=1000, dynamodb_write_units=9999)),
+        record("direct", 20, 1, UnitCounts(tokens=1000, lambda_requests=9999)),
+    ]
+
+    entries = costs(runs, Workload())
+
+    # THEN only the first two are summed: 200 write units for 2,000 tokens
+    assert list(entries["cost_per_million_output_tokens"]) == ["chatstream"]
+    breakdown = entries["cost_breakdown_per_million_output_tokens"]["chatstream"]
+    assert breakdown["dynamodb_writes"] == pytest.approx(0.0625)
+    assert "20 ms model delay runs at concurrency 1" in entries["cost_basis"]
