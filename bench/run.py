@@ -32,9 +32,9 @@ from bench.cost import UnitCounts, cost_per_million_tokens, price_table
 from bench.load import ChatSample, LoadRunner
 from bench.report import write_markdown, write_plot
 from chatstream_local.bedrock import LocalModelServer, plan_reply
-from chatstream_local.callcount import CALLER_ENV, CONTROL_PREFIX
 from chatstream_local.function_url import FunctionUrlServer
 from chatstream_local.functions import FunctionSpec
+from chatstream_local.moto.callcount import CALLER_ENV, CONTROL_PREFIX
 from chatstream_local.runtime_api import LocalLambda
 from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
 
@@ -132,7 +132,7 @@ class Invocations:
 
 
 class CallCounts:
-    """The AWS calls moto counted per function (``chatstream_local.callcount``), read over its control paths."""
+    """The AWS calls moto counted per function (``chatstream_local.moto.callcount``), read over its control paths."""
 
     def __init__(self, moto_url: str) -> None:
         self.moto_url = moto_url

@@ -13,7 +13,7 @@ import pytest
 
 from bench import cost
 from bench.run import percentile
-from chatstream_local.callcount import measure
+from chatstream_local.moto.callcount import measure
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 RUN_KEYS = {
