@@ -13,7 +13,7 @@ import moto
 import pytest
 
 from chatstream_local.moto.fixes import FIXES, MOTO_VERSION
-from chatstream_local.moto.patch import Patch, PatchError, Patches, PatchTargetMoved, source_sha256
+from chatstream_local.moto.patch import Patch, PatchError, Patches, PatchTargetMoved, sha256_of_source
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def _patch(owner: Any = Greeter, name: str = "greet", **checks: Any) -> Patch:
 def test_a_patch_wraps_its_target_until_undone() -> None:
     # GIVEN a patch that wraps Greeter.greet
     original = Greeter.greet
-    patch = _patch(parameters=("self", "name"), source_sha256=source_sha256(Greeter.greet)[:16])
+    patch = _patch(parameters=("self", "name"), source_sha256=sha256_of_source(Greeter.greet)[:16])
     # WHEN it is applied THEN the replacement runs, with the original passed to it
     patch.apply()
     try:

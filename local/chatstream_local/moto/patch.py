@@ -13,7 +13,7 @@ is not:
 - the attribute exists (and so does each attribute of the owner listed in ``uses``);
 - ``parameters``: the target's parameter names, in order (:func:`inspect.signature`), where the patch calls the
   original or binds its arguments by name, or is called with the target's argument layout;
-- ``source_sha256``: the start of the SHA-256 of the target's source (:func:`source_sha256`), where the patch
+- ``source_sha256``: the start of the SHA-256 of the target's source (:func:`sha256_of_source`), where the patch
   depends on the target's body: it replaces it, or changes what the body does.
 
 :class:`Patches` also names the version of the patched package its patches were written for: when a target has
@@ -45,7 +45,7 @@ class PatchTargetMoved(PatchError):
     """A patch's target is not there, or is not what the patch was written against."""
 
 
-def source_sha256(target: Any) -> str:
+def sha256_of_source(target: Any) -> str:
     """The SHA-256 (hex) of ``target``'s source text, as :func:`inspect.getsource` reads it."""
     return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()
 
@@ -110,7 +110,7 @@ class Patch:
                 raise PatchTargetMoved(f"{self.target}: parameters {found}, the patch expects {self.parameters}")
         if self.source_sha256 is not None:
             try:
-                digest = source_sha256(current)
+                digest = sha256_of_source(current)
             except (OSError, TypeError) as err:
                 raise PatchTargetMoved(f"{self.target}: its source cannot be read ({err})") from err
             if not digest.startswith(self.source_sha256):
@@ -198,20 +198,23 @@ class Patches:
         naming every moved target and the two versions."""
         applied: list[Patch] = []
         moved: list[str] = []
-        for patch in self.patches:
-            if patch.is_applied:
-                continue
-            try:
-                patch.apply()
-            except PatchTargetMoved as err:
-                moved.append(str(err))
-                continue
-            applied.append(patch)
-        installed = self.installed_version()
-        if moved:
+        try:
+            for patch in self.patches:
+                if patch.is_applied:
+                    continue
+                try:
+                    patch.apply()
+                except PatchTargetMoved as err:
+                    moved.append(str(err))
+                    continue
+                applied.append(patch)
+            if moved:
+                raise PatchTargetMoved(f"{self._versions(self.installed_version())}: {'; '.join(moved)}")
+        except BaseException:
             for patch in reversed(applied):
                 patch.undo()
-            raise PatchTargetMoved(f"{self._versions(installed)}: {'; '.join(moved)}")
+            raise
+        installed = self.installed_version()
         if installed != self.written_for:
             warnings.warn(
                 f"{self._versions(installed)}: every target is in place, but check each patch against "
