@@ -171,3 +171,27 @@ def test_every_patch_says_why_and_what_was_measured_and_the_docs_list_it() -> No
     for patch in FIXES:
         assert patch.why and patch.measured, patch.target
         assert f"`{patch.target}`" in section, f"docs/LOCAL_STACK.md does not list {patch.target}"
+
+
+def test_the_moto_server_refuses_to_start_with_one_line_when_a_target_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.kinesis.models import Shard
+
+    from chatstream_local.moto import server
+
+    # GIVEN a moto whose shard lost a method a patch replaces
+    FIXES.undo()
+    try:
+        monkeypatch.delattr(Shard, "get_max_sequence_number")
+        # WHEN the local stack's moto server starts THEN it exits with one line naming the target and the versions
+        expected = (
+            f"moto server: chatstream's moto patches were written for moto {MOTO_VERSION}; installed "
+            f"{importlib.metadata.version('moto')}: moto.kinesis.models.Shard.get_max_sequence_number: "
+            "no such attribute"
+        )
+        with pytest.raises(SystemExit, match=f"^{re.escape(expected)}$"):
+            server.main(["-H", "127.0.0.1", "-p", "0"])
+        # THEN no patch was left applied
+        assert not any(patch.is_applied for patch in FIXES)
+    finally:
+        monkeypatch.undo()
+        FIXES.apply()

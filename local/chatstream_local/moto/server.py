@@ -22,6 +22,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 
 from chatstream_local.moto.callcount import CountingMiddleware
 from chatstream_local.moto.fixes import FIXES
+from chatstream_local.moto.patch import PatchTargetMoved
 
 WORKER_THREADS = 16  # a long-polling ReceiveMessage holds one while it waits
 CONNECTION_LIMIT = 2000  # keep-alive connections from every environment of every function
@@ -33,7 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-p", "--port", type=int, default=5000)
     parser.add_argument("--count-calls", action="store_true", help="count each function's calls (the benchmark's)")
     args = parser.parse_args(argv)
-    FIXES.apply()
+    try:
+        FIXES.apply()
+    except PatchTargetMoved as err:  # one line naming what moved, not a traceback
+        raise SystemExit(f"moto server: {err}") from None
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth": load, not a fault
     os.environ.setdefault("MOTO_PORT", str(args.port))  # moto builds some URLs (queue URLs) from it
