@@ -57,7 +57,6 @@ def _command_line(pid: int) -> str:
 def _role(command_line: str) -> str:
     for marker, role in (
         ("moto.server", "moto"),
-        ("moto_server", "moto"),
         ("multiprocessing", "clients"),
     ):
         if marker in command_line:

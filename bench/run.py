@@ -34,10 +34,10 @@ from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, Ru
 from bench.report import write_markdown, write_plot
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
-from chatstream_local.callcount import CALLER_ENV, CONTROL_PREFIX
 from chatstream_local.lambda_.function_spec import FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
+from chatstream_local.moto.callcount import CALLER_ENV, CONTROL_PREFIX
 from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class Invocations:
 
 
 class CallCounts:
-    """The AWS calls moto counted per function (``chatstream_local.callcount``), read over its control paths."""
+    """The AWS calls moto counted per function (``chatstream_local.moto.callcount``), read over its control paths."""
 
     def __init__(self, moto_url: str) -> None:
         self.moto_url = moto_url

@@ -9,7 +9,7 @@ import pytest
 from moto import mock_aws
 
 from chatstream.table import ChatTable
-from chatstream_local import moto_server
+from chatstream_local.moto.fixes import FIXES
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
@@ -20,8 +20,18 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kinesis import KinesisClient
 
+    from chatstream_local.moto.patch import Patches
+
 REGION = "us-east-1"
-moto_server.apply()  # moto behaves as the services do where it matters here (see chatstream_local.moto_server)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def moto_patches() -> Iterator[Patches]:
+    """moto with the local stack's patches (chatstream_local.moto.fixes) for the whole session, undone at its end:
+    in-process moto (``mock_aws``, a threaded moto server) behaves as the local stack's moto server does."""
+    FIXES.apply()
+    yield FIXES
+    FIXES.undo()
 
 
 @pytest.fixture
@@ -43,8 +53,8 @@ def template() -> Template:
 
 @pytest.fixture
 def moto(aws_env: None) -> Iterator[None]:
-    """moto in-process, with the local stack's fixes (atomic conditional writes among them); Bedrock passes
-    through, to the local model over loopback."""
+    """moto in-process, with the local stack's patches (``moto_patches``: atomic conditional writes among them);
+    Bedrock passes through, to the local model over loopback."""
     with mock_aws(config={"core": {"passthrough": {"services": ["bedrock-runtime"]}}}):
         yield
 

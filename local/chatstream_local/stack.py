@@ -68,7 +68,7 @@ class StackSettings:
     identity_resolver: Any = None
     esm_poll_interval_s: float = 0.02
     esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see event_sources/kinesis.py)
-    count_calls: bool = False  # moto counts each function's calls (chatstream_local.callcount; the benchmark's)
+    count_calls: bool = False  # moto counts each function's calls (chatstream_local.moto.callcount; the benchmark's)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] = os.environ, **kwargs: Any) -> StackSettings:
@@ -179,7 +179,7 @@ class LocalStack:
             [
                 sys.executable,
                 "-m",
-                "chatstream_local.moto_server",
+                "chatstream_local.moto.server",
                 *("-H", "127.0.0.1", "-p", str(port)),
                 *(["--count-calls"] if self.settings.count_calls else []),
             ],

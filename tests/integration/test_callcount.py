@@ -1,4 +1,4 @@
-"""The benchmark's call counting inside moto (chatstream_local.callcount), over real HTTP with botocore clients."""
+"""The benchmark's call counting inside moto (chatstream_local.moto.callcount), over real HTTP with botocore clients."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from botocore.config import Config
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-from chatstream_local.callcount import CONTROL_PREFIX, CountingMiddleware, caller_of
+from chatstream_local.moto.callcount import CONTROL_PREFIX, CountingMiddleware, caller_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import cost
-from chatstream_local.callcount import measure
+from chatstream_local.moto.callcount import measure
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 RUN_KEYS = {

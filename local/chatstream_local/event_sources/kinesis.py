@@ -21,7 +21,7 @@ function's Kinesis event in the template:
 Each shard is processed by its own thread (``start``/``stop``), or deterministically, one batch per
 shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory. Delivery stands in for
 enhanced fan-out's push: with ``long_poll_ms`` (the local stack sets it), each ``GetRecords`` asks moto to
-hold an empty answer until a record is put (``chatstream_local.moto_server``), so records arrive at once
+hold an empty answer until a record is put (``chatstream_local.moto.kinesis_push``), so records arrive at once
 without polling; otherwise (or against a plain moto) the shard is polled every ``poll_interval_s``.
 ``ParallelizationFactor`` is not emulated: each shard is processed by one batch at a time, which
 keeps the same per-partition-key order.
@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from chatstream_local.account import ACCOUNT_ID
-from chatstream_local.moto_server import WAIT_HEADER
+from chatstream_local.moto import WAIT_HEADER
 
 if TYPE_CHECKING:
     from collections.abc import Callable

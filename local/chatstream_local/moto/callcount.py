@@ -1,6 +1,6 @@
 """Counting the AWS calls each function makes, inside the local AWS emulator (moto), for the benchmark.
 
-``python -m chatstream_local.moto_server --count-calls`` wraps moto's WSGI app in :class:`CountingMiddleware`. A call
+``python -m chatstream_local.moto.server --count-calls`` wraps moto's WSGI app in :class:`CountingMiddleware`. A call
 is attributed to the function that made it by the application id in its User-Agent (``app/<label>``: botocore adds
 it from ``AWS_SDK_UA_APP_ID``, which the benchmark sets per function); calls without one (the local stack's own:
 the event source mapping's ``GetRecords``, set-up) are not counted. A call is counted by its ``X-Amz-Target``
