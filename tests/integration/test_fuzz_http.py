@@ -175,6 +175,8 @@ def test_any_request_gets_a_documented_error_or_a_valid_answer(
             assert response.headers.get("allow")
     elif content_type.startswith("text/event-stream"):
         _check_sse(text)
+    elif response.request.url.path == "/":  # the client resolved a dot segment ("/sessions/..") to the page
+        assert content_type.startswith("text/html"), content_type
     else:
         assert content_type.startswith("application/json"), content_type
         assert isinstance(response.json(), dict)

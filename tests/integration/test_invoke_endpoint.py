@@ -104,7 +104,7 @@ def test_an_event_invocation_is_accepted_before_the_function_runs(
 def test_event_invocations_run_at_once_up_to_the_functions_concurrency(
     client: Any, endpoint: InvokeEndpoint, tmp_path: Path
 ) -> None:
-    # WHEN 17 events (one more than the endpoint used to run at once) go to a function that may run 20 at a time
+    # WHEN 17 events (more than a fixed pool of 16 workers would run at once) go to a function that may run 20 at a time
     for _ in range(17):
         client.invoke(
             FunctionName="hold-wide", InvocationType="Event", Payload=json.dumps({"dir": str(tmp_path)}).encode()

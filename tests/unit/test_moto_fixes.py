@@ -181,8 +181,8 @@ def test_a_cancelled_transaction_restores_exactly_its_items(dynamodb: DynamoDBCl
 
 @pytest.mark.usefixtures("frequent_thread_switches")
 def test_cancelled_transactions_never_undo_other_writers(dynamodb: DynamoDBClient, table_name: str) -> None:
-    # GIVEN a guard item, so that one thread's transactions are all cancelled (moto used to roll back by putting
-    # back a copy of the whole table, taken before the transaction: other writers' items were lost)
+    # GIVEN a guard item, so that one thread's transactions are all cancelled (unpatched moto rolls back by putting
+    # back a copy of the whole table, taken before the transaction: other writers' items are lost)
     dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "guard"}, "sk": {"S": "guard"}})
     for i in range(200):
         dynamodb.put_item(TableName=table_name, Item={"pk": {"S": "filler"}, "sk": {"S": f"{i:04d}"}})
