@@ -1,6 +1,8 @@
 """What the local stack stored during a chaos run, read back for the checks: each chat's turn and records in
-the table, the proxy invocations in ProxyFailureQueue, and the messages in ConsumerDLQ. Queues are peeked
-(visibility 0): the messages stay for the redrive and for whoever looks next.
+the table, the proxy invocations in ProxyFailureQueue (and its dead-letter queue), and the messages in ConsumerDLQ.
+Queues are peeked (visibility 0): the messages stay for the redrive and for whoever looks next. A peek is a
+receive, so it counts towards a message's maxReceiveCount: a proxy failure peeked often enough moves to
+ProxyFailureDLQ, which is why both are read.
 """
 
 from __future__ import annotations
@@ -41,14 +43,19 @@ class Readback:
         self.table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"), sleep=time.sleep)
         self.sqs = stack.client("sqs")
         self.dlq_url: str = self.sqs.get_queue_url(QueueName=stack.name("ConsumerDLQ"))["QueueUrl"]
-        self._proxy_failure_url: str = self.sqs.get_queue_url(QueueName=stack.name("ProxyFailureQueue"))["QueueUrl"]
+        self._proxy_failure_urls: list[str] = [
+            self.sqs.get_queue_url(QueueName=stack.name(queue))["QueueUrl"]
+            for queue in ("ProxyFailureQueue", "ProxyFailureDLQ")
+        ]
 
     def proxy_failures(self) -> set[tuple[str, int]]:
-        """(session, turn) of every proxy invocation that failed (was killed): the messages in ProxyFailureQueue."""
+        """(session, turn) of every proxy invocation that failed (was killed): the messages in ProxyFailureQueue
+        and ProxyFailureDLQ."""
         turns: set[tuple[str, int]] = set()
-        for body in peek_all(self.sqs, self._proxy_failure_url):
-            payload = json.loads(body).get("requestPayload") or {}
-            turns.add((str(payload.get("session_id")), int(payload.get("turn", 0))))
+        for url in self._proxy_failure_urls:
+            for body in peek_all(self.sqs, url):
+                payload = json.loads(body).get("requestPayload") or {}
+                turns.add((str(payload.get("session_id")), int(payload.get("turn", 0))))
         return turns
 
     def stored_turn(self, seen: StreamSeen) -> StoredTurn:

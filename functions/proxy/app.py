@@ -1,7 +1,7 @@
 """ProxyFunction: invoked asynchronously with one turn to generate (see events/proxy-generate.json).
 
-Calls Bedrock ConverseStream and writes the reply to the Kinesis token stream as ordered,
-coalesced token records; the logic lives in ``chatstream.generation``.
+Reads the turn's message and options from ChatTable, calls Bedrock ConverseStream and writes the reply to
+the Kinesis token stream as ordered, coalesced token records; the logic lives in ``chatstream.generation``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
 from chatstream.config import AWS_RETRIES, ProxyConfig
-from chatstream.generation import Generation, GenerationSettings
+from chatstream.generation import Generation, GenerationSettings, turn_to_generate
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
 from chatstream.table import ChatTable
@@ -43,11 +43,12 @@ SETTINGS = GenerationSettings.from_config(CONFIG)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = GenerateRequest.from_event(event)
     logger.append_keys(session_id=request.session_id, turn=request.turn)
-    logger.debug("generating", extra={"message_text": request.message})
     table = ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days)
+    turn = turn_to_generate(table, request)
+    logger.debug("generating", extra={"message_text": turn.user})
     writer = TokenStreamWriter(KINESIS, CONFIG.stream_name, max_attempts=CONFIG.put_max_attempts)
     result = Generation(
-        request=request,
+        turn=turn,
         bedrock=BEDROCK,
         writer=writer,
         table=table,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
+
+from chatstream_local.template import TemplateError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -23,6 +26,8 @@ def create_table(client: DynamoDBClient, template: Template, logical_id: str = "
     }
     if "SSESpecification" in props:
         kwargs["SSESpecification"] = {"Enabled": bool(props["SSESpecification"].get("SSEEnabled"))}
+    if "DeletionProtectionEnabled" in props:
+        kwargs["DeletionProtectionEnabled"] = bool(props["DeletionProtectionEnabled"])
     client.create_table(**kwargs)
     client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     ttl = props.get("TimeToLiveSpecification")
@@ -60,12 +65,34 @@ def create_stream(
     return name
 
 
+QUEUE_ATTRIBUTES = ("MessageRetentionPeriod", "VisibilityTimeout", "SqsManagedSseEnabled")
+
+
 def create_queue(client: SQSClient, template: Template, logical_id: str) -> str:
-    """Create the queue; returns its URL."""
+    """Create the queue (its dead-letter queue first, when it has a ``RedrivePolicy``); returns its URL.
+
+    Creating a queue that exists with the same attributes returns its URL, as SQS does, so a dead-letter
+    queue shared by several queues, or created on its own too, is created once.
+    """
     props = template.properties(logical_id)
     attributes: dict[Any, str] = {
         key: str(props[key]).lower() if isinstance(props[key], bool) else str(props[key])
-        for key in ("MessageRetentionPeriod", "VisibilityTimeout", "SqsManagedSseEnabled")
+        for key in QUEUE_ATTRIBUTES
         if key in props
     }
+    redrive = props.get("RedrivePolicy")
+    if redrive is not None:
+        create_queue(client, template, dead_letter_queue(template, logical_id))
+        attributes["RedrivePolicy"] = json.dumps(
+            {"deadLetterTargetArn": redrive["deadLetterTargetArn"], "maxReceiveCount": int(redrive["maxReceiveCount"])}
+        )
     return client.create_queue(QueueName=template.physical_name(logical_id), Attributes=attributes)["QueueUrl"]
+
+
+def dead_letter_queue(template: Template, logical_id: str) -> str:
+    """The logical id of the queue that the queue's ``RedrivePolicy`` names as its dead-letter queue."""
+    target = template.properties(logical_id)["RedrivePolicy"]["deadLetterTargetArn"]
+    for candidate in template.resources_of_type("AWS::SQS::Queue"):
+        if template.arn(candidate) == target:
+            return candidate
+    raise TemplateError(f"{logical_id}: its RedrivePolicy names {target}, which is no queue of template.yaml")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
@@ -37,12 +38,40 @@ def build(target: str, source: Path, out: Path) -> Path:
     return out
 
 
+@dataclass(frozen=True)
+class Built:
+    """The relay's artifacts, each built by its Makefile target as `sam build` runs it, and the bytecode files each
+    held right after its build (before the relay runs from them and this machine's Python caches what it imports)."""
+
+    folders: dict[str, Path]
+    bytecode: dict[str, list[str]]
+
+
 @pytest.fixture(scope="module")
-def built_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     root = tmp_path_factory.mktemp("sam-build")
-    shared = build("build-ChatstreamLayer", REPO_ROOT / "layers/chatstream", root / "ChatstreamLayer")
-    runtime = build("build-StreamingRuntimeLayer", REPO_ROOT / "layers/streaming-runtime", root / "Streaming")
-    function = build("build-RelayFunction", REPO_ROOT / "functions/relay", root / "RelayFunction")
+    folders = {
+        "ChatstreamLayer": build("build-ChatstreamLayer", REPO_ROOT / "layers/chatstream", root / "ChatstreamLayer"),
+        "StreamingRuntimeLayer": build(
+            "build-StreamingRuntimeLayer", REPO_ROOT / "layers/streaming-runtime", root / "Streaming"
+        ),
+        "RelayFunction": build("build-RelayFunction", REPO_ROOT / "functions/relay", root / "RelayFunction"),
+    }
+    bytecode = {
+        name: [
+            str(path.relative_to(folder))
+            for path in folder.rglob("*")
+            if path.suffix in {".pyc", ".pyo"} or path.name == "__pycache__"
+        ]
+        for name, folder in folders.items()
+    }
+    return Built(folders, bytecode)
+
+
+@pytest.fixture(scope="module")
+def built_relay(built: Built) -> Iterator[str]:
+    shared, runtime = built.folders["ChatstreamLayer"], built.folders["StreamingRuntimeLayer"]
+    function = built.folders["RelayFunction"]
     spec = FunctionSpec(
         name="RelayFunction",
         handler="app.handler",
@@ -76,3 +105,11 @@ def test_the_built_layer_ships_the_chat_page(built_relay: str) -> None:
     page = httpx.get(f"{built_relay}/", timeout=30)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "<html" in page.text.lower()
+
+
+def test_the_built_artifacts_ship_no_bytecode(built: Built) -> None:
+    # GIVEN the layers and the function as `sam build` builds them (pip installs Powertools and its dependencies)
+    assert (built.folders["ChatstreamLayer"] / "python" / "aws_lambda_powertools").is_dir()
+    # THEN none holds bytecode: what the build machine's Python would compile is never what Lambda's 3.13 loads
+    for name, compiled in built.bytecode.items():
+        assert compiled == [], (name, compiled[:5], len(compiled))

@@ -11,8 +11,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from chatstream.errors import InvalidEvent
-from chatstream.generation import Generation, GenerationSettings, build_messages
+from chatstream.errors import TurnNotFound
+from chatstream.generation import Generation, GenerationSettings, build_messages, turn_to_generate
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
@@ -23,10 +23,11 @@ from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from types import ModuleType
 
     from mypy_boto3_kinesis import KinesisClient
 
-    from chatstream.table import ChatTable
+    from chatstream.table import ChatTable, Turn
 
 OWNER = "owner"
 
@@ -62,16 +63,17 @@ def read_stream(kinesis: KinesisClient, stream_name: str) -> list[TokenRecord]:
         iterator = page["NextShardIterator"]
 
 
-def start_turn(chat_table: ChatTable, message: str) -> GenerateRequest:
+def start_turn(chat_table: ChatTable, message: str, **options: Any) -> Turn:
+    """A new session's turn 1, as the relay starts it; returned as the proxy reads it back."""
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, message)
-    return GenerateRequest(session_id=session_id, turn=turn, message=message)
+    turn = chat_table.start_turn(session_id, OWNER, message, **options)
+    return turn_to_generate(chat_table, GenerateRequest(session_id, turn))
 
 
-def generate(request: GenerateRequest, bedrock: Any, kinesis: Any, stream_name: str, chat_table: ChatTable, **kw: Any):
+def generate(current: Turn, bedrock: Any, kinesis: Any, stream_name: str, chat_table: ChatTable, **kw: Any):
     writer = TokenStreamWriter(kinesis, stream_name, sleep=lambda _: None)
     settings = GenerationSettings(model_id="local.model", **kw)
-    return Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
+    return Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
 
 
 def assert_well_formed(records: list[TokenRecord]) -> None:
@@ -83,9 +85,9 @@ def assert_well_formed(records: list[TokenRecord]) -> None:
 
 def test_long_reply_is_exact_ordered_and_coalesced(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN a turn asking for 2000 words
-    request = start_turn(chat_table, "/long 2000")
+    current = start_turn(chat_table, "/long 2000")
     # WHEN the proxy generates it with the default flushing
-    result = generate(request, bedrock, kinesis, stream_name, chat_table)
+    result = generate(current, bedrock, kinesis, stream_name, chat_table)
     # THEN the stream holds the exact reply, in order, in far fewer records than deltas
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
@@ -94,7 +96,7 @@ def test_long_reply_is_exact_ordered_and_coalesced(bedrock, kinesis, stream_name
     assert len(records) < 2000 / 10
     assert records[-1].type is RecordType.STOP and records[-1].stop_reason is StopReason.END_TURN
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 2000
-    assert all(r.session_id == request.session_id and r.turn == request.turn for r in records)
+    assert all(r.session_id == current.session_id and r.turn == current.turn for r in records)
 
 
 class GatedBedrock:
@@ -140,11 +142,11 @@ def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream
             first_written.set()
 
     writer.put = put_and_signal  # type: ignore[method-assign]
-    request = start_turn(chat_table, "hello there")
+    current = start_turn(chat_table, "hello there")
     bedrock = GatedBedrock(["You", " said:", " hello", " there"], first_written)
     # WHEN the reply is generated with a long flush interval
     settings = GenerationSettings(model_id="m", flush_interval_ms=60_000)
-    Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()  # type: ignore[arg-type]
+    Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()  # type: ignore[arg-type]
     # THEN the first delta is a record of its own and the rest were coalesced into one
     records = read_stream(kinesis, stream_name)
     assert [r.text for r in records if r.type is RecordType.DELTA] == ["You", " said: hello there"]
@@ -165,11 +167,11 @@ class RecordingKinesis:
 def test_every_record_goes_alone_after_the_one_before(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN a reply of several coalesced records
     recording = RecordingKinesis(kinesis)
-    request = start_turn(chat_table, "/long 40")
+    current = start_turn(chat_table, "/long 40")
     writer = TokenStreamWriter(recording, stream_name)  # type: ignore[arg-type]
     # WHEN it is generated
     settings = GenerationSettings(model_id="m", flush_max_chars=40)
-    Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
+    Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
     # THEN each call carries one record, start first and the first delta right after it: entries of one call
     # fail independently, so a shared call could store the delta without the start (no clean prefix if the
     # proxy then died)
@@ -180,8 +182,8 @@ def test_every_record_goes_alone_after_the_one_before(bedrock, kinesis, stream_n
 
 
 def test_flush_size_bounds_each_record(bedrock, kinesis, stream_name, chat_table) -> None:
-    request = start_turn(chat_table, "/long 500")
-    generate(request, bedrock, kinesis, stream_name, chat_table, flush_interval_ms=60_000, flush_max_chars=64)
+    current = start_turn(chat_table, "/long 500")
+    generate(current, bedrock, kinesis, stream_name, chat_table, flush_interval_ms=60_000, flush_max_chars=64)
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
     assert max(len(r.text or "") for r in records) <= 64
@@ -190,8 +192,8 @@ def test_flush_size_bounds_each_record(bedrock, kinesis, stream_name, chat_table
 
 def test_mid_stream_model_error_ends_with_error_record(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN the model fails after 5 deltas
-    request = start_turn(chat_table, "/error-after 5")
-    generate(request, bedrock, kinesis, stream_name, chat_table)
+    current = start_turn(chat_table, "/error-after 5")
+    generate(current, bedrock, kinesis, stream_name, chat_table)
     # THEN what was generated is kept and the turn ends with a retryable error record
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
@@ -201,8 +203,8 @@ def test_mid_stream_model_error_ends_with_error_record(bedrock, kinesis, stream_
 
 
 def test_throttling_before_first_delta_is_a_retryable_error(bedrock, kinesis, stream_name, chat_table) -> None:
-    request = start_turn(chat_table, "/throttle")
-    generate(request, bedrock, kinesis, stream_name, chat_table)
+    current = start_turn(chat_table, "/throttle")
+    generate(current, bedrock, kinesis, stream_name, chat_table)
     records = read_stream(kinesis, stream_name)
     assert [r.type for r in records] == [RecordType.START, RecordType.ERROR]
     assert records[-1].error is not None and records[-1].error.code == "throttled" and records[-1].error.retryable
@@ -236,11 +238,11 @@ class FlakyKinesis:
 def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN Kinesis throttles whole calls and single entries, again and again
     flaky = FlakyKinesis(kinesis, ["entry", "raise", "entry", "ok", "entry", "transport", "ok", "raise"] * 6)
-    request = start_turn(chat_table, "/long 300")
+    current = start_turn(chat_table, "/long 300")
     # WHEN a reply is generated with small records
     writer = TokenStreamWriter(flaky, stream_name, sleep=lambda _: None)  # type: ignore[arg-type]
     settings = GenerationSettings(model_id="m", flush_max_chars=40)
-    result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
+    result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
     # THEN every record arrived once, and the text is exact
     records = read_stream(kinesis, stream_name)
     assert_well_formed(sorted(records, key=lambda r: r.seq))
@@ -253,30 +255,30 @@ def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kines
 def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN Kinesis accepts the first two calls (the start record, then the first delta) and then refuses everything
     flaky = FlakyKinesis(kinesis, ["ok", "ok"] + ["raise"] * 1000)
-    request = start_turn(chat_table, "/long 50")
+    current = start_turn(chat_table, "/long 50")
     writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
     settings = GenerationSettings(model_id="m")
-    result = Generation(request=request, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
+    result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
     # THEN the turn still ends: an error record in the read model, the turn marked error
     assert result.terminal_via_table and result.terminal.error is not None
     assert result.terminal.error.code == "write_failed"
-    stored = chat_table.query_records(request.session_id, request.turn)
+    stored = chat_table.query_records(current.session_id, current.turn)
     assert [r.type for r in stored] == [RecordType.ERROR] and stored[0].seq == 2
-    turn = chat_table.get_turn(request.session_id, request.turn)
+    turn = chat_table.get_turn(current.session_id, current.turn)
     assert turn is not None and turn.status is TurnStatus.ERROR
     assert turn.assistant and plan_reply("/long 50").text.startswith(turn.assistant)  # the first delta got through
-    assert chat_table.get_session(request.session_id).active_turn is None  # type: ignore[union-attr]
+    assert chat_table.get_session(current.session_id).active_turn is None  # type: ignore[union-attr]
 
 
 def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_table, moto) -> None:
     # GIVEN a slow model and a long reply
     with LocalModelServer(delay_ms=5) as slow:
         bedrock = boto3.client("bedrock-runtime", endpoint_url=slow.url, region_name="us-east-1")
-        request = start_turn(chat_table, "/long 5000")
+        current = start_turn(chat_table, "/long 5000")
         outcome: dict[str, Any] = {}
         worker = threading.Thread(
             target=lambda: outcome.update(
-                result=generate(request, bedrock, kinesis, stream_name, chat_table, cancel_check_interval_ms=50)
+                result=generate(current, bedrock, kinesis, stream_name, chat_table, cancel_check_interval_ms=50)
             )
         )
         worker.start()
@@ -284,7 +286,7 @@ def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_t
         deadline = time.monotonic() + 30
         while len(read_stream(kinesis, stream_name)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        chat_table.request_cancel(request.session_id, request.turn)
+        chat_table.request_cancel(current.session_id, current.turn)
         worker.join(timeout=30)
     # THEN the turn ends 'cancelled' well before the whole reply, with the generated text kept
     records = read_stream(kinesis, stream_name)
@@ -307,7 +309,7 @@ def test_history_becomes_converse_messages(chat_table) -> None:
         chat_table.complete_turn(terminal, text)
     chat_table.start_turn(session_id, OWNER, "fourth")
     # WHEN the proxy builds the messages for turn 4
-    messages = build_messages(chat_table, GenerateRequest(session_id, 4, "fourth"))
+    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 4)))
     # THEN only turns with text are replayed, roles alternating, ending with the new message
     assert messages == [
         {"role": "user", "content": [{"text": "first"}]},
@@ -316,43 +318,87 @@ def test_history_becomes_converse_messages(chat_table) -> None:
     ]
 
 
-def test_sample_event_runs_through_the_handler(
-    monkeypatch, template, local_model, kinesis, stream_name, chat_table, table_name
-) -> None:
-    # GIVEN the function's environment from template.yaml, pointed at the local model
+SAMPLE = load_event("proxy-generate.json")
+
+
+@pytest.fixture
+def proxy_app(monkeypatch, template, local_model, stream_name, table_name) -> ModuleType:
+    """The proxy's handler with its environment from template.yaml, pointed at the local model."""
     for name, value in template.function_settings("ProxyFunction")["Environment"]["Variables"].items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("CHAT_TABLE_NAME", table_name)
     monkeypatch.setenv("TOKEN_STREAM_NAME", stream_name)
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", local_model.url)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    app = load_function("proxy")
-    event = load_event("proxy-generate.json")
-    # WHEN the sample event is handled
-    result = app.handler(event, FakeContext("ProxyFunction"))
-    # THEN the reply is on the stream and the handler reports how the turn ended
+    return load_function("proxy")
+
+
+def start_sample_turn(monkeypatch, chat_table: ChatTable, message: str, **options: Any) -> None:
+    """The turn the sample event names, as the relay writes it (the sample's session id)."""
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: SAMPLE["session_id"])
+    assert chat_table.start_session(OWNER, message, **options) == SAMPLE["session_id"] and SAMPLE["turn"] == 1
+
+
+def test_sample_event_runs_through_the_handler(monkeypatch, proxy_app, kinesis, stream_name, chat_table) -> None:
+    # GIVEN the turn the sample event names, written by the relay with the user's message and options
+    start_sample_turn(monkeypatch, chat_table, "hello", max_tokens=512, temperature=0.5)
+    # WHEN the sample event (the turn's key, no text) is handled
+    result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction"))
+    # THEN the reply to the turn's message is on the stream and the handler reports how the turn ended
     records = read_stream(kinesis, stream_name)
     assert assistant_text(records) == "You said: hello"
     assert result["type"] == "stop" and result["stop_reason"] == StopReason.END_TURN
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 3
 
 
-def test_invalid_event_is_rejected_with_a_clear_error() -> None:
-    for event, field in [
-        ({}, "session_id"),
-        ({"session_id": "abc", "turn": 0, "message": "x"}, "turn"),
-        ({"session_id": "abc", "turn": 1, "message": ""}, "message"),
-        ({"session_id": "abc", "turn": 1, "message": "x", "max_tokens": True}, "max_tokens"),
-        ({"session_id": "abc", "turn": 1, "message": "x", "temperature": 2}, "temperature"),
-    ]:
-        with pytest.raises(InvalidEvent, match=field):
-            GenerateRequest.from_event(event)
+def test_an_event_from_an_earlier_relay_is_answered_from_the_turn_item(
+    monkeypatch, proxy_app, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN a turn in the table, and an event that still carries a message (a relay of the previous version)
+    start_sample_turn(monkeypatch, chat_table, "from the table")
+    event = {**SAMPLE, "message": "from the event", "max_tokens": 7}
+    # WHEN the proxy handles it
+    proxy_app.handler(event, FakeContext("ProxyFunction"))
+    # THEN it answered the turn item's message, not the event's
+    assert assistant_text(read_stream(kinesis, stream_name)) == "You said: from the table"
+
+
+def test_an_event_for_a_turn_that_does_not_exist_fails_naming_it(proxy_app, kinesis, stream_name, chat_table) -> None:
+    # GIVEN no turn in the table WHEN the sample event is handled THEN the invocation fails, naming the turn
+    with pytest.raises(TurnNotFound, match=f"session {SAMPLE['session_id']} has no turn 1"):
+        proxy_app.handler(SAMPLE, FakeContext("ProxyFunction"))
+    # AND nothing was written to the stream
+    assert read_stream(kinesis, stream_name) == []
+
+
+class RecordingBedrock:
+    """The real client to the local model, keeping each ConverseStream request."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.requests: list[dict[str, Any]] = []
+
+    def converse_stream(self, **params: Any) -> Any:
+        self.requests.append(params)
+        return self.client.converse_stream(**params)
+
+
+def test_the_turn_items_message_and_options_go_to_the_model(bedrock, kinesis, stream_name, chat_table) -> None:
+    # GIVEN a turn started with max_tokens and temperature
+    current = start_turn(chat_table, "hello", max_tokens=64, temperature=0.25)
+    recording = RecordingBedrock(bedrock)
+    # WHEN the proxy generates it
+    generate(current, recording, kinesis, stream_name, chat_table)
+    # THEN the model got the turn's message and its options, read from the table
+    (request,) = recording.requests
+    assert request["messages"] == [{"role": "user", "content": [{"text": "hello"}]}]
+    assert request["inferenceConfig"] == {"maxTokens": 64, "temperature": 0.25}
 
 
 def test_flush_size_one_writes_one_record_per_delta(bedrock, kinesis, stream_name, chat_table) -> None:
     # GIVEN coalescing effectively off (the per-token pipeline the benchmark compares against)
-    request = start_turn(chat_table, "/long 40")
-    generate(request, bedrock, kinesis, stream_name, chat_table, flush_interval_ms=0, flush_max_chars=1)
+    current = start_turn(chat_table, "/long 40")
+    generate(current, bedrock, kinesis, stream_name, chat_table, flush_interval_ms=0, flush_max_chars=1)
     # THEN each model delta is one record, never split or merged
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)

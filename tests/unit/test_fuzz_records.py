@@ -20,6 +20,8 @@ from chatstream.errors import InvalidEvent, InvalidRecord
 from chatstream.generation import Generation, GenerationSettings
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import RecordType, TokenRecord, assistant_text
+from chatstream.status import TurnStatus
+from chatstream.table import Turn
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
 JSON_VALUES = st.recursive(
@@ -89,7 +91,7 @@ def test_the_proxy_event_parser_raises_only_invalid_event(event: Any) -> None:
         request = GenerateRequest.from_event(event)
     except InvalidEvent:
         return
-    assert request.turn >= 1 and request.message.strip()
+    assert request.turn >= 1 and request.to_event() == {"session_id": event["session_id"], "turn": event["turn"]}
 
 
 # ------------------------------------------------------------------------------- the generation
@@ -158,7 +160,7 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
     # GIVEN a model stream of arbitrary events (malformed ones included), maybe failing at its end
     writer = _Writer()
     generation = Generation(
-        request=GenerateRequest("s1", 1, "hello"),
+        turn=Turn("s1", 1, "hello", TurnStatus.IN_PROGRESS),
         bedrock=_Bedrock(events, fail),  # type: ignore[arg-type]
         writer=writer,  # type: ignore[arg-type]
         table=_Table(),  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,23 @@ def test_parses_lambdas_destination_record() -> None:
     failed = FailedGeneration.from_destination_record(load_event("reaper-proxy-failure.json")["Records"][0]["body"])
     assert (failed.request.turn, failed.condition, failed.error_type) == (1, "RetriesExhausted", "Sandbox.Timedout")
     assert failed.error().code == "generation_failed" and failed.error().retryable
+
+
+def test_the_sample_record_is_real_shaped_and_holds_no_conversation_text() -> None:
+    # GIVEN the sample SQS event: its md5OfBody is the body's, as SQS computes it
+    record = load_event("reaper-proxy-failure.json")["Records"][0]
+    assert record["md5OfBody"] == hashlib.md5(record["body"].encode("utf-8")).hexdigest()
+    # AND the failed invocation it carries names the turn and nothing else (what the relay sends the proxy)
+    assert set(json.loads(record["body"])["requestPayload"]) == {"session_id", "turn"}
+
+
+def test_a_record_of_an_invocation_by_an_earlier_relay_parses() -> None:
+    # GIVEN a failed invocation whose payload still carries the message (sent before an upgrade)
+    body = destination_record("abc", turn=3)
+    body["requestPayload"].update(message="hello", max_tokens=64)  # type: ignore[attr-defined]
+    # WHEN parsed THEN it names the turn to end
+    failed = FailedGeneration.from_destination_record(json.dumps(body))
+    assert (failed.request.session_id, failed.request.turn) == ("abc", 3)
 
 
 @pytest.mark.parametrize(

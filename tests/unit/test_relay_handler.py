@@ -159,8 +159,10 @@ def test_chat_sample_streams_a_turn_and_flushes_its_metrics(
     assert "ClientTimeToFirstToken" in metrics
 
 
-def test_base64_chat_sample_passes_its_options_to_the_proxy(app: ModuleType, proxy: Stubber) -> None:
-    # GIVEN Lambda accepts the invocation, whose payload must carry the sample's max_tokens
+def test_base64_chat_sample_starts_a_turn_with_its_options(
+    app: ModuleType, proxy: Stubber, chat_table: ChatTable
+) -> None:
+    # GIVEN Lambda accepts the invocation
     proxy.add_response(
         "invoke", {"StatusCode": 202}, {"FunctionName": PROXY_FUNCTION, "InvocationType": "Event", "Payload": ANY}
     )
@@ -170,10 +172,15 @@ def test_base64_chat_sample_passes_its_options_to_the_proxy(app: ModuleType, pro
     )
     # WHEN the base64-encoded chat sample is handled
     response = run(app, "relay-chat-base64.json")
-    # THEN the stream starts and the proxy was asked for the message with max_tokens 64
+    # THEN the stream starts and the proxy was asked for the new turn, by its key alone
     assert response.status_code == 200
-    assert read_stream([next(iter(response.body))]).kinds == ["meta"]
-    assert sent and sent[0]["message"] == "hello" and sent[0]["max_tokens"] == 64
+    meta = read_stream([next(iter(response.body))])
+    assert meta.kinds == ["meta"]
+    session_id = meta.events[0].json()["session_id"]
+    assert sent == [{"session_id": session_id, "turn": 1}]
+    # AND the turn item holds the sample's message and max_tokens, for the proxy to read
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and (turn.user, turn.max_tokens) == ("hello", 64)
 
 
 def test_bad_json_sample_is_400_invalid_json(app: ModuleType, proxy: Stubber) -> None:

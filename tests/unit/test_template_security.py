@@ -1,15 +1,22 @@
-"""Least privilege and hardening of template.yaml, checked on the template SAM actually deploys.
+"""Least privilege and hardening of template.yaml, checked on what CloudFormation actually creates.
 
-The template is translated offline with samtranslator (as ``sam validate`` does: local code URIs
-replaced by S3 placeholders, no managed-policy lookup), so the roles SAM generates from ``Policies``
-and ``EventInvokeConfig`` are checked too, not only the hand-written ones.
+The template is translated offline with samtranslator (as ``sam validate`` does: local code URIs replaced
+by S3 placeholders, no managed-policy lookup), once for each combination of the parameters that decide
+which resources exist (:data:`DEPLOYMENTS`). Each translation is then deployed on paper: its conditions are
+evaluated with those parameters (by the local stack's template reader), resources and outputs whose
+condition is false are left out, and every ``Fn::If`` is resolved to its branch. So the roles SAM generates,
+the permissions it does (or does not) add, and the conditioned resources written by hand are all checked
+as one deployment would have them.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +24,7 @@ import pytest
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
+from chatstream_local.template import Template
 from tests.support import REPO_ROOT
 
 TEMPLATE = REPO_ROOT / "template.yaml"
@@ -26,11 +34,106 @@ RESOURCELESS_ACTIONS = frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRec
 # AWSLambdaBasicExecutionRole would let a function write to any log group).
 ALLOWED_MANAGED_POLICIES: frozenset[str] = frozenset()
 PSEUDO = {"AWS::Region": "us-east-1", "AWS::Partition": "aws", "AWS::AccountId": "123456789012"}
+PSEUDO_REFS = frozenset({*PSEUDO, "AWS::StackName", "AWS::StackId", "AWS::URLSuffix", "AWS::NoValue"})
+
+# The parameters that change which resources exist, and every value of each that matters.
+DECIDING_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "FunctionUrlAuthType": ("AWS_IAM", "NONE"),
+    "EnhancedFanOut": ("false", "true"),
+    "AlarmEmail": ("", "ops@example.com"),
+}
+DEPLOYMENTS = [
+    dict(zip(DECIDING_PARAMETERS, values, strict=True)) for values in itertools.product(*DECIDING_PARAMETERS.values())
+]
+# What the alarms watch, whatever the parameters: (namespace, metric, the resource of its dimension).
+WATCHED = {
+    ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "ConsumerDLQ"),
+    ("AWS/Lambda", "IteratorAge", "ConsumerFunction"),
+    ("AWS/Lambda", "Errors", "ConsumerFunction"),
+    ("AWS/Lambda", "Throttles", "ProxyFunction"),
+    ("AWS/Lambda", "AsyncEventsDropped", "ProxyFunction"),
+    ("AWS/Lambda", "DestinationDeliveryFailures", "ProxyFunction"),
+    ("AWS/SQS", "ApproximateAgeOfOldestMessage", "ProxyFailureQueue"),
+    ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "ProxyFailureDLQ"),
+    ("AWS/Lambda", "Errors", "TurnReaperFunction"),
+    ("AWS/Lambda", "Errors", "RelayFunction"),
+}
+# What deleting (or replacing) the stack does to what holds data: only the conversations are kept.
+DELETION_POLICIES = {
+    "AWS::DynamoDB::Table": "Retain",
+    "AWS::Kinesis::Stream": "Delete",
+    "AWS::SQS::Queue": "Delete",
+    "AWS::Logs::LogGroup": "Delete",
+}
+_SUB_NAME = re.compile(r"\$\{([^}!]+)\}")
 
 
 class _NoManagedPolicyLookup:
     def load(self) -> dict[str, str]:
         return {}
+
+
+class _NoValue:
+    """``Ref AWS::NoValue``: the property or list item is left out."""
+
+
+_NO_VALUE = _NoValue()
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The resources and outputs one deployment with ``parameters`` creates (conditions applied)."""
+
+    parameters: dict[str, str]
+    parameter_names: frozenset[str]
+    resources: dict[str, dict[str, Any]]
+    outputs: dict[str, dict[str, Any]]
+
+    def of_type(self, type_: str) -> dict[str, dict[str, Any]]:
+        return {name: res for name, res in self.resources.items() if res["Type"] == type_}
+
+    def properties(self, logical_id: str) -> dict[str, Any]:
+        properties: dict[str, Any] = self.resources[logical_id]["Properties"]
+        return properties
+
+
+def _translate(source: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:
+    document = copy.deepcopy(source)
+    for resource in document["Resources"].values():
+        for key in ("CodeUri", "ContentUri"):
+            if key in resource.get("Properties", {}):
+                resource["Properties"][key] = "s3://bucket/key"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        return dict(transform(document, {**PSEUDO, **parameters}, _NoManagedPolicyLookup()))
+
+
+def _select(node: Any, holds: Any) -> Any:
+    """``node`` with each ``Fn::If`` replaced by the branch its condition picks and ``AWS::NoValue`` left out."""
+    if isinstance(node, list):
+        return [value for value in (_select(item, holds) for item in node) if value is not _NO_VALUE]
+    if not isinstance(node, dict):
+        return node
+    if node == {"Ref": "AWS::NoValue"}:
+        return _NO_VALUE
+    if set(node) == {"Fn::If"}:
+        condition, if_true, if_false = node["Fn::If"]
+        return _select(if_true if holds(condition) else if_false, holds)
+    selected = {key: _select(value, holds) for key, value in node.items()}
+    return {key: value for key, value in selected.items() if value is not _NO_VALUE}
+
+
+def _deploy(translated: dict[str, Any], parameters: dict[str, str]) -> Deployment:
+    conditions = Template(raw=translated, parameter_overrides=parameters)
+
+    def created(section: str) -> dict[str, dict[str, Any]]:
+        return {
+            name: _select(item, conditions.condition)
+            for name, item in translated.get(section, {}).items()
+            if "Condition" not in item or conditions.condition(item["Condition"])
+        }
+
+    return Deployment(parameters, frozenset(translated["Parameters"]), created("Resources"), created("Outputs"))
 
 
 @pytest.fixture(scope="module")
@@ -39,66 +142,239 @@ def source() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def translated(source: dict[str, Any]) -> dict[str, Any]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        document = copy.deepcopy(source)
-        for resource in document["Resources"].values():
-            for key in ("CodeUri", "ContentUri"):
-                if key in resource.get("Properties", {}):
-                    resource["Properties"][key] = "s3://bucket/key"
-        return dict(transform(document, PSEUDO, _NoManagedPolicyLookup()))
+def deployments(source: dict[str, Any]) -> list[Deployment]:
+    return [_deploy(_translate(source, parameters), parameters) for parameters in DEPLOYMENTS]
 
 
-def _of_type(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
-    return {name: res for name, res in template["Resources"].items() if res["Type"] == type_}
-
-
-def _statements(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Statements of a policy document, both branches of an ``Fn::If`` included."""
-    raw = document.get("Statement", [])
-    out: list[dict[str, Any]] = []
-    for statement in raw if isinstance(raw, list) else [raw]:
-        if isinstance(statement, dict) and "Fn::If" in statement:
-            out.extend(branch for branch in statement["Fn::If"][1:] if isinstance(branch, dict) and "Effect" in branch)
-        else:
-            out.append(statement)
-    return out
+@pytest.fixture(scope="module", params=range(len(DEPLOYMENTS)), ids=[str(p) for p in DEPLOYMENTS])
+def deployment(request: pytest.FixtureRequest, deployments: list[Deployment]) -> Deployment:
+    return deployments[request.param]
 
 
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def test_the_template_generates_a_role_for_every_function(translated: dict[str, Any]) -> None:
-    roles = _of_type(translated, "AWS::IAM::Role")
-    assert {"ProxyFunctionRole", "RelayFunctionRole", "ConsumerFunctionRole"} <= set(roles)
+def _references(node: Any) -> set[str]:
+    """The logical ids and parameters that ``Ref``, ``Fn::GetAtt`` and ``Fn::Sub`` in ``node`` name."""
+    if isinstance(node, list):
+        return set().union(*(_references(item) for item in node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    found: set[str] = set()
+    for key, value in node.items():
+        if key == "Ref" and isinstance(value, str):
+            found.add(value)
+        elif key == "Fn::GetAtt":
+            found.add((value.split(".", 1) if isinstance(value, str) else value)[0])
+        elif key == "Fn::Sub":
+            text, variables = (value, {}) if isinstance(value, str) else (value[0], value[1])
+            found.update(name.split(".", 1)[0] for name in _SUB_NAME.findall(text) if name not in variables)
+            found |= _references(variables)
+        else:
+            found |= _references(value)
+    return found
 
 
-def test_no_role_allows_a_wildcard_action(translated: dict[str, Any]) -> None:
-    for name, role in _of_type(translated, "AWS::IAM::Role").items():
-        for policy in role["Properties"].get("Policies", []):
-            for statement in _statements(policy["PolicyDocument"]):
-                if statement["Effect"] != "Allow":
-                    continue
-                for action in _as_list(statement["Action"]):
-                    assert action != "*" and not action.endswith(":*") and "*" not in action, (name, action)
+def _target(dimension_value: Any) -> str:
+    """The logical id an alarm's dimension points at (``Ref X`` or ``Fn::GetAtt [X, attribute]``)."""
+    if "Ref" in dimension_value:
+        return str(dimension_value["Ref"])
+    return str(_as_list(dimension_value["Fn::GetAtt"])[0].split(".")[0])
 
 
-def test_no_role_allows_every_resource_except_for_actions_without_resource_permissions(
-    translated: dict[str, Any],
+# ------------------------------------------------------------------------------------ the matrix
+
+
+def test_the_deployments_cover_both_values_of_every_condition_that_decides_a_resource(
+    source: dict[str, Any],
 ) -> None:
-    for name, role in _of_type(translated, "AWS::IAM::Role").items():
-        for policy in role["Properties"].get("Policies", []):
-            for statement in _statements(policy["PolicyDocument"]):
-                if statement["Effect"] == "Allow" and "*" in _as_list(statement["Resource"]):
-                    assert set(_as_list(statement["Action"])) <= RESOURCELESS_ACTIONS, (name, statement)
+    # GIVEN the conditions that decide whether a resource or an output exists
+    deciding = {
+        item["Condition"]
+        for section in ("Resources", "Outputs")
+        for item in source[section].values()
+        if "Condition" in item
+    }
+    assert deciding, "the template has conditioned resources"
+    # WHEN each is evaluated with the parameters of every deployment checked here
+    for name in deciding:
+        values = {Template(raw=source, parameter_overrides=p).condition(name) for p in DEPLOYMENTS}
+        # THEN both of its values are checked (a new condition needs its parameter in DECIDING_PARAMETERS)
+        assert values == {True, False}, name
 
 
-def test_only_the_documented_managed_policies_are_attached(translated: dict[str, Any]) -> None:
-    for name, role in _of_type(translated, "AWS::IAM::Role").items():
+def test_every_reference_names_something_the_deployment_creates(deployment: Deployment) -> None:
+    # GIVEN what one deployment creates WHEN every Ref, GetAtt, Sub and DependsOn is followed
+    known = set(deployment.resources) | deployment.parameter_names | PSEUDO_REFS
+    for name, resource in deployment.resources.items():
+        named = _references(resource.get("Properties", {})) | set(_as_list(resource.get("DependsOn", [])))
+        # THEN each names a resource of the same deployment, or a parameter (no dangling conditioned resource)
+        assert named <= known, (name, named - known)
+    for name, output in deployment.outputs.items():
+        assert _references(output) <= known, (name, _references(output) - known)
+
+
+# ------------------------------------------------------------------------- the Function URL
+
+
+def test_the_function_url_takes_the_auth_type_parameter(deployment: Deployment) -> None:
+    (url,) = deployment.of_type("AWS::Lambda::Url").values()
+    assert url["Properties"]["AuthType"] == {"Ref": "FunctionUrlAuthType"}
+    assert url["Properties"]["TargetFunctionArn"] == {"Ref": "RelayFunction"}
+
+
+def test_the_relay_is_public_exactly_when_the_auth_type_is_none(deployment: Deployment) -> None:
+    # GIVEN the resource-policy statements on functions that this deployment creates
+    grants = {
+        (
+            p["Properties"]["Action"],
+            p["Properties"]["Principal"],
+            p["Properties"].get("FunctionUrlAuthType"),
+            p["Properties"].get("InvokedViaFunctionUrl"),
+            p["Properties"]["FunctionName"]["Ref"],
+        )
+        for p in deployment.of_type("AWS::Lambda::Permission").values()
+    }
+    if deployment.parameters["FunctionUrlAuthType"] == "NONE":
+        # THEN a public URL gets both statements Lambda requires of one since October 2025, on the relay only
+        assert grants == {
+            ("lambda:InvokeFunctionUrl", "*", "NONE", None, "RelayFunction"),
+            ("lambda:InvokeFunction", "*", None, True, "RelayFunction"),
+        }
+    else:
+        # THEN with AWS_IAM nothing is granted to everyone: callers need the identity policy
+        assert grants == set()
+
+
+def test_callers_get_a_policy_with_exactly_the_two_actions_on_the_relay(deployment: Deployment) -> None:
+    # GIVEN the managed policy for callers of an AWS_IAM URL, present with either auth type
+    (name,) = deployment.of_type("AWS::IAM::ManagedPolicy")
+    statements = deployment.properties(name)["PolicyDocument"]["Statement"]
+    # THEN it allows InvokeFunctionUrl (for AWS_IAM URLs) and InvokeFunction (through a Function URL only)
+    # on the relay, nothing else, and its ARN is an output
+    assert [(s["Effect"], s["Action"], s["Resource"], s["Condition"]) for s in statements] == [
+        (
+            "Allow",
+            "lambda:InvokeFunctionUrl",
+            {"Fn::GetAtt": ["RelayFunction", "Arn"]},
+            {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}},
+        ),
+        (
+            "Allow",
+            "lambda:InvokeFunction",
+            {"Fn::GetAtt": ["RelayFunction", "Arn"]},
+            {"Bool": {"lambda:InvokedViaFunctionUrl": "true"}},
+        ),
+    ]
+    assert deployment.outputs["RelayInvokePolicyArn"]["Value"] == {"Ref": name}
+
+
+# ------------------------------------------------------------------------------ enhanced fan-out
+
+
+def test_the_consumer_reads_through_enhanced_fan_out_exactly_when_chosen(deployment: Deployment) -> None:
+    # GIVEN the consumer's event source mapping and role in this deployment
+    mappings = deployment.of_type("AWS::Lambda::EventSourceMapping").values()
+    (mapping,) = [m for m in mappings if m["Properties"]["FunctionName"] == {"Ref": "ConsumerFunction"}]
+    actions = {
+        action
+        for policy in deployment.properties("ConsumerFunctionRole")["Policies"]
+        for statement in policy["PolicyDocument"]["Statement"]
+        for action in _as_list(statement["Action"])
+    }
+    if deployment.parameters["EnhancedFanOut"] == "true":
+        # THEN the mapping reads the stream consumer, which exists, and the role may subscribe to it
+        assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["TokenStreamConsumer", "ConsumerARN"]}
+        assert "TokenStreamConsumer" in deployment.resources
+        assert {"kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer"} <= actions
+    else:
+        # THEN the mapping polls the stream itself; no stream consumer and no subscription right
+        assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["TokenStream", "Arn"]}
+        assert "TokenStreamConsumer" not in deployment.resources
+        assert "kinesis:SubscribeToShard" not in actions
+
+
+# ---------------------------------------------------------------------------------------- alarms
+
+
+def test_every_failure_that_would_be_silent_has_an_alarm(deployment: Deployment) -> None:
+    watched = {
+        (
+            alarm["Properties"]["Namespace"],
+            alarm["Properties"]["MetricName"],
+            _target(alarm["Properties"]["Dimensions"][0]["Value"]),
+        )
+        for alarm in deployment.of_type("AWS::CloudWatch::Alarm").values()
+    }
+    assert watched >= WATCHED, WATCHED - watched
+
+
+def test_alarms_notify_the_topic_exactly_when_an_email_is_set(deployment: Deployment) -> None:
+    alarms = deployment.of_type("AWS::CloudWatch::Alarm")
+    if deployment.parameters["AlarmEmail"]:
+        # THEN the topic, its e-mail subscription and its output exist, and every alarm notifies it both ways
+        assert deployment.properties("AlarmEmailSubscription")["Endpoint"] == {"Ref": "AlarmEmail"}
+        assert deployment.outputs["AlarmTopicArn"]["Value"] == {"Ref": "AlarmTopic"}
+        for name, alarm in alarms.items():
+            actions = (alarm["Properties"].get("AlarmActions"), alarm["Properties"].get("OKActions"))
+            assert actions == ([{"Ref": "AlarmTopic"}], [{"Ref": "AlarmTopic"}]), name
+    else:
+        # THEN no topic, no subscription, no output, and the alarms have no actions (they still alarm)
+        assert not deployment.of_type("AWS::SNS::Topic") and not deployment.of_type("AWS::SNS::Subscription")
+        assert "AlarmTopicArn" not in deployment.outputs
+        for name, alarm in alarms.items():
+            assert "AlarmActions" not in alarm["Properties"] and "OKActions" not in alarm["Properties"], name
+
+
+# ------------------------------------------------------------------------------- least privilege
+
+
+def test_the_template_generates_a_role_for_every_function(deployment: Deployment) -> None:
+    roles = deployment.of_type("AWS::IAM::Role")
+    assert {"ProxyFunctionRole", "RelayFunctionRole", "ConsumerFunctionRole", "TurnReaperFunctionRole"} <= set(roles)
+
+
+def _allowing(deployment: Deployment) -> list[tuple[str, dict[str, Any]]]:
+    """Every Allow statement of the deployment's roles and managed policies."""
+    documents = [
+        (name, policy["PolicyDocument"])
+        for name, role in deployment.of_type("AWS::IAM::Role").items()
+        for policy in role["Properties"].get("Policies", [])
+    ]
+    documents += [
+        (name, res["Properties"]["PolicyDocument"])
+        for name, res in deployment.of_type("AWS::IAM::ManagedPolicy").items()
+    ]
+    return [
+        (name, statement)
+        for name, document in documents
+        for statement in _as_list(document["Statement"])
+        if statement["Effect"] == "Allow"
+    ]
+
+
+def test_no_policy_allows_a_wildcard_action(deployment: Deployment) -> None:
+    for name, statement in _allowing(deployment):
+        for action in _as_list(statement["Action"]):
+            assert "*" not in action, (name, action)
+
+
+def test_no_policy_allows_every_resource_except_for_actions_without_resource_permissions(
+    deployment: Deployment,
+) -> None:
+    for name, statement in _allowing(deployment):
+        if "*" in _as_list(statement["Resource"]):
+            assert set(_as_list(statement["Action"])) <= RESOURCELESS_ACTIONS, (name, statement)
+
+
+def test_only_the_documented_managed_policies_are_attached(deployment: Deployment) -> None:
+    for name, role in deployment.of_type("AWS::IAM::Role").items():
         attached = set(role["Properties"].get("ManagedPolicyArns", []))
         assert attached <= ALLOWED_MANAGED_POLICIES, (name, attached - ALLOWED_MANAGED_POLICIES)
+
+
+# ---------------------------------------------------------------------------- data and queues
 
 
 def test_the_stream_the_queues_and_the_table_are_encrypted_at_rest(source: dict[str, Any]) -> None:
@@ -106,16 +382,20 @@ def test_the_stream_the_queues_and_the_table_are_encrypted_at_rest(source: dict[
     assert stream["StreamEncryption"]["EncryptionType"] == "KMS"
     table = source["Resources"]["ChatTable"]["Properties"]
     assert table["SSESpecification"]["SSEEnabled"] is True
-    queues = _of_type(source, "AWS::SQS::Queue")
+    queues = _source_of_type(source, "AWS::SQS::Queue")
     assert queues
     for name, queue in queues.items():
         properties = queue["Properties"]
         assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties, name
 
 
+def _source_of_type(source: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {name: res for name, res in source["Resources"].items() if res["Type"] == type_}
+
+
 def test_every_queue_refuses_requests_without_tls(source: dict[str, Any]) -> None:
     protected: set[str] = set()
-    for policy in _of_type(source, "AWS::SQS::QueuePolicy").values():
+    for policy in _source_of_type(source, "AWS::SQS::QueuePolicy").values():
         statements = policy["Properties"]["PolicyDocument"]["Statement"]
         denies_plain_http = any(
             statement["Effect"] == "Deny"
@@ -125,7 +405,37 @@ def test_every_queue_refuses_requests_without_tls(source: dict[str, Any]) -> Non
         )
         if denies_plain_http:
             protected.update(queue["Ref"] for queue in policy["Properties"]["Queues"])
-    assert protected == set(_of_type(source, "AWS::SQS::Queue"))
+    assert protected == set(_source_of_type(source, "AWS::SQS::Queue"))
+
+
+def test_failed_generations_redrive_to_their_own_dead_letter_queue(source: dict[str, Any]) -> None:
+    resources = source["Resources"]
+    queue = resources["ProxyFailureQueue"]["Properties"]
+    dlq = resources["ProxyFailureDLQ"]["Properties"]
+    # THEN the queue the reaper reads moves what keeps failing to ProxyFailureDLQ, which no other queue uses
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["ProxyFailureDLQ", "Arn"]}
+    assert 1 <= queue["RedrivePolicy"]["maxReceiveCount"] <= 10
+    redriving = [name for name, res in resources.items() if "RedrivePolicy" in res.get("Properties", {})]
+    assert redriving == ["ProxyFailureQueue"]
+    # AND a message is not visible again while the reaper may still work on it (six times its timeout)
+    assert queue["VisibilityTimeout"] >= 6 * resources["TurnReaperFunction"]["Properties"]["Timeout"]
+    # AND the dead-letter queue keeps a message at least as long (its age counts from the first enqueue)
+    assert dlq["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
+
+
+def test_only_the_table_outlives_the_stack_and_it_is_protected(source: dict[str, Any]) -> None:
+    # GIVEN every resource that holds data
+    for name, resource in source["Resources"].items():
+        expected = DELETION_POLICIES.get(resource["Type"])
+        if expected is None:
+            continue
+        # THEN what deleting or replacing it does is stated, not left to the default
+        assert (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) == (expected, expected), name
+    # AND the conversations cannot be deleted by accident, by the stack or by anyone
+    assert source["Resources"]["ChatTable"]["Properties"]["DeletionProtectionEnabled"] is True
+
+
+# -------------------------------------------------------------------------------- parameters
 
 
 def test_the_relay_and_the_proxy_can_be_capped_by_parameters(source: dict[str, Any]) -> None:
@@ -143,6 +453,15 @@ def test_the_relay_and_the_proxy_can_be_capped_by_parameters(source: dict[str, A
     assert relay_env["MAX_TOKENS_LIMIT"] == {"Ref": "MaxTokensLimit"}
 
 
+def test_the_auth_type_parameter_warns_what_a_public_url_needs(source: dict[str, Any]) -> None:
+    # THEN a deployer choosing NONE reads, where they choose it, to narrow CORS and to cap the relay
+    description = " ".join(source["Parameters"]["FunctionUrlAuthType"]["Description"].split())
+    assert "CorsAllowOrigins" in description and "RelayReservedConcurrency" in description
+
+
+# ---------------------------------------------------------------------------------- scanners
+
+
 def test_every_scanner_exception_is_justified_in_the_template(source: dict[str, Any]) -> None:
     for name, resource in source["Resources"].items():
         for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
@@ -153,3 +472,18 @@ def test_cfn_lint_finds_nothing() -> None:
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run([str(cfn_lint), str(TEMPLATE)], capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -------------------------------------------------------------------------------------- docs
+
+
+def test_the_docs_name_every_output_and_every_alarm(source: dict[str, Any]) -> None:
+    # GIVEN the README's deploy section and the operations guide
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    operations = (REPO_ROOT / "docs" / "OPERATIONS.md").read_text(encoding="utf-8")
+    # THEN a deployer reads of every output, and an operator of every alarm, what it means
+    named_outputs = {name for name in source["Outputs"] if f"`{name}`" in readme}
+    function_names = {name for name in source["Outputs"] if name.endswith("FunctionName")}  # "the function names"
+    assert set(source["Outputs"]) - function_names <= named_outputs
+    alarms = set(_source_of_type(source, "AWS::CloudWatch::Alarm"))
+    assert {name for name in alarms if f"| `{name}` |" in operations} == alarms

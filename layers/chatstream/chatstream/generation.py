@@ -2,6 +2,8 @@
 
 Three parts: :class:`GenerationSettings` (what the deployer chose), the coalescer
 (``chatstream.coalescer``: which deltas become one record, and when) and :class:`Generation`, the loop.
+A generation starts from the turn item (:func:`turn_to_generate`): the invocation event names the turn,
+and the user's message and the turn's options are read from ChatTable.
 
 Two threads per generation. The caller's thread reads the Bedrock stream and appends each delta to the
 coalescer; it never waits on Kinesis. A writer thread takes the coalescer's steps: ``start`` then the
@@ -26,6 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError,
 
 from chatstream.backoff import Backoff
 from chatstream.coalescer import Coalescer, Step, WriterAction
+from chatstream.errors import TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage, assistant_text
 from chatstream.status import StopReason, TurnStatus
 
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from chatstream.config import ProxyConfig
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.proxy_event import GenerateRequest
-    from chatstream.table import ChatTable
+    from chatstream.table import ChatTable, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -121,17 +124,32 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
     return ErrorInfo("internal_error", f"unexpected failure ({type(err).__name__})", False)
 
 
-def build_messages(table: ChatTable, request: GenerateRequest) -> list[dict[str, Any]]:
-    """The Converse ``messages``: earlier turns that produced text, then the new user message."""
+def turn_to_generate(table: ChatTable, request: GenerateRequest) -> Turn:
+    """The turn item the event names (strongly consistent: the relay wrote it before invoking).
+
+    :class:`~chatstream.errors.TurnNotFound` when there is none: the event names a session or turn that
+    does not exist (or no longer does: expired by TTL), so there is no message to answer.
+    """
+    turn = table.get_turn(request.session_id, request.turn)
+    if turn is None:
+        raise TurnNotFound(
+            f"session {request.session_id} has no turn {request.turn} in ChatTable, so there is no message to "
+            "generate a reply to (the relay writes the turn before it invokes the proxy)"
+        )
+    return turn
+
+
+def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
+    """The Converse ``messages``: earlier turns that produced text, then the turn's user message."""
     messages: list[dict[str, Any]] = []
-    earlier = table.list_turns(request.session_id) if request.turn > 1 else []  # turn 1 has no history
+    earlier = table.list_turns(current.session_id) if current.turn > 1 else []  # turn 1 has no history
     for turn in earlier:
-        if turn.turn >= request.turn:
+        if turn.turn >= current.turn:
             break
         if turn.status in _REPLAYED_STATUSES and turn.assistant:
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
-    messages.append({"role": "user", "content": [{"text": request.message}]})
+    messages.append({"role": "user", "content": [{"text": current.user}]})
     return messages
 
 
@@ -151,9 +169,10 @@ class _Outcome:
 
 @dataclass
 class Generation:
-    """One turn's generation. Construct with collaborators, call :meth:`run` once."""
+    """One turn's generation (``turn``: its item, from :func:`turn_to_generate`). Construct with collaborators,
+    call :meth:`run` once."""
 
-    request: GenerateRequest
+    turn: Turn
     bedrock: BedrockRuntimeClient
     writer: TokenStreamWriter
     table: ChatTable
@@ -193,7 +212,7 @@ class Generation:
             # The writer gave up (Kinesis refused a record): whatever the model said, the reply on
             # the stream is incomplete, so the turn ends in error.
             error = ErrorInfo("write_failed", "the reply could not be written to the token stream", True)
-            req = self.request
+            req = self.turn
             via_table = self._end_through_table(
                 lambda seq: TokenRecord.failure(req.session_id, req.turn, seq, error, self.now_ms())
             )
@@ -248,7 +267,7 @@ class Generation:
 
     def _terminal_factory(self, outcome: _Outcome) -> Callable[[int], TokenRecord]:
         """The turn's terminal record, given the seq it gets once everything before it is written."""
-        req = self.request
+        req = self.turn
         failure = outcome.failure
         if failure is not None:
             return lambda seq: TokenRecord.failure(req.session_id, req.turn, seq, failure, self.now_ms())
@@ -262,14 +281,14 @@ class Generation:
 
     def _converse_params(self) -> dict[str, Any]:
         settings = self.settings
-        params: dict[str, Any] = {"modelId": settings.model_id, "messages": build_messages(self.table, self.request)}
+        params: dict[str, Any] = {"modelId": settings.model_id, "messages": build_messages(self.table, self.turn)}
         if settings.system_prompt:
             params["system"] = [{"text": settings.system_prompt}]
         inference: dict[str, Any] = {}
-        if self.request.max_tokens is not None:
-            inference["maxTokens"] = self.request.max_tokens
-        if self.request.temperature is not None:
-            inference["temperature"] = self.request.temperature
+        if self.turn.max_tokens is not None:
+            inference["maxTokens"] = self.turn.max_tokens
+        if self.turn.temperature is not None:
+            inference["temperature"] = self.turn.temperature
         if inference:
             params["inferenceConfig"] = inference
         return params
@@ -322,7 +341,7 @@ class Generation:
                 lambda: self._coalescer.pending or self._coalescer.ended, timeout=self.settings.start_defer_ms / 1000
             )
             first_delta_here = self._coalescer.pending
-        start = TokenRecord.start(self.request.session_id, self.request.turn, self.now_ms())
+        start = TokenRecord.start(self.turn.session_id, self.turn.turn, self.now_ms())
         if first_delta_here:
             return start
         self._write(start)
@@ -338,7 +357,7 @@ class Generation:
                 self._cond.wait(timeout=step.wait_s)
 
     def _write_delta(self, text: str) -> None:
-        record = TokenRecord.delta(self.request.session_id, self.request.turn, self._next_seq, text, self.now_ms())
+        record = TokenRecord.delta(self.turn.session_id, self.turn.turn, self._next_seq, text, self.now_ms())
         self._write(record)
         self._written_deltas.append(record)
         if self._first_delta_at is None:
@@ -349,7 +368,7 @@ class Generation:
             self._coalescer.cancel_checked(self.monotonic())
         if self._cancelled.is_set():
             return
-        if self.table.cancel_requested(self.request.session_id, self.request.turn):
+        if self.table.cancel_requested(self.turn.session_id, self.turn.turn):
             logger.info("cancel requested")
             self._cancelled.set()
             if self._stream is not None:

@@ -8,7 +8,7 @@ invocation, or an event too old to run. Lambda then sends the invocation to the 
     {"version": "1.0", "timestamp": "…",
      "requestContext": {"requestId": "…", "functionArn": "…", "condition": "RetriesExhausted",
                         "approximateInvokeCount": 1},
-     "requestPayload": {"session_id": "…", "turn": 3, "message": "…"},
+     "requestPayload": {"session_id": "…", "turn": 3},
      "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
      "responsePayload": {"errorType": "Sandbox.Timedout", "errorMessage": "…"}}
 

@@ -154,11 +154,12 @@ def test_chat_streams_meta_at_once_then_the_turn(
     session_id = meta["session_id"]
     assert len(session_id) == 32 and int(session_id, 16) >= 0
     assert meta == {"session_id": session_id, "turn": 1, "events_url": f"/sessions/{session_id}/turns/1/events"}
-    # AND the proxy was invoked asynchronously with the turn to generate
+    # AND the proxy was invoked asynchronously with the turn's key only: no conversation text in the event
     assert [(c["FunctionName"], c["InvocationType"]) for c in proxy.calls] == [(PROXY_FUNCTION, "Event")]
-    assert proxy.payloads() == [
-        {"session_id": session_id, "turn": 1, "message": "hello", "max_tokens": 64, "temperature": 0.5}
-    ]
+    assert proxy.payloads() == [{"session_id": session_id, "turn": 1}]
+    # AND the message and its options are on the turn item, where the proxy reads them
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and (turn.user, turn.max_tokens, turn.temperature) == ("hello", 64, 0.5)
     # WHEN the turn's records reach the table
     write_turn(chat_table, session_id, 1, ["You", " said:", " hello"])
     # THEN the stream carries them with their ids and ends with done

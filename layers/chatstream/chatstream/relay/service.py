@@ -13,8 +13,9 @@ Identity (who owns a session):
 The routes are declared once, at import (:data:`ROUTES`); every route under ``/sessions/{session_id}``
 passes the one ownership check (:meth:`_Exchange.owned`) before it reads anything.
 
-``POST /chat`` allocates the turn (one generating turn per session, a conditional write), invokes
-ProxyFunction asynchronously, and answers a stream: ``retry: 1000``, ``meta`` at once, then the
+``POST /chat`` allocates the turn (one generating turn per session, a conditional write; the turn item
+holds the message and its options), invokes ProxyFunction asynchronously with the turn's key only
+(:class:`~chatstream.proxy_event.GenerateRequest`), and answers a stream: ``retry: 1000``, ``meta`` at once, then the
 turn as :class:`~chatstream.relay.follow.Follower` emits it. When the invoke fails, the turn is ended
 in the table as an ``error`` (``proxy_unavailable``, retryable) so the session is free again, and
 the stream's ``meta`` is followed by that error.
@@ -170,7 +171,7 @@ class _Exchange:
             raise HttpError(
                 409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
             ) from None
-        request = GenerateRequest(session_id, turn, chat.message, chat.max_tokens, chat.temperature)
+        request = GenerateRequest(session_id, turn)
         failure = self.invoke_proxy(request)
         stats = FollowStats()
         info = StreamInfo(StreamKind.CHAT, session_id, turn, stats, self.started_at)

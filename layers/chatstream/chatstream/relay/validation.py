@@ -29,11 +29,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from chatstream.proxy_event import MAX_MESSAGE_CHARS
 from chatstream.records import MAX_SEQ
 from chatstream.relay.http import HttpError
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_MESSAGE_CHARS = 32_000
 _MAX_SEQ_DIGITS = len(str(MAX_SEQ))
 CHAT_FIELDS = ("message", "session_id", "max_tokens", "temperature")
 
