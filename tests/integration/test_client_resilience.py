@@ -305,7 +305,8 @@ def test_a_502_on_a_new_session_is_not_sent_again(relay: FakeRelay, client: Chat
 
 
 def history(*turns: tuple[int, str]) -> Answer:
-    return Answer(body={"session_id": SESSION, "turns": [{"turn": n, "user": u, "status": "complete"} for n, u in turns]})
+    rows = [{"turn": number, "user": user, "status": "complete"} for number, user in turns]
+    return Answer(body={"session_id": SESSION, "turns": rows})
 
 
 def test_a_502_after_the_turn_started_follows_that_turn(relay: FakeRelay, client: ChatClient) -> None:
