@@ -3,7 +3,8 @@
 Runs in its own process (see :func:`run_in_subprocess`), so the clients' SSE parsing does not compete for the
 interpreter that hosts the local stack's front end, model and emulators. Times are the client's own
 ``time.monotonic()``: time to first token is request sent → first ``token`` event; gaps are between consecutive
-``token`` events of one chat.
+``token`` events of one chat. A chat whose relay sent a token id twice, or whose stream the client had to resume
+without being asked (it ended early, or the connection broke), is counted as such: it is not exact.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from chatstream_client.api import ChatClient
+from chatstream_client.api import ChatClient, TurnResult
 
 
 @dataclass
@@ -24,6 +25,9 @@ class ChatSample:
     ok: bool
     text: str = ""
     ids_contiguous: bool = False
+    repeated_ids: int = 0  # token events the relay sent again (the client skipped them)
+    unplanned_resumes: int = 0  # resumes nobody asked for: the stream ended early or the connection broke
+    retries: int = 0  # requests the client sent again after 429/5xx or a failed connection
     token_events: int = 0
     ttft_ms: float | None = None
     gaps_ms: list[float] = field(default_factory=list)
@@ -51,13 +55,25 @@ def _one_chat(
         ok=result.done is not None and result.error is None,
         text=result.text,
         ids_contiguous=result.ids == list(range(1, len(result.ids) + 1)),
+        repeated_ids=len(result.repeated_ids),
+        unplanned_resumes=result.unplanned_resumes,
+        retries=result.retries,
         token_events=len(result.ids),
         ttft_ms=None if result.first_token_at is None else result.first_token_at * 1000,
         gaps_ms=[(b - a) * 1000 for a, b in zip(times, times[1:], strict=False)],
         started=started,
         finished=finished,
-        error=None if result.error is None else str(result.error),
+        error=_problem(result),
     )
+
+
+def _problem(result: TurnResult) -> str | None:
+    """What went wrong with a chat that ended: its error event, or what the client had to work around."""
+    if result.error is not None:
+        return str(result.error)
+    if not result.clean:
+        return "; ".join([*(f"repeated id {seq}" for seq in result.repeated_ids[:3]), *result.incidents[:3]])
+    return None
 
 
 def run_load(url: str, message: str, concurrency: int, gap_s: float = 0.0) -> list[dict[str, object]]:

@@ -2,12 +2,18 @@
 
 Every execution environment the local Lambda starts is a child process of the benchmark whose environment holds
 ``AWS_LAMBDA_FUNCTION_NAME``, so CPU can be attributed to each function without hooks in the product code.
+
+A :func:`snapshot` holds each process's CPU seconds so far, keyed by pid and start time (a reused pid is another
+process). :func:`delta` gives what each label spent between two snapshots, or ``None`` when that cannot be known:
+a process of the label exited in between, taking the CPU it spent since the first snapshot with it. A label no
+process had is absent: its CPU was not measured, which is not the same as none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -27,13 +33,13 @@ def _children(parent: int) -> list[int]:
     return pids
 
 
-def _cpu_seconds(pid: int) -> float | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` from its third field (``state``) on; None once the process is gone."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def _function_name(pid: int) -> str | None:
@@ -64,22 +70,43 @@ def _role(command_line: str) -> str:
     return "other"
 
 
-def cpu_by_label(parent: int | None = None) -> dict[str, float]:
-    """CPU seconds so far of the parent's children, by function name (``moto`` for the emulator, ``other``)."""
+ProcessKey = tuple[int, int]  # pid, start time in clock ticks after boot
+
+
+@dataclass(frozen=True)
+class ProcessCpu:
+    label: str  # the function's name, ``moto``, ``clients``, ``other``, or ``bench-process`` (the parent)
+    cpu_s: float
+
+
+Snapshot = dict[ProcessKey, ProcessCpu]
+
+
+def snapshot(parent: int | None = None) -> Snapshot:
+    """CPU seconds so far of the parent and its children, each labelled by function name (``moto`` for the
+    emulator, ``clients`` for the load generator, ``other``)."""
     parent = os.getpid() if parent is None else parent
-    totals: dict[str, float] = {}
-    for pid in _children(parent):
-        seconds = _cpu_seconds(pid)
-        if seconds is None:
+    out: Snapshot = {}
+    for pid in [*_children(parent), parent]:
+        fields = _stat_fields(pid)
+        if fields is None:
             continue
-        label = _function_name(pid) or _role(_command_line(pid))
-        totals[label] = totals.get(label, 0.0) + seconds
-    own = _cpu_seconds(parent)
-    if own is not None:
-        totals["bench-process"] = own
-    return totals
+        label = "bench-process" if pid == parent else _function_name(pid) or _role(_command_line(pid))
+        cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+        out[(pid, int(fields[19]))] = ProcessCpu(label, cpu_s)
+    return out
 
 
-def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    """CPU seconds spent between two snapshots (a process that exited in between is lost, not negative)."""
-    return {label: max(0.0, value - before.get(label, 0.0)) for label, value in after.items()}
+def delta(after: Snapshot, before: Snapshot) -> dict[str, float | None]:
+    """CPU seconds each label spent between two snapshots: a process in both counts its difference, one that
+    started in between all of its time; a label with a process that exited in between is ``None`` (not measured)."""
+    spent: dict[str, float | None] = {}
+    for key, process in after.items():
+        earlier = before.get(key)
+        used = process.cpu_s - (earlier.cpu_s if earlier is not None else 0.0)
+        total = spent.get(process.label, 0.0)
+        spent[process.label] = None if total is None else total + used
+    for key, process in before.items():
+        if key not in after:
+            spent[process.label] = None
+    return spent

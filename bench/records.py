@@ -84,8 +84,8 @@ class ClientMeasures:
     """What the clients saw, by their own clock."""
 
     chats: int
-    exact: bool  # every reply exactly the model's, ended by done, with contiguous ids
-    failures: tuple[str | None, ...]  # the first three failed chats' errors
+    exact: bool  # every reply exactly the model's, ended by done, with contiguous ids, each sent once, never cut
+    failures: tuple[str | None, ...]  # the first three failed or unclean chats' errors
     ttft_ms: TtftMs
     gap_ms: GapMs
     tokens_per_s: float
@@ -93,6 +93,10 @@ class ClientMeasures:
     wall_s: float
     ttft_samples_ms: tuple[float, ...]
     gap_samples_ms: tuple[float, ...]
+    # Summed over the chats; None in results written before the client counted them.
+    repeated_ids: int | None = None  # token events a relay sent twice
+    unplanned_resumes: int | None = None  # streams that ended early or broke, resumed by the client
+    retries: int | None = None  # requests sent again after 429/5xx or a failed connection
 
     @classmethod
     def of(cls, samples: Sequence[ChatSample], wall_s: float, expected: str) -> ClientMeasures:
@@ -100,8 +104,11 @@ class ClientMeasures:
         gaps = [g for s in samples for g in s.gaps_ms]
         return cls(
             chats=len(samples),
-            exact=all(s.ok and s.text == expected and s.ids_contiguous for s in samples),
-            failures=tuple(s.error for s in samples if not s.ok)[:3],
+            exact=all(
+                s.ok and s.text == expected and s.ids_contiguous and not s.repeated_ids and not s.unplanned_resumes
+                for s in samples
+            ),
+            failures=tuple(s.error for s in samples if not s.ok or s.error is not None)[:3],
             ttft_ms=TtftMs(_r(percentile(ttfts, 50)), _r(percentile(ttfts, 95)), _r(percentile(ttfts, 99))),
             gap_ms=GapMs(_r(percentile(gaps, 50), 2), _r(percentile(gaps, 99), 2)),
             tokens_per_s=_rounded(tokens_of(samples) / wall_s if wall_s else 0.0),
@@ -109,6 +116,9 @@ class ClientMeasures:
             wall_s=_rounded(wall_s, 2),
             ttft_samples_ms=tuple(_rounded(v) for v in ttfts),
             gap_samples_ms=tuple(_rounded(v, 2) for v in gaps),
+            repeated_ids=sum(s.repeated_ids for s in samples),
+            unplanned_resumes=sum(s.unplanned_resumes for s in samples),
+            retries=sum(s.retries for s in samples),
         )
 
 
@@ -158,17 +168,25 @@ class AwsUsage:
 
 @dataclass(frozen=True)
 class CpuUse:
-    """CPU milliseconds per 1,000 tokens, of the relay and of every process (``/proc``, see ``bench.procstat``)."""
+    """CPU milliseconds per 1,000 tokens, of the relay and of every process (``/proc``, see ``bench.procstat``).
 
-    relay_cpu_ms_per_1k_tokens: float
-    cpu_ms_per_1k_tokens_by_process: Mapping[str, float]
+    ``None`` is "not measured": no process of the relay was found, or one exited during the cell (its CPU went
+    with it). It is never reported as 0.
+    """
+
+    relay_cpu_ms_per_1k_tokens: float | None
+    cpu_ms_per_1k_tokens_by_process: Mapping[str, float | None]
 
     @classmethod
-    def of(cls, cpu_s: Mapping[str, float], relay: str, tokens: int) -> CpuUse:
+    def of(cls, cpu_s: Mapping[str, float | None], relay: str, tokens: int) -> CpuUse:
         per_1k = 1000 / tokens if tokens else 0.0
+
+        def per_1k_ms(seconds: float | None) -> float | None:
+            return None if seconds is None else _rounded(seconds * 1000 * per_1k)
+
         return cls(
-            relay_cpu_ms_per_1k_tokens=_rounded(cpu_s.get(relay, 0.0) * 1000 * per_1k),
-            cpu_ms_per_1k_tokens_by_process={k: _rounded(v * 1000 * per_1k) for k, v in sorted(cpu_s.items())},
+            relay_cpu_ms_per_1k_tokens=per_1k_ms(cpu_s.get(relay)),
+            cpu_ms_per_1k_tokens_by_process={k: per_1k_ms(v) for k, v in sorted(cpu_s.items())},
         )
 
 
@@ -191,6 +209,15 @@ class RunRecord:
             "chats": clients.chats,
             "exact": clients.exact,
             "failures": list(clients.failures),
+            **{
+                name: value
+                for name, value in (
+                    ("repeated_ids", clients.repeated_ids),
+                    ("unplanned_resumes", clients.unplanned_resumes),
+                    ("retries", clients.retries),
+                )
+                if value is not None
+            },
             "ttft_ms": asdict(clients.ttft_ms),
             "gap_ms": asdict(clients.gap_ms),
             "tokens_per_s": clients.tokens_per_s,
@@ -229,6 +256,9 @@ class RunRecord:
                 wall_s=raw["wall_s"],
                 ttft_samples_ms=tuple(raw["ttft_samples_ms"]),
                 gap_samples_ms=tuple(raw["gap_samples_ms"]),
+                repeated_ids=raw.get("repeated_ids"),
+                unplanned_resumes=raw.get("unplanned_resumes"),
+                retries=raw.get("retries"),
             ),
             aws=AwsUsage(
                 kinesis_records_per_1k_tokens=raw["kinesis_records_per_1k_tokens"],

@@ -35,6 +35,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _cpu(value: float | None) -> str:
+    """A CPU figure; ``None`` is a process that was not measured (bench.procstat), never shown as 0."""
+    return "n/m" if value is None else _cell(value)
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or b == 0:
         return "–"
@@ -60,7 +65,7 @@ def run_table(results: dict[str, Any]) -> list[str]:
             f"| {_cell(r['tokens_per_s'])} | {_cell(r['token_events_per_chat'])} "
             f"| {_cell(r['kinesis_records_per_1k_tokens'])} | {_cell(r['put_calls_per_1k_tokens'])} "
             f"| {_cell(r['dynamodb_writes_per_1k_tokens'])} | {_cell(r['relay_queries_per_turn'])} "
-            f"| {_cell(r['relay_cpu_ms_per_1k_tokens'])} |"
+            f"| {_cpu(r['relay_cpu_ms_per_1k_tokens'])} |"
         )
     return lines
 
@@ -185,7 +190,8 @@ def time_goes(results: dict[str, Any]) -> list[str]:
             max(x["concurrency"] for x in results["runs"]),
         ):
             continue
-        cpu = ", ".join(f"{k} {v}" for k, v in r["cpu_ms_per_1k_tokens_by_process"].items() if v)
+        by_process = r["cpu_ms_per_1k_tokens_by_process"].items()
+        cpu = ", ".join(f"{k} {'not measured' if v is None else v}" for k, v in by_process if v != 0)
         calls = ", ".join(f"{k} {v} ms" for k, v in r["upstream_ms_per_call"].items())
         lines.append(f"- **{r['variant']}**, delay {r['model_delay_ms']} ms, {r['concurrency']} at once: CPU {cpu}.")
         lines.append(f"  Calls per run: {r['calls']}. Mean call time: {calls}.")

@@ -232,7 +232,7 @@ class Measured:
     samples: Sequence[ChatSample]
     wall_s: float
     counts: MotoCounts  # empty for direct, which calls no AWS service
-    cpu_s: dict[str, float]
+    cpu_s: dict[str, float | None]  # None: not measured (see bench.procstat)
     durations: dict[str, list[float]]
 
 
@@ -281,15 +281,15 @@ def measure_cell(
     if target.calls is not None:
         target.calls.reset()
     target.invocations.take()
-    cpu_before = procstat.cpu_by_label()
+    cpu_before = procstat.snapshot()
     for round_ in range(1 if gap_s else workload.rounds(concurrency, target.variant)):
         if round_ and concurrency > 1:
             settle(target)  # each round starts on a quiet stack, as the first did
         batch = load.run(target.url, workload.message, concurrency, gap_s)
         samples.extend(batch)
         wall_s += max(s.finished for s in batch) - min(s.started for s in batch)
-    time.sleep(0.5)  # the consumer's turn completion lands just after the stop record the relay sent
-    cpu_s = procstat.delta(procstat.cpu_by_label(), cpu_before)
+    settle(target)  # the consumer's turn completions land after the stop records the relay sent
+    cpu_s = procstat.delta(procstat.snapshot(), cpu_before)
     durations = target.invocations.take()
     counts = target.calls.counts() if target.calls is not None else {}
     return Measured(samples, wall_s, counts, cpu_s, durations)

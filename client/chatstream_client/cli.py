@@ -2,7 +2,9 @@
 
 Interactive by default: type a message, watch the reply stream in; the session carries across
 turns. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
-prompt, or twice, quits. A dropped connection resumes from the last event id.
+prompt, or twice, quits. A dropped connection resumes from the last event id; a busy relay (429, 503)
+or one that failed before its first byte (502) is asked again after a short random wait, never
+starting a second turn (docs/HTTP_API.md, "Retries").
 
 ``--message TEXT`` is one-shot: prints the reply and exits 0, or 1 on an ``error`` event, 2 when
 the relay answers with an error or cannot be reached. ``--url`` points it at a deployed Function

@@ -141,6 +141,11 @@ class ChatPage:
         assert fragment.startswith("#session="), fragment
         return str(fragment.removeprefix("#session="))
 
+    def counts(self, *names: str) -> dict[str, int]:
+        """What the page counted for the last turn: ``retries``, ``resumes`` (unplanned), ``repeated`` ids."""
+        turn = self.turns().last
+        return {name: int(turn.get_attribute(f"data-{name}") or 0) for name in names or ("repeated", "resumes")}
+
     def history(self) -> dict[str, Any]:
         response = self.page.request.get(f"{self.url}/sessions/{self.session_id()}")
         assert response.ok, response.text()
@@ -311,6 +316,153 @@ def test_a_cut_stream_resumes_without_repeating_text(chat: ChatPage, ending: str
     assert chat.wait_status("complete") == long_reply(40)
     assert resumes == [cut["last_id"]]
     assert chat.history()["turns"][-1]["assistant"] == long_reply(40)
+    # AND it counts what it worked around: the ids sent again, and a resume only where the relay did not plan one
+    assert chat.counts() == {"repeated": int(cut["last_id"]), "resumes": 1 if ending == "dropped mid-event" else 0}
+
+
+# ---------------------------------------------------------------------------------- retries
+
+BUSY = {"error": {"code": "unavailable", "message": "the service is busy; try again in a second"}}
+BAD_GATEWAY = {"Message": "Internal Server Error"}  # what a Function URL answers when the function failed
+
+
+def json_answer(route: Route, status: int, body: dict[str, Any], retry_after: str | None = None) -> None:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    route.fulfill(status=status, headers=headers, content_type="application/json", body=json.dumps(body))
+
+
+def test_a_busy_relay_is_asked_again(chat: ChatPage) -> None:
+    # GIVEN a relay that answers the first send 503 unavailable, as when the table throttled the turn's write
+    posts: list[str] = []
+
+    def busy_once(route: Route) -> None:
+        posts.append(route.request.method)
+        if len(posts) == 1:
+            json_answer(route, 503, BUSY, retry_after="0")
+        else:
+            route.continue_()
+
+    chat.page.route("**/chat", busy_once)
+    chat.open()
+    # WHEN a message is sent
+    chat.send("hello busy")
+    # THEN the page sends it again after a short wait, the reply streams in, and one turn exists
+    assert chat.wait_status("complete") == "You said: hello busy"
+    assert len(posts) == 2 and chat.counts("retries") == {"retries": 1}
+    assert [t["user"] for t in chat.history()["turns"]] == ["hello busy"]
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
+@pytest.mark.parametrize("turn_started", [True, False], ids=["after the turn started", "before it started"])
+def test_a_502_never_starts_a_second_turn(chat: ChatPage, turn_started: bool) -> None:
+    # GIVEN a session the page shows, and a relay that answers the next send 502 (the Function URL's answer to a
+    # relay that failed before its first byte): after allocating the turn, or before
+    chat.open()
+    chat.send("first")
+    chat.wait_status("complete")
+    posts: list[str] = []
+
+    def fail_once(route: Route) -> None:
+        posts.append(route.request.method)
+        if len(posts) > 1:
+            route.continue_()
+            return
+        if turn_started:
+            route.fetch()  # the relay starts the turn; its answer never reaches the page
+        json_answer(route, 502, BAD_GATEWAY)
+
+    chat.page.route("**/chat", fail_once)
+    # WHEN the next message is sent
+    chat.send("second")
+    # THEN the reply arrives once: the page found the turn in the history and followed it, or, finding none,
+    # sent the message again
+    assert chat.wait_status("complete") == "You said: second"
+    assert len(posts) == (1 if turn_started else 2)
+    assert [t["user"] for t in chat.history()["turns"]] == ["first", "second"]
+    assert chat.counts("retries") == {"retries": 1}
+
+
+def test_a_502_on_a_new_session_gives_the_message_back(chat: ChatPage) -> None:
+    # GIVEN a relay that fails before its first byte, on a message that would start a session
+    posts: list[str] = []
+
+    def bad_gateway(route: Route) -> None:
+        posts.append(route.request.method)
+        json_answer(route, 502, BAD_GATEWAY)
+
+    chat.page.route("**/chat", bad_gateway)
+    chat.open()
+    # WHEN it is sent THEN it is not sent again (a turn may exist in a session the page cannot name): the page
+    # says what failed and gives the text back
+    chat.send("lost?")
+    expect(chat.page.get_by_role("alert")).to_contain_text("502")
+    assert posts == ["POST"] and chat.page.locator("#message").input_value() == "lost?"
+    expect(chat.turns()).to_have_count(0)
+
+
+def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
+    # GIVEN a stream cut after its first token, and a relay that answers the first two resumes 503 and 502
+    cut: dict[str, str] = {}
+
+    def cut_after_first_token(route: Route) -> None:
+        response = route.fetch()
+        events = response.text().split("\n\n")
+        first_token = next(i for i, event in enumerate(events) if "event: token" in event)
+        cut["last_id"] = events[first_token].split("id: ", 1)[1].split("\n", 1)[0]
+        route.fulfill(response=response, body="\n\n".join(events[: first_token + 1]) + "\n\n")
+
+    resumes: list[str | None] = []
+
+    def fail_twice(route: Route) -> None:
+        resumes.append(route.request.headers.get("last-event-id"))
+        if len(resumes) == 1:
+            json_answer(route, 503, BUSY, retry_after="0")
+        elif len(resumes) == 2:
+            json_answer(route, 502, BAD_GATEWAY)
+        else:
+            route.continue_()
+
+    chat.page.route("**/chat", cut_after_first_token)
+    chat.page.route("**/sessions/*/turns/*/events*", fail_twice)
+    chat.open()
+    # WHEN a reply is streamed through them
+    chat.send("/long 30")
+    # THEN the page asks three times for what follows the last id it saw, and shows every word once
+    assert chat.wait_status("complete") == long_reply(30)
+    assert resumes == [cut["last_id"]] * 3
+    assert chat.counts("retries", "resumes", "repeated") == {"retries": 2, "resumes": 1, "repeated": 0}
+
+
+RETRY_CASES = r"""
+(() => {
+  const R = window.ChatstreamRetry;
+  const top = () => 0.999999;
+  return {
+    caps: [1, 2, 3, 4, 5, 6].map((n) => Math.round(R.delayMs(n, null, top))),
+    floor: R.delayMs(1, 3000, () => 0),
+    seconds: R.retryAfterMs("2"),
+    date: R.retryAfterMs("Wed, 21 Oct 2015 07:28:30 GMT", Date.parse("2015-10-21T07:28:00Z")),
+    past: R.retryAfterMs("Wed, 21 Oct 2015 07:27:00 GMT", Date.parse("2015-10-21T07:28:00Z")),
+    unreadable: [R.retryAfterMs(null), R.retryAfterMs(""), R.retryAfterMs("soon"), R.retryAfterMs("-1")],
+    honours: [R.honours(null), R.honours(30000), R.honours(30001)],
+    attempts: R.ATTEMPTS,
+    notStarted: R.NOT_STARTED,
+  };
+})()
+"""
+
+
+def test_the_pages_retry_rules_match_the_python_clients(chat: ChatPage) -> None:
+    # GIVEN the page's retry rules, in the browser
+    chat.open()
+    rules = chat.page.evaluate(RETRY_CASES)
+    # THEN the wait is full jitter under a cap doubling from 250 ms to 4 s, a Retry-After is its floor (seconds or
+    # an HTTP-date, unreadable ones ignored, more than 30 s not honoured), five attempts, POST only after 429/503
+    assert rules["caps"] == [250, 500, 1000, 2000, 4000, 4000]
+    assert (rules["floor"], rules["seconds"], rules["date"], rules["past"]) == (3000, 2000, 30000, 0)
+    assert rules["unreadable"] == [None, None, None, None]
+    assert rules["honours"] == [True, True, False]
+    assert (rules["attempts"], rules["notStarted"]) == (5, [429, 503])
 
 
 # ---------------------------------------------------------------------------------- errors

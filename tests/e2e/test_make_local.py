@@ -172,6 +172,9 @@ def test_multi_turn_resume_cancel_and_errors_with_the_python_client(make_local: 
         assert errored.text == "w1 w2" and errored.error is not None
         throttled = client.chat("/throttle", first.session_id)
         assert throttled.error is not None and throttled.error["code"] == "throttled"
+        # AND every stream came whole: no event twice, no resume the client had to make by itself
+        results = (first, second, resumed, errored, throttled)
+        assert all(r.clean for r in results), [(r.repeated_ids, r.incidents) for r in results]
 
 
 def test_twenty_concurrent_chats_are_each_exact(make_local: RunningStack) -> None:
@@ -179,7 +182,7 @@ def test_twenty_concurrent_chats_are_each_exact(make_local: RunningStack) -> Non
         with ChatClient(make_local.url) as client:
             message = f"/long {20 + index * 7}"
             result = client.chat(message)
-            return result.text == plan_reply(message).text and result.done is not None
+            return result.text == plan_reply(message).text and result.done is not None and result.clean
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         assert all(pool.map(chat, range(20)))

@@ -31,6 +31,8 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
         assert first.done["stop_reason"] == StopReason.END_TURN
         assert second.text == plan_reply("/long 300").text
         assert second.ids == list(range(1, len(second.ids) + 1))
+        # AND no event came twice and no stream had to be resumed
+        assert first.clean and second.clean, first.incidents + second.incidents + [str(second.repeated_ids)]
         assert (second.session_id, second.turn) == (first.session_id, 2)
         # AND history has both turns, complete, with the assembled text
         history = client.history(first.session_id)
@@ -48,6 +50,7 @@ def test_model_errors_reach_the_client(start_stack: Callable[..., LocalStack]) -
         assert failed.error is not None and failed.error["code"] == "model_stream_error"
         throttled = client.chat("/throttle")
         assert throttled.text == "" and throttled.error is not None and throttled.error["retryable"] is True
+        assert failed.clean and throttled.clean, failed.incidents + throttled.incidents
 
 
 def test_errors_before_the_stream_are_json(start_stack: Callable[..., LocalStack]) -> None:

@@ -98,9 +98,10 @@ def test_two_followers_see_the_same_turn(slow_stack: LocalStack) -> None:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    # THEN both get the whole, exact reply
+    # THEN both get the whole, exact reply, each event once, on streams that ended only with done
     assert [r.text for r in results] == [plan_reply(LONG).text] * 2
     assert all(r.done is not None for r in results)
+    assert all(r.clean for r in results), [(r.repeated_ids, r.incidents) for r in results]
 
 
 def test_cancel_ends_the_stream_and_keeps_the_partial_text(slow_stack: LocalStack) -> None:
@@ -119,6 +120,7 @@ def test_cancel_ends_the_stream_and_keeps_the_partial_text(slow_stack: LocalStac
         assert result.done is not None and result.done["stop_reason"] == StopReason.CANCELLED
         assert len(result.ids) > 0 and plan_reply("/long 3000").text.startswith(result.text)
         assert result.text != plan_reply("/long 3000").text
+        assert result.clean, (result.repeated_ids, result.incidents)
         turn = client.history(result.session_id)["turns"][0]
         assert turn["status"] == TurnStatus.CANCELLED and turn["assistant"] == result.text
         # AND cancelling again is 409 turn_finished
@@ -137,6 +139,7 @@ def test_a_finished_turn_replays_and_ends(slow_stack: LocalStack) -> None:
         first = client.chat("hello again")
         replay = client.follow(first.events_url)
         assert (replay.text, replay.ids, replay.done) == (first.text, first.ids, first.done)
+        assert first.clean and replay.clean, first.incidents + replay.incidents
 
 
 def test_a_proxy_that_fails_outside_its_handler_is_reaped(start_stack: Callable[..., LocalStack]) -> None:
@@ -150,6 +153,7 @@ def test_a_proxy_that_fails_outside_its_handler_is_reaped(start_stack: Callable[
         # AND the session is free for the next turn at once
         again = client.chat("again", result.session_id)
     assert again.turn == 2 and again.error is not None
+    assert result.clean and again.clean, result.incidents + again.incidents
 
 
 def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., LocalStack]) -> None:

@@ -55,6 +55,7 @@ def test_message_text_is_never_logged_at_info(logged: tuple[LocalStack, list[tup
         failing = client.chat("/error-after 2", session_id=first.session_id)
     assert first.done is not None and marker in first.text
     assert failing.error is not None
+    assert first.clean and failing.clean, first.incidents + failing.incidents
 
     # WHEN every function has run (relay, proxy and consumer all wrote log lines)
     components = {component.split("#")[0] for component, _ in lines}

@@ -3,6 +3,7 @@ committed results read back to the same file. No timing: the samples here are ma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from bench.cost import UnitCounts
 from bench.load import ChatSample
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, RunRecord, percentile
+from bench.report import run_table, time_goes
 from bench.run import Workload, costs
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
@@ -53,6 +55,26 @@ def test_one_wrong_or_failed_chat_makes_the_cell_inexact_and_names_the_first_thr
     assert not clients.exact
     assert clients.failures == ("boom 0", "boom 1", "boom 2")
     assert clients.ttft_samples_ms == (10.0,)  # a chat without a first token has no time to it
+
+
+def test_a_repeated_event_or_an_unplanned_resume_makes_the_cell_inexact_and_a_retry_does_not() -> None:
+    # GIVEN chats whose text is exact, but one whose relay sent an id twice, one whose stream the client had to
+    # resume by itself, and one whose POST was answered 503 once
+    repeated = dataclasses.replace(sample(), repeated_ids=1, error="repeated id 2")
+    resumed = dataclasses.replace(sample(), unplanned_resumes=1, error="resumed after id 2: the connection broke")
+    retried = dataclasses.replace(sample(), retries=1)
+
+    # WHEN each is measured beside a clean chat
+    measures = [ClientMeasures.of([sample(), chat], 1.0, REPLY) for chat in (repeated, resumed, retried)]
+
+    # THEN the first two cells are not exact and say why, the third is; the totals are in the record
+    assert [m.exact for m in measures] == [False, False, True]
+    assert measures[0].failures == ("repeated id 2",) and "connection broke" in str(measures[1].failures[0])
+    assert [(m.repeated_ids, m.unplanned_resumes, m.retries) for m in measures] == [(1, 0, 0), (0, 1, 0), (0, 0, 1)]
+    document = RunRecord(
+        Cell("chatstream", 0, 2), measures[1], AwsUsage.of({}, 4, 2, UnitCounts(tokens=4)), CpuUse.of({}, "relay", 4)
+    ).to_json()
+    assert (document["repeated_ids"], document["unplanned_resumes"], document["retries"]) == (0, 1, 0)
 
 
 def test_aws_usage_per_thousand_tokens_and_per_turn() -> None:
@@ -104,6 +126,49 @@ def test_cpu_per_thousand_tokens_by_process() -> None:
 
     assert cpu.relay_cpu_ms_per_1k_tokens == 1000.0
     assert cpu.cpu_ms_per_1k_tokens_by_process == {"moto": 500.0, "relay-fn": 1000.0}
+
+
+def test_cpu_of_a_relay_that_was_not_measured_is_none_never_zero() -> None:
+    # GIVEN a cell where no process of the relay was found, and one where a relay process exited during the cell
+    absent = CpuUse.of({"moto": 0.25}, "relay-fn", tokens=500)
+    exited = CpuUse.of({"moto": 0.25, "relay-fn": None}, "relay-fn", tokens=500)
+
+    # THEN the relay's CPU is not measured (None), while a relay that used no CPU is a measured 0
+    assert absent.relay_cpu_ms_per_1k_tokens is None and exited.relay_cpu_ms_per_1k_tokens is None
+    assert exited.cpu_ms_per_1k_tokens_by_process == {"moto": 500.0, "relay-fn": None}
+    assert CpuUse.of({"relay-fn": 0.0}, "relay-fn", tokens=500).relay_cpu_ms_per_1k_tokens == 0.0
+    # AND results.json says null, and reads back the same
+    run = RunRecord(
+        Cell("chatstream", 0, 1),
+        ClientMeasures.of([sample()], 1.0, REPLY),
+        AwsUsage.of({}, 4, 1, UnitCounts(tokens=4)),
+        exited,
+    )
+    document = json.loads(json.dumps(run.to_json()))
+    assert document["relay_cpu_ms_per_1k_tokens"] is None
+    assert RunRecord.from_json(document) == run
+
+
+def test_results_md_says_not_measured_instead_of_zero(tmp_path: Path) -> None:
+    # GIVEN results with one cell whose relay CPU was not measured and one whose relay used none
+    runs = []
+    for delay, cpu in (
+        (0, CpuUse.of({"moto": 0.5, "relay-fn": None}, "relay-fn", 500)),
+        (20, CpuUse.of({"relay-fn": 0.0}, "relay-fn", 500)),
+    ):
+        clients = ClientMeasures.of([sample()], 1.0, REPLY)
+        runs.append(
+            RunRecord(Cell("chatstream", delay, 1), clients, AwsUsage.of({}, 4, 1, UnitCounts(tokens=4)), cpu).to_json()
+        )
+
+    # WHEN the run table and the CPU breakdown are written
+    table = "\n".join(run_table({"runs": runs}))
+    breakdown = "\n".join(time_goes({"runs": runs}))
+
+    # THEN the unmeasured figure reads n/m / not measured, and the measured zero stays a number
+    rows = [line for line in table.splitlines() if line.startswith("| chatstream")]
+    assert rows[0].endswith("| n/m |") and rows[1].endswith("| 0.00 |")
+    assert "relay-fn not measured" in breakdown and "moto 1000" in breakdown
 
 
 def record(variant: str, delay: int, concurrency: int, units: UnitCounts, gap: int | None = None) -> RunRecord:

@@ -1,7 +1,12 @@
 """Property-based tests of what crosses a trust boundary on the producer side.
 
-- ``TokenRecord.decode`` reads whatever is on the stream: it raises ``InvalidRecord`` or nothing.
-- ``GenerateRequest.from_event`` reads the proxy's invocation event: ``InvalidEvent`` or nothing.
+- ``TokenRecord.decode`` reads whatever is on the stream: it raises ``InvalidRecord`` or nothing, and a record
+  that decodes round-trips.
+- ``GenerateRequest.from_event`` reads the proxy's invocation event: ``InvalidEvent`` or nothing, and a request
+  that parses is what the event said.
+
+The inputs mix valid objects, valid objects with one field broken, and anything at all, and each property
+counts its branches: it fails if the valid branch stops being reached on a real share of the examples.
 - ``Generation`` turns whatever ConverseStream events arrive into records: always ending with exactly
   one terminal record, after every delta, with contiguous ``seq`` from 0.
 """
@@ -10,17 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import string
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import hypothesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatstream.errors import InvalidEvent, InvalidRecord
 from chatstream.generation import Generation, GenerationSettings
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import RecordType, TokenRecord, assistant_text
-from chatstream.status import TurnStatus
+from chatstream.records import MAX_SEQ, MAX_TURN, ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
+from chatstream.status import StopReason, TurnStatus
 from chatstream.table import Turn
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30)
@@ -55,43 +63,133 @@ def test_decoding_arbitrary_bytes_raises_only_invalid_record(data: bytes) -> Non
         TokenRecord.decode(data)
 
 
-@settings(max_examples=400, deadline=None)
-@given(NEAR_RECORDS)
-def test_almost_valid_records_raise_only_invalid_record_and_valid_ones_round_trip(
-    raw: dict[str, Any],
-) -> None:
-    # GIVEN a JSON object shaped like a token record, with any field wrong or missing
-    data = json.dumps(raw, allow_nan=True).encode()
-    # WHEN decoded
-    try:
-        record = TokenRecord.decode(data)
-    except InvalidRecord:
-        return
-    # THEN a record that decodes is one the consumer can store and re-read unchanged
-    assert TokenRecord.decode(record.encode()) == record
+# A record field or an event field: replaced by any JSON value, or left out.
+RECORD_FIELDS = ("v", "session_id", "turn", "seq", "type", "text", "stop_reason", "usage", "error", "ts")
+EVENT_FIELDS = ("session_id", "turn")
+SESSION_IDS = st.text(string.ascii_letters + string.digits + "_-", min_size=1, max_size=128)
+TIMESTAMPS = st.integers(0, 2**63)
+STOP_REASONS = st.sampled_from(list(StopReason)) | st.text(max_size=30).map(StopReason)
+USAGES = st.builds(Usage, st.integers(0, 10**9), st.integers(0, 10**9), st.none() | st.integers(0, 10**9))
+ERRORS = st.builds(ErrorInfo, st.text(min_size=1, max_size=30), st.text(max_size=60), st.booleans())
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    JSON_VALUES
-    | st.fixed_dictionaries(
+def valid_records() -> st.SearchStrategy[TokenRecord]:
+    """Every kind of record a producer can build, through the constructors producers use."""
+    turns, seqs = st.integers(1, MAX_TURN), st.integers(1, MAX_SEQ)
+    return st.one_of(
+        st.builds(TokenRecord.start, SESSION_IDS, turns, TIMESTAMPS),
+        st.builds(TokenRecord.delta, SESSION_IDS, turns, seqs, st.text(min_size=1, max_size=60), TIMESTAMPS),
+        st.builds(TokenRecord.stop, SESSION_IDS, turns, seqs, STOP_REASONS, USAGES, TIMESTAMPS),
+        st.builds(TokenRecord.failure, SESSION_IDS, turns, seqs, ERRORS, TIMESTAMPS),
+    )
+
+
+def valid_events() -> st.SearchStrategy[dict[str, Any]]:
+    """Every invocation event the relay can build."""
+    return st.builds(GenerateRequest, SESSION_IDS, st.integers(1, 2**40)).map(GenerateRequest.to_event)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, objects: st.SearchStrategy[dict[str, Any]], fields: tuple[str, ...]) -> dict[str, Any]:
+    """A valid object with one field replaced by any JSON value, or left out (which may leave it valid)."""
+    raw = dict(draw(objects))
+    name = draw(st.sampled_from(fields))
+    if name in raw and draw(st.booleans()):
+        del raw[name]
+    else:
+        raw[name] = draw(JSON_VALUES)
+    return raw
+
+
+RECORD_OBJECTS = st.one_of(
+    valid_records().map(TokenRecord.to_dict),
+    mutated(valid_records().map(TokenRecord.to_dict), RECORD_FIELDS),
+    NEAR_RECORDS,
+)
+EVENTS = st.one_of(
+    valid_events(),
+    mutated(valid_events(), EVENT_FIELDS),
+    JSON_VALUES,
+    st.fixed_dictionaries(
         {},
         optional={
             "session_id": JSON_SCALARS | st.sampled_from(["abc", "x" * 129, "a b"]),
             "turn": JSON_SCALARS | st.integers(-1, 2**64),
-            "message": JSON_SCALARS | st.text(max_size=40) | st.just("x" * 32_001),
-            "max_tokens": JSON_SCALARS,
-            "temperature": JSON_SCALARS,
+            "message": JSON_SCALARS | st.text(max_size=40),  # what an older relay sent; ignored
         },
-    )
+    ),
 )
-def test_the_proxy_event_parser_raises_only_invalid_event(event: Any) -> None:
-    # GIVEN any invocation event, WHEN parsed, THEN a request or InvalidEvent, nothing else
-    try:
-        request = GenerateRequest.from_event(event)
-    except InvalidEvent:
-        return
-    assert request.turn >= 1 and request.to_event() == {"session_id": event["session_id"], "turn": event["turn"]}
+
+
+def assert_both_branches_ran(outcomes: Counter[str], accepted: str, refused: str) -> None:
+    """A property with a valid and an invalid branch proves something only if both ran, the valid one often."""
+    total = sum(outcomes.values())
+    assert outcomes[refused] > 0, outcomes
+    assert outcomes[accepted] >= total / 10, f"the valid branch ran {outcomes[accepted]} times in {total}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_records())
+def test_every_record_a_producer_builds_is_the_record_a_consumer_reads(record: TokenRecord) -> None:
+    assert TokenRecord.decode(record.encode()) == record
+
+
+def test_almost_valid_records_raise_only_invalid_record_and_valid_ones_round_trip() -> None:
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=400, deadline=None)
+    @given(RECORD_OBJECTS)
+    def check(raw: dict[str, Any]) -> None:
+        # GIVEN a JSON object shaped like a token record: valid, with one field wrong or missing, or anything
+        data = json.dumps(raw, allow_nan=True).encode()
+        # WHEN decoded
+        try:
+            record = TokenRecord.decode(data)
+        except InvalidRecord:
+            outcomes["refused"] += 1
+            hypothesis.event("refused")
+            return
+        outcomes["decoded"] += 1
+        hypothesis.event("decoded")
+        # THEN a record that decodes is one the consumer can store and re-read unchanged, byte for byte
+        assert TokenRecord.decode(record.encode()) == record
+        assert TokenRecord.decode(record.encode()).encode() == record.encode()
+        assert (record.session_id, record.turn, record.seq, record.type, record.ts) == (
+            raw["session_id"],
+            raw["turn"],
+            raw["seq"],
+            raw["type"],
+            raw["ts"],
+        )
+
+    check()
+    # AND both branches ran: the round trip above was checked on a real share of the examples
+    assert_both_branches_ran(outcomes, "decoded", "refused")
+
+
+def test_the_proxy_event_parser_raises_only_invalid_event_and_reads_what_was_sent() -> None:
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=300, deadline=None)
+    @given(EVENTS)
+    def check(raw: Any) -> None:
+        # GIVEN any invocation event: one the relay builds, one with a field wrong or missing, or anything
+        # WHEN parsed
+        try:
+            request = GenerateRequest.from_event(raw)
+        except InvalidEvent:
+            outcomes["refused"] += 1
+            hypothesis.event("refused")
+            return
+        outcomes["parsed"] += 1
+        hypothesis.event("parsed")
+        # THEN the request is exactly what the event said, and builds the same event back
+        assert request.turn >= 1
+        assert (request.session_id, request.turn) == (raw["session_id"], raw["turn"])
+        assert GenerateRequest.from_event(request.to_event()) == request
+
+    check()
+    assert_both_branches_ran(outcomes, "parsed", "refused")
 
 
 # ------------------------------------------------------------------------------- the generation

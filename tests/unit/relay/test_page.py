@@ -102,7 +102,7 @@ def test_everything_the_page_loads_is_served_from_this_origin_with_its_type(serv
     # GIVEN what the page's HTML loads
     page = Page()
     page.feed(body(get(service, "/")))
-    assert {"/static/app.js", "/static/sse.js", "/static/app.css"} <= set(page.loads)
+    assert {"/static/app.js", "/static/sse.js", "/static/retry.js", "/static/app.css"} <= set(page.loads)
     expected = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
     for path in page.loads:
         # WHEN each is fetched THEN it is a same-origin path the relay serves, with its type and the same headers

@@ -3,12 +3,17 @@
 // are skipped, so no text is ever doubled), Stop through POST …/cancel, history from GET /sessions/{id}
 // with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
 // text nodes (textContent), never as HTML.
+//
+// A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
+// "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
+// turn may exist, so in a session whose turns the page shows it reads the history and follows the turn
+// if it is there, and sends the message again only if it is not; resumes after 429/5xx or a drop. Each
+// turn's element counts what happened (data-retries, data-resumes, data-repeated).
 "use strict";
 
 (function () {
   const { SseParser } = window.ChatstreamSse;
-  const MAX_RESUMES = 5; // consecutive failed resumes before the page gives up on a turn
-  const DEFAULT_RETRY_MS = 1000;
+  const Retry = window.ChatstreamRetry;
 
   const el = {
     conversation: document.getElementById("conversation"),
@@ -122,6 +127,10 @@
     keepScrolled(stick);
     const view = {
       li,
+      // What the page worked around for this turn, kept on its element: sent again, resumed unasked, ids seen twice.
+      count(name) {
+        li.dataset[name] = String(Number(li.dataset[name] || 0) + 1);
+      },
       setTurn(turn) {
         li.dataset.turn = String(turn);
       },
@@ -167,7 +176,7 @@
       turn: null,
       eventsUrl: null,
       lastId: -1, // the highest token id shown; a resume asks for what comes after it
-      retryMs: DEFAULT_RETRY_MS,
+      retryAfter: null, // ms the last failed answer asked the page to wait, if it did
       controller: new AbortController(),
       ended: false,
       stopping: false,
@@ -202,7 +211,10 @@
         return null;
       case "token": {
         const id = event.lastEventId === "" ? null : Number(event.lastEventId);
-        if (id !== null && id <= r.lastId) return null; // already shown (replayed on resume)
+        if (id !== null && id <= r.lastId) {
+          r.view.count("repeated"); // already shown: the relay sent it again
+          return null;
+        }
         if (id !== null) r.lastId = id;
         if (typeof data.text === "string") r.view.append(data.text);
         setStatus("Receiving…");
@@ -231,7 +243,6 @@
       for (;;) {
         const { value, done } = await reader.read();
         const events = done ? parser.end() : parser.push(value);
-        if (parser.retry !== null) r.retryMs = parser.retry;
         for (const event of events) {
           const outcome = apply(r, event);
           if (outcome) return outcome;
@@ -255,18 +266,25 @@
     });
   }
 
-  // Follow a turn to its end, resuming through events_url whenever the connection drops. Without a
-  // first response, it starts with a resume (attaching to a turn still generating after a reload).
+  // Follow a turn to its end, resuming through events_url whenever the connection drops (a resume the
+  // relay did not plan, unlike its `reconnect`). Without a first response, it starts with a resume
+  // (attaching to a turn still generating after a reload, or found in the history after a failed send).
   async function follow(r, firstResponse) {
     let response = firstResponse;
-    let failures = 0;
+    let failures = 0; // attempts in a row that failed or brought nothing new
     for (;;) {
       if (response === null) response = await resume(r);
       if (r.ended || r.controller.signal.aborted) return;
       if (response) {
+        const shown = r.lastId;
         const outcome = await read(r, response);
         if (outcome === "ended" || r.ended || r.controller.signal.aborted) return;
-        failures = outcome === "reconnect" ? 0 : failures + 1;
+        if (outcome === "reconnect") {
+          failures = 0;
+        } else {
+          if (r.eventsUrl) r.view.count("resumes");
+          failures = r.lastId > shown ? 1 : failures + 1;
+        }
       } else {
         failures += 1;
       }
@@ -275,19 +293,20 @@
         finish(r, "error", "Error: the connection dropped before the turn started. Send again.");
         return;
       }
-      if (failures > MAX_RESUMES) {
+      if (failures >= Retry.ATTEMPTS) {
         finish(r, "error", "Error: the connection dropped and could not be resumed.");
         showError("The connection dropped and could not be resumed. Reload the page to see what was saved.");
         return;
       }
       if (failures > 0) {
         setStatus("Connection lost; resuming…");
-        await pause(r.retryMs * failures, r.controller.signal);
+        await pause(Retry.delayMs(failures, r.retryAfter), r.controller.signal);
+        r.retryAfter = null;
       }
     }
   }
 
-  // One resume request; null when it should be tried again.
+  // One resume request; null when it should be tried again (after a 429/5xx it is counted as a retry).
   async function resume(r) {
     const headers = { Accept: "text/event-stream" };
     if (r.lastId >= 0) headers["Last-Event-ID"] = String(r.lastId);
@@ -299,7 +318,12 @@
     }
     if (response.ok) return response;
     const error = await apiError(response);
-    if (response.status >= 500 || response.status === 429) return null;
+    const retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
+    if (Retry.RETRYABLE.includes(response.status) && Retry.honours(retryAfter)) {
+      r.retryAfter = retryAfter;
+      r.view.count("retries");
+      return null;
+    }
     finish(r, "error", "Error: " + error.message);
     showError(error.message);
     return null;
@@ -316,6 +340,44 @@
     setStatus("Sending…");
     const body = { message };
     if (sessionId) body.session_id = sessionId;
+    const known = sessionId ? latestTurn(r) : null; // the session's newest turn the page shows
+    for (let attempt = 1; ; attempt++) {
+      const answer = await postChat(r, body);
+      if (r.controller.signal.aborted) return;
+      if (answer.response) {
+        await follow(r, answer.response);
+        return;
+      }
+      const last = attempt >= Retry.ATTEMPTS;
+      if (Retry.NOT_STARTED.includes(answer.status) && !last && Retry.honours(answer.retryAfter)) {
+        await retryPause(r, attempt, answer.retryAfter, "The server is busy; trying again…");
+        continue;
+      }
+      // After these the turn may exist (after a 409 that follows one: it may be the turn generating).
+      const unknown =
+        answer.status === 0 ||
+        Retry.OUTCOME_UNKNOWN.includes(answer.status) ||
+        (attempt > 1 && answer.error.code === "turn_in_progress");
+      if (unknown && known !== null) {
+        const found = await findTurn(r, message, known);
+        if (r.controller.signal.aborted) return;
+        if (found === "found") {
+          await follow(r, null);
+          return;
+        }
+        if (found === "absent" && !last) {
+          await retryPause(r, attempt, null, "The server failed before the reply started; sending again…");
+          continue;
+        }
+      }
+      if (answer.error.code === "session_not_found") rememberSession(null);
+      rejected(r, message, answer.error.message);
+      return;
+    }
+  }
+
+  // POST /chat: {response} for a stream, else {status, error, retryAfter} (status 0: no answer came).
+  async function postChat(r, body) {
     let response;
     try {
       response = await fetch("/chat", {
@@ -325,17 +387,44 @@
         signal: r.controller.signal,
       });
     } catch (err) {
-      if (r.controller.signal.aborted) return;
-      rejected(r, message, "Could not reach the server: " + err.message);
-      return;
+      return { status: 0, error: new ApiError(0, "", "Could not reach the server: " + err.message), retryAfter: null };
     }
-    if (!response.ok) {
-      const error = await apiError(response);
-      if (error.code === "session_not_found") rememberSession(null);
-      rejected(r, message, error.message);
-      return;
+    if (response.ok) return { response };
+    const retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
+    return { status: response.status, error: await apiError(response), retryAfter };
+  }
+
+  async function retryPause(r, attempt, retryAfter, status) {
+    r.view.count("retries");
+    setStatus(status);
+    await pause(Retry.delayMs(attempt, retryAfter), r.controller.signal);
+  }
+
+  // The newest turn number among the turns on the page (the one being sent excluded); null if none shows one.
+  function latestTurn(r) {
+    const numbers = Array.from(el.transcript.children, (li) => (li === r.view.li ? NaN : Number(li.dataset.turn)));
+    const known = numbers.filter((n) => Number.isInteger(n) && n > 0);
+    return known.length ? Math.max(...known) : null;
+  }
+
+  // After a send whose outcome is unknown: "found" (the history has a newer turn with this message, which
+  // `r` now follows), "absent" (no such turn: nothing was started), or "unknown" (the history did not load).
+  async function findTurn(r, message, known) {
+    let history;
+    try {
+      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`);
+    } catch (err) {
+      return "unknown";
     }
-    await follow(r, response);
+    const turns = Array.isArray(history.turns) ? history.turns : [];
+    const mine = turns.find((turn) => turn.turn > known && turn.user === message);
+    if (!mine) return "absent";
+    r.view.count("retries");
+    r.turn = mine.turn;
+    r.eventsUrl = `/sessions/${encodeURIComponent(sessionId)}/turns/${mine.turn}/events`;
+    r.view.setTurn(mine.turn);
+    el.stop.disabled = false;
+    return "found";
   }
 
   // The turn never started: take it off the page, give the text back, say why.

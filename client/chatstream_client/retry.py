@@ -1,0 +1,68 @@
+"""When the client sends a request again, and how long it waits first: :class:`RetryPolicy`.
+
+A user's client meets ``429`` (Lambda throttled the Function URL), ``503`` (the relay's ``unavailable``, or a
+busy front end) and ``502`` (the relay failed before its first byte) on a busy service, and should try again
+after a short, random wait rather than give up or hammer the service. The wait is exponential backoff with full
+jitter (the AWS Architecture Blog's "Exponential Backoff And Jitter"): uniform in ``[0, min(cap_s, base_s *
+2 ** (n - 1))]`` before retry ``n``, never shorter than a ``Retry-After`` the answer carried, and bounded in
+attempts. Which requests may be sent again after which answers is :mod:`chatstream_client.api`'s rule
+(docs/HTTP_API.md, "Retries"); the browser page (``relay/static/retry.js``) follows the same numbers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# Answered before the relay allocated a turn: Lambda's throttle (the relay never ran), the relay's `unavailable`
+# (the table throttled the write that allocates the turn, so nothing was written) or a front end too busy to invoke.
+NOT_STARTED = frozenset({429, 503})
+# Answers after which the request itself did not take effect, or may have: safe to send again when the request
+# is idempotent (GET, cancel).
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # requests in all, the first one included
+    base_s: float = 0.25
+    cap_s: float = 4.0
+    max_retry_after_s: float = 30.0  # an answer asking for a longer wait ends the retries instead
+    uniform: Callable[[float, float], float] = field(default=random.uniform, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("a retry policy makes at least one attempt")
+
+    def delay(self, retry: int, retry_after_s: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first): full jitter, at least ``retry_after_s``."""
+        jittered = self.uniform(0.0, min(self.cap_s, self.base_s * 2 ** min(max(retry, 1) - 1, 32)))
+        return jittered if retry_after_s is None else max(jittered, retry_after_s)
+
+    def honours(self, retry_after_s: float | None) -> bool:
+        """Whether a retry may wait what the answer asked for (``None``: it asked for nothing)."""
+        return retry_after_s is None or retry_after_s <= self.max_retry_after_s
+
+
+def retry_after_s(value: str | None, now: Callable[[], datetime] | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds (RFC 9110 §10.2.3: delay-seconds or an HTTP-date); ``None`` when absent
+    or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = now() if now is not None else datetime.now(UTC)
+    return max(0.0, (when - current).total_seconds())

@@ -1,0 +1,53 @@
+// When the chat page sends a request again, and how long it waits first: the numbers and the rule of the
+// Python client (client/chatstream_client/retry.py and api.py; docs/HTTP_API.md, "Retries"). The wait before
+// retry n is uniform in [0, min(4 s, 0.25 s * 2^(n-1))] ("full jitter"), never shorter than a Retry-After the
+// answer carried; five attempts in all; an answer asking for more than 30 s ends the retries instead.
+"use strict";
+
+(function (global) {
+  const ATTEMPTS = 5;
+  const BASE_MS = 250;
+  const CAP_MS = 4000;
+  const MAX_RETRY_AFTER_MS = 30000;
+  // Answered before any turn was allocated: POST /chat may be sent again.
+  const NOT_STARTED = Object.freeze([429, 503]);
+  // The request did not take effect, or may have: an idempotent request (GET) may be sent again.
+  const RETRYABLE = Object.freeze([429, 500, 502, 503, 504]);
+  // After these, POST /chat may have started its turn: look for it before sending anything again.
+  const OUTCOME_UNKNOWN = Object.freeze([500, 502, 504]);
+
+  // A Retry-After header in milliseconds (delay-seconds, or an HTTP-date: "Wed, 21 Oct 2015 07:28:00 GMT");
+  // null when absent or unreadable.
+  function retryAfterMs(value, now = Date.now()) {
+    if (typeof value !== "string" || value.trim() === "") return null;
+    const text = value.trim();
+    if (/^[0-9]+$/.test(text)) return Number(text) * 1000;
+    if (!/^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(text)) return null;
+    const when = Date.parse(text);
+    return Number.isNaN(when) ? null : Math.max(0, when - now);
+  }
+
+  // Milliseconds to wait before retry number `retry` (1 for the first), at least `retryAfter` when given.
+  function delayMs(retry, retryAfter = null, random = Math.random) {
+    const jittered = random() * Math.min(CAP_MS, BASE_MS * 2 ** (Math.max(retry, 1) - 1));
+    return retryAfter === null ? jittered : Math.max(jittered, retryAfter);
+  }
+
+  // Whether a retry may wait what the answer asked for (null: it asked for nothing).
+  function honours(retryAfter) {
+    return retryAfter === null || retryAfter <= MAX_RETRY_AFTER_MS;
+  }
+
+  global.ChatstreamRetry = Object.freeze({
+    ATTEMPTS,
+    BASE_MS,
+    CAP_MS,
+    MAX_RETRY_AFTER_MS,
+    NOT_STARTED,
+    RETRYABLE,
+    OUTCOME_UNKNOWN,
+    retryAfterMs,
+    delayMs,
+    honours,
+  });
+})(window);

@@ -1,0 +1,365 @@
+"""The Python client against a scripted relay on loopback: what it reports and what it sends again.
+
+The fake relay answers each route from a script (a stream that repeats an event, one the connection cuts,
+503 then 200, a 502 after which the turn does or does not exist) and keeps every request it saw, so each test
+checks both what the client reported and what reached the server. The client's waits are recorded, not slept.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from chatstream_client.api import ApiError, ChatClient
+from chatstream_client.cli import main
+from chatstream_client.retry import RetryPolicy
+from chatstream_local.loopback import LoopbackServer, QuietHandler
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.integration
+
+SESSION = "s" * 32
+EVENTS = f"/sessions/{SESSION}/turns/1/events"
+
+
+def meta(turn: int = 1) -> str:
+    url = f"/sessions/{SESSION}/turns/{turn}/events"
+    return f"event: meta\ndata: {json.dumps({'session_id': SESSION, 'turn': turn, 'events_url': url})}\n\n"
+
+
+def token(seq: int, text: str) -> str:
+    return f"id: {seq}\nevent: token\ndata: {json.dumps({'text': text})}\n\n"
+
+
+def done(seq: int) -> str:
+    return f'id: {seq}\nevent: done\ndata: {{"stop_reason":"end_turn"}}\n\n'
+
+
+def reconnect(last: int, turn: int = 1) -> str:
+    url = f"/sessions/{SESSION}/turns/{turn}/events"
+    return f"event: reconnect\ndata: {json.dumps({'events_url': url, 'last_event_id': last})}\n\n"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One scripted answer: an event stream (ended properly, or cut), or a JSON body."""
+
+    status: int = 200
+    events: tuple[str, ...] = ()
+    body: dict[str, Any] | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    cut: bool = False  # close the connection in the middle of the chunked body
+
+
+def error(status: int, code: str = "unavailable", retry_after: str | None = None) -> Answer:
+    headers = (("Retry-After", retry_after),) if retry_after is not None else ()
+    return Answer(status, body={"error": {"code": code, "message": f"scripted {status}"}}, headers=headers)
+
+
+def stream(*events: str, cut: bool = False) -> Answer:
+    return Answer(events=("retry: 1000\n\n", *events), cut=cut)
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeRelay:
+    """Scripted answers per ``METHOD /path`` (the last one repeats), and every request seen."""
+
+    scripts: dict[str, list[Answer]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+    url: str = ""
+
+    def script(self, route: str, *answers: Answer) -> None:
+        self.scripts[route] = list(answers)
+
+    def next(self, route: str) -> Answer:
+        answers = self.scripts.get(route)
+        if not answers:
+            return error(404, "not_found")
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    def requests(self, route: str) -> list[Seen]:
+        method, path = route.split(" ", 1)
+        return [s for s in self.seen if (s.method, s.path) == (method, path)]
+
+
+class _Handler(QuietHandler):
+    server: LoopbackServer[FakeRelay]
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        relay = self.server.owner
+        path = self.path.split("?", 1)[0]
+        relay.seen.append(Seen(self.command, path, {k.lower(): v for k, v in self.headers.items()}))
+        answer = relay.next(f"{self.command} {path}")
+        self.send_response(answer.status)
+        for name, value in answer.headers:
+            self.send_header(name, value)
+        if answer.body is not None:
+            payload = json.dumps(answer.body).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in answer.events:
+            data = event.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        if answer.cut:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def relay() -> Iterator[FakeRelay]:
+    fake = FakeRelay()
+    server = LoopbackServer(("127.0.0.1", 0), _Handler, fake)
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def waits() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(relay: FakeRelay, waits: list[float]) -> Iterator[ChatClient]:
+    # The jitter draws its upper bound, so each recorded wait is the longest the policy allows.
+    policy = RetryPolicy(uniform=lambda low, high: high)
+    with ChatClient(relay.url, retry=policy, sleep=waits.append, timeout=10, read_timeout=10) as chat_client:
+        yield chat_client
+
+
+# ------------------------------------------------------------------------------------ reporting
+
+
+def test_a_clean_stream_is_reported_clean(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("POST /chat", stream(meta(), token(1, "a"), token(2, "b"), done(3)))
+
+    result = client.chat("hi")
+
+    assert (result.text, result.ids, result.clean, result.retries, result.incidents) == ("ab", [1, 2], True, 0, [])
+
+
+def test_an_event_the_relay_repeats_is_shown_once_and_reported(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay that sends token 2 twice in one stream
+    relay.script("POST /chat", stream(meta(), token(1, "a"), token(2, "b"), token(2, "b"), token(3, "c"), done(4)))
+
+    # WHEN the client reads it
+    result = client.chat("hi")
+
+    # THEN the text is not doubled, but the repeat is on the result and the stream is not clean
+    assert (result.text, result.ids, result.repeated_ids) == ("abc", [1, 2, 3], [2])
+    assert not result.clean
+
+
+def test_a_cut_connection_is_an_unplanned_resume(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a stream whose connection is cut after token 2, and a resume that replays from the start
+    relay.script("POST /chat", stream(meta(), token(1, "a"), token(2, "b"), cut=True))
+    relay.script(f"GET {EVENTS}", stream(token(1, "a"), token(2, "b"), token(3, "c"), done(4)))
+
+    # WHEN the client follows the turn
+    result = client.chat("hi")
+
+    # THEN it resumed after id 2 by itself, and reports both that resume and the ids the relay sent again
+    assert result.text == "abc" and result.done is not None
+    assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["2"]
+    assert (result.resumes, result.unplanned_resumes, result.repeated_ids) == (1, 1, [1, 2])
+    assert "the connection broke" in result.incidents[0] and not result.clean
+
+
+def test_a_stream_that_ends_without_done_is_an_unplanned_resume(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("POST /chat", stream(meta(), token(1, "a")))
+    relay.script(f"GET {EVENTS}", stream(token(2, "b"), done(3)))
+
+    result = client.chat("hi")
+
+    assert (result.text, result.unplanned_resumes, result.repeated_ids) == ("ab", 1, [])
+    assert "ended without done" in result.incidents[0] and not result.clean
+
+
+def test_a_reconnect_event_is_a_planned_resume(relay: FakeRelay, client: ChatClient, waits: list[float]) -> None:
+    # GIVEN a relay that ends the stream with `reconnect` (its time limit), then continues on the resume
+    relay.script("POST /chat", stream(meta(), token(1, "a"), reconnect(1)))
+    relay.script(f"GET {EVENTS}", stream(token(2, "b"), done(3)))
+
+    result = client.chat("hi")
+
+    # THEN the client resumed at once, and the stream counts as clean
+    assert (result.text, result.resumes, result.unplanned_resumes, result.clean) == ("ab", 1, 0, True)
+    assert waits == []
+
+
+def test_a_stream_that_never_progresses_ends_in_a_resume_limit(relay: FakeRelay, waits: list[float]) -> None:
+    relay.script("POST /chat", stream(meta(), token(1, "a")))
+    relay.script(f"GET {EVENTS}", stream())
+
+    with ChatClient(relay.url, max_resumes=3, sleep=waits.append) as client, pytest.raises(ApiError) as raised:
+        client.chat("hi")
+
+    assert raised.value.code == "resume_limit" and len(relay.requests(f"GET {EVENTS}")) == 3
+
+
+# ------------------------------------------------------------------------------------ retries
+
+
+def test_post_chat_answered_503_is_sent_again_after_retry_after(
+    relay: FakeRelay, client: ChatClient, waits: list[float]
+) -> None:
+    # GIVEN a relay that answers 503 unavailable (Retry-After: 3), then streams the turn
+    relay.script("POST /chat", error(503, retry_after="3"), stream(meta(), token(1, "a"), done(2)))
+
+    # WHEN the client sends a message
+    result = client.chat("hi")
+
+    # THEN it waited at least what the answer asked, sent it again once, and counts the retry
+    assert waits == [3.0]
+    assert len(relay.requests("POST /chat")) == 2
+    assert (result.text, result.retries, result.clean) == ("a", 1, True)
+    assert result.incidents == ["retry 1: POST /chat: 503"]
+
+
+def test_retries_back_off_and_are_bounded(relay: FakeRelay, client: ChatClient, waits: list[float]) -> None:
+    # GIVEN a relay that is throttled for good
+    relay.script("POST /chat", error(429, "http_error"))
+
+    # WHEN the client sends a message THEN it tries five times in all, waiting up to 0.25, 0.5, 1 and 2 s, then fails
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert raised.value.status == 429
+    assert len(relay.requests("POST /chat")) == 5
+    assert waits == [0.25, 0.5, 1.0, 2.0]
+
+
+def test_a_retry_after_beyond_the_limit_is_not_waited_for(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("POST /chat", error(503, retry_after="120"), stream(meta(), done(1)))
+
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+
+    assert raised.value.status == 503 and len(relay.requests("POST /chat")) == 1
+
+
+def test_a_resume_answered_502_and_503_is_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a cut stream, and a relay whose resume fails twice before it streams
+    relay.script("POST /chat", stream(meta(), token(1, "a"), cut=True))
+    relay.script(f"GET {EVENTS}", error(502, "http_error"), error(503), stream(token(2, "b"), done(3)))
+
+    result = client.chat("hi")
+
+    # THEN every resume asked for what follows id 1, and the result counts one resume and two retries
+    assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["1", "1", "1"]
+    assert (result.text, result.resumes, result.unplanned_resumes, result.retries) == ("ab", 1, 1, 2)
+
+
+def test_a_404_is_never_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("POST /chat", error(404, "session_not_found"))
+
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi", SESSION)
+
+    assert raised.value.code == "session_not_found" and len(relay.requests("POST /chat")) == 1
+
+
+def test_a_502_on_a_new_session_is_not_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay that fails before its first byte on a message that starts a session
+    relay.script("POST /chat", error(502, "http_error"), stream(meta(), done(1)))
+
+    # WHEN the client sends it THEN it does not send it again: a turn may exist in a session it cannot name
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert raised.value.code == "turn_outcome_unknown" and "may have started" in raised.value.message
+    assert len(relay.requests("POST /chat")) == 1
+
+
+def history(*turns: tuple[int, str]) -> Answer:
+    rows = [{"turn": number, "user": user, "status": "complete"} for number, user in turns]
+    return Answer(body={"session_id": SESSION, "turns": rows})
+
+
+def test_a_502_after_the_turn_started_follows_that_turn(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a session whose turn 1 the client saw, and a relay that allocates turn 2 and then fails with 502
+    relay.script("POST /chat", stream(meta(1), token(1, "a"), done(2)), error(502, "http_error"))
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), (2, "second")))
+    relay.script(f"GET /sessions/{SESSION}/turns/2/events", stream(token(1, "b"), done(2)))
+    client.chat("first")
+
+    # WHEN the second message gets the 502
+    result = client.chat("second", SESSION)
+
+    # THEN the client finds turn 2 in the history and follows it: one POST for the message, no second turn
+    assert len(relay.requests("POST /chat")) == 2
+    assert (result.turn, result.text, result.retries, result.clean) == (2, "b", 1, True)
+    assert "found in the history" in result.incidents[0]
+
+
+def test_a_502_before_the_turn_started_sends_the_message_again(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a session at turn 1, and a relay that fails with 502 before allocating turn 2
+    relay.script(
+        "POST /chat",
+        stream(meta(1), done(1)),
+        error(502, "http_error"),
+        stream(meta(2), token(1, "b"), done(2)),
+    )
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first")))
+    client.chat("first")
+
+    # WHEN the second message gets the 502
+    result = client.chat("second", SESSION)
+
+    # THEN the history has no turn 2, so the message is sent again
+    assert len(relay.requests("POST /chat")) == 3 and len(relay.requests(f"GET /sessions/{SESSION}")) == 1
+    assert (result.turn, result.text, result.retries) == (2, "b", 1)
+
+
+def test_a_connection_that_cannot_be_made_is_tried_again_then_raised(waits: list[float]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"  # bound, never listening: connections are refused
+        with ChatClient(closed, sleep=waits.append) as client, pytest.raises(httpx.ConnectError):
+            client.chat("hi")
+    assert len(waits) == 4
+
+
+def test_the_cli_streams_a_reply_after_a_503(relay: FakeRelay, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a relay that is busy once
+    relay.script("POST /chat", error(503, retry_after="0"), stream(meta(), token(1, "hello"), done(2)))
+
+    # WHEN the terminal client sends a message
+    status = main(["--url", relay.url, "--message", "hi", "--no-iam"])
+
+    # THEN it sent the message again and printed the reply
+    assert (status, capsys.readouterr().out.strip()) == (0, "hello")
+    assert len(relay.requests("POST /chat")) == 2

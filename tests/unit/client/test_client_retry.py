@@ -1,0 +1,58 @@
+"""The client's retry policy: full-jitter backoff, bounded, never shorter than a Retry-After it honours."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy, retry_after_s
+
+
+def test_the_wait_is_full_jitter_under_a_doubling_cap() -> None:
+    # GIVEN a policy whose jitter reports the range it was asked to draw from
+    ranges: list[tuple[float, float]] = []
+    policy = RetryPolicy(base_s=0.25, cap_s=4.0, uniform=lambda low, high: ranges.append((low, high)) or high)
+
+    # WHEN the waits before retries 1 to 7 are drawn
+    waits = [policy.delay(n) for n in range(1, 8)]
+
+    # THEN each is drawn from 0 up to the base doubled per retry, never above the cap
+    assert waits == [0.25, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert all(low == 0.0 for low, _ in ranges)
+
+
+def test_a_retry_after_is_a_floor_and_a_long_one_is_not_honoured() -> None:
+    policy = RetryPolicy(uniform=lambda low, high: low, max_retry_after_s=30)
+
+    assert policy.delay(1, retry_after_s=3.0) == 3.0
+    assert policy.honours(None) and policy.honours(30.0) and not policy.honours(31.0)
+
+
+def test_a_policy_makes_at_least_one_attempt() -> None:
+    with pytest.raises(ValueError, match="at least one attempt"):
+        RetryPolicy(attempts=0)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, None),
+        ("", None),
+        ("2", 2.0),
+        (" 10 ", 10.0),
+        ("-1", None),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # a date in the past: retry now
+    ],
+)
+def test_retry_after_reads_seconds_or_an_http_date(header: str | None, seconds: float | None) -> None:
+    now = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC)
+    assert retry_after_s(header, now=lambda: now) == seconds
+
+
+def test_only_throttles_and_unavailable_are_answered_before_a_turn_exists() -> None:
+    # 502, 500 and 504 can come after the relay allocated the turn: they are retryable only for idempotent requests
+    assert {429, 503} == NOT_STARTED
+    assert {502, 500, 504} <= RETRYABLE and NOT_STARTED <= RETRYABLE and 409 not in RETRYABLE
