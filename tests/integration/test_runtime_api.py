@@ -276,7 +276,10 @@ def test_stop_kills_every_environment(log_lines: list[tuple[str, str]], tmp_path
     local = LocalLambda(SPECS).start()
     pid = json.loads(local.invoke("echo", b"{}").payload)["pid"]
     busy = local.invoke_stream("hold", json.dumps({"dir": str(tmp_path)}).encode())
-    started = lambda: any(path.read_text() for path in tmp_path.glob("started-*"))  # noqa: E731
+
+    def started() -> bool:  # the file exists, and the pid is written
+        return any(path.read_text() for path in tmp_path.glob("started-*"))
+
     wait_until(started, what="the busy invocation to start")
     busy_pid = int(next(tmp_path.glob("started-*")).read_text())
 
