@@ -118,10 +118,6 @@ class ErrorReport:
             lines.extend(_indent_with_nbsp(line) for line in element.splitlines())
         return lines
 
-    def log_line(self) -> str:
-        """The record as one stdout line (``\\r`` between its lines), as awslambdaric writes it without a log pipe."""
-        return "\r".join(self.log_lines()) + "\n"
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ErrorReport) and self.to_dict() == other.to_dict()
 

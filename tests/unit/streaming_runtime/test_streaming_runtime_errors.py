@@ -55,13 +55,6 @@ def test_trailers_carry_type_and_base64_json_body() -> None:
     assert trailers["Lambda-Runtime-Function-Error-Body"].isascii()
 
 
-def test_log_line_is_one_line() -> None:
-    # GIVEN a report with a multi-line stack WHEN logged THEN it is one log line (CloudWatch keeps it one event)
-    line = ErrorReport("KeyError", "'message'", ['  File "a.py", line 1, in f\n    x()\n']).log_line()
-    assert line.startswith("[ERROR] KeyError: 'message'")
-    assert line.count("\n") == 1 and line.endswith("\n")
-
-
 def test_xray_cause_is_shaped_as_awslambdarics() -> None:
     # GIVEN an exception raised in handler code
     try:
