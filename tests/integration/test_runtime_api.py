@@ -347,11 +347,15 @@ def _layer_pid(local: LocalLambda) -> int:
     return int(seen["pid"])
 
 
-def test_a_cut_response_connection_costs_one_invocation_not_the_environment(local: LocalLambda, tmp_path: Path) -> None:
-    # GIVEN a warm environment of the streaming runtime layer, streaming a response
+@pytest.mark.parametrize("raise_on_close", [False, True], ids=["generator", "generator-raising-in-close"])
+def test_a_cut_response_connection_costs_one_invocation_not_the_environment(
+    local: LocalLambda, tmp_path: Path, raise_on_close: bool
+) -> None:
+    # GIVEN a warm environment of the streaming runtime layer, streaming a response (from a generator that may
+    # raise when it is closed)
     pid = _layer_pid(local)
     signal, marker = tmp_path / "signal", tmp_path / "marker"
-    event = {"case": "keep_streaming", "signal": str(signal), "marker": str(marker)}
+    event = {"case": "keep_streaming", "signal": str(signal), "marker": str(marker), "raise_on_close": raise_on_close}
     handle = local.invoke_stream("layer", json.dumps(event).encode())
     chunks, received = iter(handle), b""
     while b"first" not in received:

@@ -293,3 +293,24 @@ def test_a_system_exit_mid_stream_ends_the_stream_then_goes_on() -> None:
     assert client.chunks[1:] == [b"bye"]
     assert client.kinds == ["stream", "end"]
     assert client.trailers is not None and client.trailers["Lambda-Runtime-Function-Error-Type"] == "SystemExit"
+
+
+def test_a_generator_raising_in_close_after_a_failed_write_is_logged_and_the_write_error_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a generator that raises from its finally, and a connection that breaks after the prelude and one chunk
+    def handler(event: Any, context: Any) -> Iterator[str]:
+        try:
+            while True:
+                yield "more"
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    client = RecordingClient()
+    client.fail_at = 2
+    # WHEN it is streamed THEN the connection's error is what reaches the loop (it serves the next invocation),
+    # the connection was dropped, and the generator's own failure was logged, not lost
+    with pytest.raises(BrokenPipeError):
+        handle_invocation(client, handler, invocation(URL_EVENT))  # type: ignore[arg-type]
+    assert client.kinds == ["stream", "dropped"]
+    assert "[ERROR] RuntimeError: cleanup failed" in capsys.readouterr().out
