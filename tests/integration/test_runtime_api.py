@@ -393,6 +393,19 @@ def test_a_body_whose_close_raises_ends_its_stream_and_the_environment_lives_on(
     assert local.stats()["layer"].environments_started == 1
 
 
+def test_an_error_whose_xray_cause_is_refused_still_reaches_the_caller(local: LocalLambda) -> None:
+    # GIVEN a handler on the layer that fails 700 calls deep: its X-Ray cause is over the local Runtime API's
+    # 64 KiB header line (http.server answers 431), though under awslambdaric's 1 MiB
+    pid = _layer_pid(local)
+    # WHEN it is invoked
+    result = local.invoke("layer", b'{"case": "fail_deep"}')
+    # THEN the runtime posted the error again without the cause: the caller gets the handler's own error, and the
+    # environment lives on
+    assert (result.function_error, result.error_type) == ("Unhandled", "ValueError")
+    assert json.loads(result.payload)["errorMessage"] == "failed deep down"
+    assert _layer_pid(local) == pid
+
+
 def test_a_multi_line_record_reaches_the_log_whole(local: LocalLambda, log_lines: list[tuple[str, str]]) -> None:
     # WHEN a handler on awslambdaric logs a record of two lines, and one on the layer fails with a traceback
     local.invoke("noisy", b"{}")
