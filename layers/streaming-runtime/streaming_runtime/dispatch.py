@@ -88,7 +88,7 @@ def handle_invocation(
     set_request_id(invocation.request_id)
     request_id = invocation.request_id
     try:
-        reply = _produce(handler, invocation)
+        reply = _produce(handler, invocation, log)
     except FaultException as fault:
         _report_error(client, log, ErrorReport.from_fault(fault, request_id))
         return
@@ -106,22 +106,23 @@ def _report_error(client: RuntimeClient, log: RuntimeLog, report: ErrorReport) -
     client.post_error(report.request_id, report)
 
 
-def _produce(handler: Handler, invocation: Invocation) -> _Buffered | _Streamed:
+def _produce(handler: Handler, invocation: Invocation, log: RuntimeLog) -> _Buffered | _Streamed:
     context = make_context(invocation)
     event = decode_event(invocation.body, invocation.content_type)
     result = handler(event, context)
     streaming_response = _streaming_response_type()
     if streaming_response is not None and isinstance(result, streaming_response):
         prelude = http_prelude(result.status_code, result.headers, result.cookies)
-        return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, result.body)
+        return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, result.body, log)
     if isinstance(result, Iterator):
         if is_function_url_event(event):
             prelude = http_prelude(200, {"Content-Type": OCTET_STREAM}, ())
-            return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, result)
-        return _start_stream(OCTET_STREAM, b"", result)
+            return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, result, log)
+        return _start_stream(OCTET_STREAM, b"", result, log)
     if is_function_url_event(event) and isinstance(result, dict) and "statusCode" in result:
         status, headers, cookies, body = http_result_from_dict(result)
-        return _start_stream(HTTP_INTEGRATION_RESPONSE, http_prelude(status, headers, cookies), [body])
+        prelude = http_prelude(status, headers, cookies)
+        return _start_stream(HTTP_INTEGRATION_RESPONSE, prelude, [body], log)
     body, content_type = buffered_result(result)
     return _Buffered(body, content_type)
 
@@ -132,14 +133,19 @@ def _streaming_response_type() -> type[StreamingResponse] | None:
     return None if module is None else module.StreamingResponse
 
 
-def _start_stream(content_type: str, prelude: bytes, body: Iterable[object]) -> _Streamed:
-    """Pull the first non-empty chunk: until it exists, a failure is still an ordinary invocation error."""
+def _start_stream(content_type: str, prelude: bytes, body: Iterable[object], log: RuntimeLog) -> _Streamed:
+    """Pull the first non-empty chunk: until it exists, a failure is still an ordinary invocation error.
+
+    The body is closed then; what its ``close()`` raises is logged (the invocation's error is the first one).
+    """
     source = iter(body)
     chunks = encode_chunks(source)
     try:
         first = next(chunks, b"")
     except BaseException:
-        _close(source)
+        closing = _close(source)
+        if closing is not None:
+            log.error(closing)
         raise
     return _Streamed(content_type, prelude, first, chunks, source)
 
