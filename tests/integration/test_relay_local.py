@@ -15,6 +15,7 @@ from chatstream.table import ChatTable
 from chatstream_client.api import ChatClient, TurnResult
 from chatstream_local.bedrock.model import plan_reply
 from tests.builders import turn_records
+from tests.fixtures.local_handlers.specs import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -26,14 +27,33 @@ LONG = "/long 150"
 
 
 @pytest.fixture(scope="module")
-def slow_stack() -> object:
+def slow_stack_log() -> list[tuple[str, str]]:
+    """Every line the slow stack's components and functions logged: (component, line)."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def slow_stack(slow_stack_log: list[tuple[str, str]]) -> object:
     """One stack for the module, with the model at 10 ms a delta so turns last long enough to interact with."""
     from chatstream_local.stack import LocalStack, StackSettings
 
-    stack = LocalStack(StackSettings(port=0, model_delay_ms=10))
+    stack = LocalStack(
+        StackSettings(port=0, model_delay_ms=10, verbose=True),
+        log=lambda component, line: slow_stack_log.append((component, line)),
+    )
     stack.start()
     yield stack
     stack.stop()
+
+
+def stream_ended(log: list[tuple[str, str]], session_id: str) -> dict | None:
+    """The relay's "stream ended" record of a chat stream of ``session_id``, once it is logged."""
+    for component, line in list(log):
+        if component.startswith("RelayFunction") and line.startswith("{") and '"stream ended"' in line:
+            record = json.loads(line)
+            if record.get("session_id") == session_id and record.get("kind") == "chat":
+                return dict(record)
+    return None
 
 
 def read_events(response: httpx.Response, stop_after_tokens: int | None = None) -> list[tuple[str, str, dict]]:
@@ -81,6 +101,40 @@ def test_disconnect_is_not_cancel_and_resume_has_no_duplicate_or_gap(slow_stack:
         assert seen_text + text == plan_reply(LONG).text
         assert seen_ids + ids == list(range(1, len(seen_ids + ids) + 1))
         assert rest[-1][0] == "done" and rest[-1][2]["stop_reason"] == StopReason.END_TURN
+
+
+def test_a_client_that_disconnects_leaves_the_relay_following_to_the_end_of_the_turn(
+    slow_stack: LocalStack, slow_stack_log: list[tuple[str, str]]
+) -> None:
+    # GIVEN a client that reads three tokens of a reply of several seconds and disconnects
+    meta, _ = start_turn_and_read(slow_stack.url, "/long 500", tokens=3)
+    # WHEN the turn goes on to its end
+    with ChatClient(slow_stack.url) as client:
+        whole = client.follow(meta["events_url"])
+    assert whole.done is not None
+    # THEN the first client's relay invocation was never told it left (as on Lambda, where a client's disconnect
+    # does not interrupt a streamed response): it followed the turn to its end and sent every token
+    wait_until(lambda: stream_ended(slow_stack_log, meta["session_id"]) is not None, what="the relay's stream to end")
+    ended = stream_ended(slow_stack_log, meta["session_id"])
+    assert ended is not None
+    assert (ended["outcome"], ended["tokens"]) == ("done", len(whole.ids))
+    assert len(whole.ids) > 3
+
+
+def test_a_stream_with_nothing_new_to_send_ends_with_reconnect(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN a turn that started and produced one token, then nothing more, and a relay whose idle bound is 1 s
+    stack = start_stack(function_overrides={"RelayFunction": {"IDLE_RECONNECT_S": "1"}})
+    table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"))
+    session_id = table.create_session("anonymous")
+    table.start_turn(session_id, "anonymous", "hello")
+    table.put_records(turn_records(session_id, 1, ["one", "two"])[:2])
+    # WHEN a client follows it
+    with httpx.stream("GET", f"{stack.url}/sessions/{session_id}/turns/1/events", timeout=30) as response:
+        events = read_events(response)
+    # THEN after the token the stream ends with a reconnect naming where to resume, as it would for a client that
+    # is gone; one that is still there follows it
+    assert [name for name, _, _ in events] == ["token", "reconnect"]
+    assert events[-1][2] == {"events_url": f"/sessions/{session_id}/turns/1/events", "last_event_id": 1}
 
 
 def test_two_followers_see_the_same_turn(slow_stack: LocalStack) -> None:

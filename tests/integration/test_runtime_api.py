@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from typing import TYPE_CHECKING
@@ -12,10 +13,11 @@ from chatstream_local.lambda_.exceptions import UnknownFunction
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
 from chatstream_local.lambda_.service import LocalLambda
-from tests.fixtures.local_handlers.specs import HANDLERS, buffered, streamed, wait_until
+from chatstream_local.lambda_.telemetry_log import MalformedFrame, TelemetryRecord, read_records
+from tests.fixtures.local_handlers.specs import HANDLERS, buffered, on_layer, streamed, wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
@@ -34,6 +36,7 @@ SPECS = [
     streamed("fail-mid", "fail_mid"),
     streamed("fail-before", "fail_before"),
     streamed("broken-stream", "nope"),
+    on_layer("layer", "by_case"),
     FunctionSpec(name="no-runtime", handler="x.y", code_dirs=[HANDLERS], command=["/nonexistent/bootstrap"]),
 ]
 
@@ -273,7 +276,11 @@ def test_stop_kills_every_environment(log_lines: list[tuple[str, str]], tmp_path
     local = LocalLambda(SPECS).start()
     pid = json.loads(local.invoke("echo", b"{}").payload)["pid"]
     busy = local.invoke_stream("hold", json.dumps({"dir": str(tmp_path)}).encode())
-    wait_until(lambda: any(tmp_path.glob("started-*")), what="the busy invocation to start")
+
+    def started() -> bool:  # the file exists, and the pid is written
+        return any(path.read_text() for path in tmp_path.glob("started-*"))
+
+    wait_until(started, what="the busy invocation to start")
     busy_pid = int(next(tmp_path.glob("started-*")).read_text())
 
     # WHEN the local Lambda stops
@@ -328,6 +335,109 @@ def test_the_process_gets_lambdas_reserved_variables(tmp_path: Path) -> None:
     assert env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "512"
     assert env["PATH"] == "/bin"
     assert command == [str(tmp_path / "wrapper"), "/py", "-m", "streaming_runtime"]
+    # AND the telemetry log pipe's number, when it gets one, is in _LAMBDA_TELEMETRY_LOG_FD
+    assert "_LAMBDA_TELEMETRY_LOG_FD" not in env
+    with_pipe = environment_variables(spec, "127.0.0.1:9001", "s", parent={}, telemetry_fd=7)
+    assert with_pipe["_LAMBDA_TELEMETRY_LOG_FD"] == "7"
+
+
+def _layer_pid(local: LocalLambda) -> int:
+    seen = json.loads(local.invoke("layer", b'{"case": "pid"}').payload)
+    assert seen["telemetry_fd"] is None  # the runtime took it out of the handler's environment, as awslambdaric does
+    return int(seen["pid"])
+
+
+@pytest.mark.parametrize("raise_on_close", [False, True], ids=["generator", "generator-raising-in-close"])
+def test_a_cut_response_connection_costs_one_invocation_not_the_environment(
+    local: LocalLambda, tmp_path: Path, raise_on_close: bool
+) -> None:
+    # GIVEN a warm environment of the streaming runtime layer, streaming a response (from a generator that may
+    # raise when it is closed)
+    pid = _layer_pid(local)
+    signal, marker = tmp_path / "signal", tmp_path / "marker"
+    event = {"case": "keep_streaming", "signal": str(signal), "marker": str(marker), "raise_on_close": raise_on_close}
+    handle = local.invoke_stream("layer", json.dumps(event).encode())
+    chunks, received = iter(handle), b""
+    while b"first" not in received:
+        received += next(chunks)
+
+    # WHEN the connection it streams on breaks (the Runtime API drops it), and the handler goes on writing
+    assert local.cut_response_connection("layer")
+    signal.touch()
+    b"".join(chunks)
+
+    # THEN that invocation fails as a response cut short
+    assert handle.error is not None and handle.error.error_type == "Runtime.TruncatedResponse"
+    # AND the runtime closed the body at its first failed write (its generator's finally ran, well before the end)
+    wait_until(lambda: marker.exists() and marker.read_text() != "", what="the generator to be closed")
+    assert int(marker.read_text()) < 200
+    # AND the same process serves the next invocation: no new environment, no cold start
+    assert _layer_pid(local) == pid
+    assert local.stats()["layer"].environments_started == 1
+
+
+def test_a_body_whose_close_raises_ends_its_stream_and_the_environment_lives_on(local: LocalLambda) -> None:
+    # GIVEN a warm environment of the streaming runtime layer
+    pid = _layer_pid(local)
+
+    # WHEN the handler's body yields everything, then raises in close()
+    handle = local.invoke_stream("layer", b'{"case": "close_raises"}')
+    body = b"".join(handle)
+
+    # THEN the stream ended at once, with every item and the close's error in its trailers (not at the timeout)
+    assert body.endswith(b"ab")
+    assert handle.error is not None and handle.error.error_type == "RuntimeError"
+    assert handle.error.document()["errorMessage"] == "the cursor would not close"
+    # AND the same process serves the next invocation
+    assert _layer_pid(local) == pid
+    assert local.stats()["layer"].environments_started == 1
+
+
+def test_an_error_whose_xray_cause_is_refused_still_reaches_the_caller(local: LocalLambda) -> None:
+    # GIVEN a handler on the layer that fails 700 calls deep: its X-Ray cause is over the local Runtime API's
+    # 64 KiB header line (http.server answers 431), though under awslambdaric's 1 MiB
+    pid = _layer_pid(local)
+    # WHEN it is invoked
+    result = local.invoke("layer", b'{"case": "fail_deep"}')
+    # THEN the runtime posted the error again without the cause: the caller gets the handler's own error, and the
+    # environment lives on
+    assert (result.function_error, result.error_type) == ("Unhandled", "ValueError")
+    assert json.loads(result.payload)["errorMessage"] == "failed deep down"
+    assert _layer_pid(local) == pid
+
+
+def test_a_multi_line_record_reaches_the_log_whole(local: LocalLambda, log_lines: list[tuple[str, str]]) -> None:
+    # WHEN a handler on awslambdaric logs a record of two lines, and one on the layer fails with a traceback
+    local.invoke("noisy", b"{}")
+    local.invoke("layer", b'{"case": "fail"}')
+
+    # THEN each record is one entry of the function's log: both runtimes wrote it to the telemetry log pipe
+    def entry(label: str, check: Callable[[str], bool]) -> bool:
+        return any(seen == label and check(line) for seen, line in log_lines)
+
+    wait_until(lambda: entry("noisy#1", lambda line: line.endswith("a record\nof two lines")), what="the record")
+    expected = "[ERROR] LookupError: no turn 9\nTraceback (most recent call last):\n"
+    wait_until(lambda: entry("layer#1", lambda line: line.startswith(expected)), what="the error record")
+
+
+def test_telemetry_records_are_read_whole_and_anything_else_is_refused() -> None:
+    # GIVEN two frames as awslambdaric writes them, the second with a newline and a multi-byte character
+    def frame(kind: int, text: str) -> bytes:
+        data = text.encode()
+        stamp = (1_700_000_000_000_000).to_bytes(8, "big")
+        return kind.to_bytes(4, "big") + len(data).to_bytes(4, "big") + stamp + data
+
+    stream = io.BytesIO(frame(0xA55A0003, "one") + frame(0xA55A0017, "two\nlïnes"))
+    # WHEN read THEN each record comes back whole
+    assert list(read_records(stream)) == [
+        TelemetryRecord(0xA55A0003, 1_700_000_000_000_000, "one"),
+        TelemetryRecord(0xA55A0017, 1_700_000_000_000_000, "two\nlïnes"),
+    ]
+    # AND bytes that are not frames, or a frame cut short, are refused
+    with pytest.raises(MalformedFrame):
+        list(read_records(io.BytesIO(b"plain text on the pipe\n")))
+    with pytest.raises(MalformedFrame):
+        list(read_records(io.BytesIO(frame(0xA55A0003, "cut short")[:-3])))
 
 
 def _gated_init(name: str, gate: Path, *, timeout_s: float) -> FunctionSpec:

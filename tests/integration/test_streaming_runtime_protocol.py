@@ -347,6 +347,12 @@ def test_error_before_first_byte_is_an_invocation_error(runtime: RuntimeProcess,
     assert error["errorMessage"] == "no such session: s-404"
     assert error["requestId"] == request_id
     assert any("fail_before_first_byte" in frame for frame in error["stackTrace"])
+    # AND X-Ray gets the cause, shaped as awslambdaric's: the exception and the handler's frames
+    cause = json.loads(record.headers["Lambda-Runtime-Function-XRay-Error-Cause"])
+    (exception,) = cause["exceptions"]
+    assert (exception["type"], exception["message"]) == ("ValueError", "no such session: s-404")
+    assert "fail_before_first_byte" in [frame["label"] for frame in exception["stack"]]
+    assert cause["working_directory"] == str(TASK_ROOT)
 
 
 def test_error_mid_stream_ends_with_trailers(runtime: RuntimeProcess, api: FakeRuntimeAPI) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.stub import ANY, Stubber
 
+from chatstream.config import RelayConfig
 from chatstream.errors import ConfigError
 from chatstream.status import TurnStatus
 from streaming_runtime import StreamingResponse
@@ -248,3 +249,16 @@ def test_a_missing_proxy_function_name_fails_the_cold_start(
     # WHEN the function loads THEN the cold start fails naming the variable
     with pytest.raises(ConfigError, match="PROXY_FUNCTION_NAME"):
         load_function("relay")
+
+
+def test_the_idle_bound_comes_from_the_template_and_a_bad_one_fails_the_cold_start(
+    monkeypatch: pytest.MonkeyPatch, template: Template, table_name: str
+) -> None:
+    # GIVEN the relay's environment as the template sets it
+    variables = dict(template.function_settings("RelayFunction")["Environment"]["Variables"])
+    variables["CHAT_TABLE_NAME"] = table_name
+    # WHEN the configuration is read THEN the idle bound is the template's 60 s
+    assert RelayConfig.from_env(variables).idle_reconnect_s == 60
+    # AND a value out of range fails the cold start, naming the variable
+    with pytest.raises(ConfigError, match="IDLE_RECONNECT_S"):
+        RelayConfig.from_env({**variables, "IDLE_RECONNECT_S": "0"})

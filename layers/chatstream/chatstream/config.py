@@ -36,6 +36,7 @@ START_TIMEOUT_S = "START_TIMEOUT_S"
 GAP_TIMEOUT_S = "GAP_TIMEOUT_S"
 KEEPALIVE_S = "KEEPALIVE_S"
 RECONNECT_MARGIN_S = "RECONNECT_MARGIN_S"
+IDLE_RECONNECT_S = "IDLE_RECONNECT_S"
 AUTH_TYPE = "AUTH_TYPE"
 MAX_TURNS_PER_SESSION = "MAX_TURNS_PER_SESSION"
 STALE_TURN_S = "STALE_TURN_S"
@@ -134,6 +135,7 @@ class RelayConfig:
     gap_timeout_s: int
     keepalive_s: int
     reconnect_margin_s: int
+    idle_reconnect_s: int
     auth_type: str
     max_turns_per_session: int
     stale_turn_s: int
@@ -155,6 +157,7 @@ class RelayConfig:
             gap_timeout_s=env.integer(GAP_TIMEOUT_S, 10, minimum=1, maximum=900),
             keepalive_s=env.integer(KEEPALIVE_S, 10, minimum=1, maximum=900),
             reconnect_margin_s=env.integer(RECONNECT_MARGIN_S, 10, minimum=1, maximum=900),
+            idle_reconnect_s=env.integer(IDLE_RECONNECT_S, 60, minimum=1, maximum=900),
             auth_type=auth_type,
             max_turns_per_session=env.integer(MAX_TURNS_PER_SESSION, 1000, minimum=1, maximum=999_999),
             stale_turn_s=env.integer(STALE_TURN_S, 960, minimum=1, maximum=86_400),

@@ -12,7 +12,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from streaming_runtime.context import Invocation
-from streaming_runtime.errors import ERROR_TYPE_HEADER
+from streaming_runtime.errors import ERROR_TYPE_HEADER, XRAY_CAUSE_HEADER, XRAY_CAUSE_LIMIT
 from streaming_runtime.streaming import DECLARED_TRAILERS, ChunkedBody
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 API_VERSION = "2018-06-01"
 USER_AGENT = "chatstream-streaming-runtime/1"
 _MAX_LINE = 64 * 1024
+HEADER_FIELDS_TOO_LARGE = 431
 
 
 class RuntimeAPIError(Exception):
@@ -45,7 +46,11 @@ class RuntimeAPIResponse:
 
 
 class RuntimeClient:
-    """``next_invocation``, buffered ``post_response``, ``begin_stream``/``end_stream``, errors."""
+    """``next_invocation``, buffered ``post_response``, ``begin_stream``/``end_stream``, errors.
+
+    A request that fails on the connection (``OSError``) leaves the client without one; the next request opens a
+    new connection, so one broken connection costs at most the invocation it was carrying.
+    """
 
     def __init__(self, address: str) -> None:
         host, sep, port = address.rpartition(":")
@@ -73,8 +78,23 @@ class RuntimeClient:
         _expect(endpoint, self._request("POST", endpoint, body, {"Content-Type": content_type}), 202)
 
     def post_error(self, request_id: str, error: ErrorReport) -> None:
-        """The invocation failed before any response byte was sent."""
+        """The invocation failed before any response byte was sent.
+
+        With the error's X-Ray cause in ``Lambda-Runtime-Function-XRay-Error-Cause`` when it is under awslambdaric's
+        1 MiB limit. A Runtime API that refuses the header (431, or it drops the connection over it) gets the
+        report again without it: the error itself must not be lost to its trace.
+        """
         endpoint = f"/{API_VERSION}/runtime/invocation/{request_id}/error"
+        cause = error.xray_cause()
+        if len(cause) < XRAY_CAUSE_LIMIT:  # ASCII: characters are bytes
+            try:
+                self._post_error(endpoint, error, {XRAY_CAUSE_HEADER: cause})
+                return
+            except RuntimeAPIError as err:
+                if err.status != HEADER_FIELDS_TOO_LARGE:
+                    raise
+            except ConnectionError:
+                pass
         self._post_error(endpoint, error)
 
     def post_init_error(self, error: ErrorReport) -> None:
@@ -91,17 +111,31 @@ class RuntimeClient:
             "Trailer": DECLARED_TRAILERS,
         }
         sock = self._socket()
-        sock.sendall(_request_head("POST", endpoint, self.address, headers))
+        try:
+            sock.sendall(_request_head("POST", endpoint, self.address, headers))
+        except OSError:
+            self.close()
+            raise
         self._streaming_endpoint = endpoint
         return ChunkedBody(sock.sendall)
 
-    def end_stream(self) -> None:
-        """After the ``ChunkedBody`` is closed: read the Runtime API's answer to the streamed response."""
+    def end_stream(self, body: ChunkedBody, trailers: Mapping[str, str] | None = None) -> None:
+        """End the streamed response: its last chunk (with ``trailers``), then read the Runtime API's answer.
+
+        When a write of the body failed (``body.failed``) the connection is only dropped: the Runtime API sees the
+        response end now rather than wait for the rest until the function times out (the write's own error is the
+        caller's to report). Ending it fails the same way: the connection is dropped and the error raised.
+        """
         endpoint = self._streaming_endpoint
         if endpoint is None:
             raise RuntimeError("end_stream() without begin_stream()")
         self._streaming_endpoint = None
+        if body.failed:
+            self.close()
+            return
         try:
+            if not body.closed:
+                body.close(trailers)
             response = self._read_response()
         except BaseException:
             self.close()
@@ -109,6 +143,8 @@ class RuntimeClient:
         _expect(endpoint, response, 202)
 
     def close(self) -> None:
+        """Drop the connection (the next request opens a new one)."""
+        self._streaming_endpoint = None
         if self._sock is not None:
             self._sock.close()
         self._sock = None
@@ -116,8 +152,8 @@ class RuntimeClient:
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def _post_error(self, endpoint: str, error: ErrorReport) -> None:
-        headers = {"Content-Type": "application/json", ERROR_TYPE_HEADER: error.error_type}
+    def _post_error(self, endpoint: str, error: ErrorReport, extra: Mapping[str, str] | None = None) -> None:
+        headers = {"Content-Type": "application/json", ERROR_TYPE_HEADER: error.error_type, **(extra or {})}
         _expect(endpoint, self._request("POST", endpoint, error.to_json(), headers), 202)
 
     def _request(
@@ -134,9 +170,9 @@ class RuntimeClient:
             try:
                 sock.sendall(message)
                 return self._read_response()
-            except ConnectionError:
-                self.close()
-                if attempt == 2 or not reused:
+            except OSError as err:
+                self.close()  # whatever state it is in, this connection cannot carry another request
+                if attempt == 2 or not reused or not isinstance(err, ConnectionError):
                     raise
         raise AssertionError("unreachable")
 

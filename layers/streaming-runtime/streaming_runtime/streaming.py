@@ -37,13 +37,18 @@ def _field_value(value: str) -> str:
 
 
 class ChunkedBody:
-    """The body of a streamed request being sent: ``write`` each chunk, then ``close`` (with trailers)."""
+    """The body of a streamed request being sent: ``write`` each chunk, then ``close`` (with trailers).
 
-    __slots__ = ("_send", "_closed", "bytes_written")
+    A ``send`` that raises leaves the body :attr:`failed`: the connection is in an unknown state (part of a chunk
+    may be on the wire), so nothing more can be written to it; the caller drops the connection.
+    """
+
+    __slots__ = ("_send", "_closed", "_failed", "bytes_written")
 
     def __init__(self, send: Callable[[bytes], object]) -> None:
         self._send = send
         self._closed = False
+        self._failed = False
         self.bytes_written = 0
 
     def write(self, data: bytes) -> None:
@@ -53,11 +58,9 @@ class ChunkedBody:
         if not data:
             return
         if len(data) > _COPY_LIMIT:
-            self._send(b"%x\r\n" % len(data))
-            self._send(data)
-            self._send(b"\r\n")
+            self._put(b"%x\r\n" % len(data), data, b"\r\n")
         else:
-            self._send(frame_chunk(data))
+            self._put(frame_chunk(data))
         self.bytes_written += len(data)
 
     def close(self, trailers: Mapping[str, str] | None = None) -> None:
@@ -65,8 +68,22 @@ class ChunkedBody:
         if self._closed:
             raise ValueError("chunked body already closed")
         self._closed = True
-        self._send(last_chunk(trailers))
+        self._put(last_chunk(trailers))
+
+    def _put(self, *parts: bytes) -> None:
+        if self._failed:
+            raise ValueError("write to a chunked body whose connection failed")
+        try:
+            for part in parts:
+                self._send(part)
+        except BaseException:
+            self._failed = True
+            raise
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def failed(self) -> bool:
+        return self._failed

@@ -107,6 +107,12 @@ class EnvironmentPool:
             environments = list(self._alive)
         return any(environment.kill_if_busy() for environment in environments)
 
+    def cut_busy_response(self) -> bool:
+        """Cut the response connection of one environment that is running an invocation; False when none was busy."""
+        with self._cond:
+            environments = list(self._alive)
+        return any(environment.cut_response_if_busy() for environment in environments)
+
     def close(self) -> list[ExecutionEnvironment]:
         """Refuse new invocations; the environments to stop."""
         with self._cond:

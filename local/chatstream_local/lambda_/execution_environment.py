@@ -15,10 +15,15 @@ As on Lambda, an environment runs one invocation at a time:
   past the function's timeout does the invocation fail (``Sandbox.Timedout``, "Task timed out after N
   seconds");
 - a dead environment tells its pool once (``on_gone``); the next invocation gets a new one.
+
+Its log is what the process writes to stdout and stderr, line by line, and the records it writes to its telemetry
+log pipe (``_LAMBDA_TELEMETRY_LOG_FD``), each whole however many lines it holds, as CloudWatch keeps them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import threading
 import time
@@ -26,7 +31,13 @@ from typing import IO, TYPE_CHECKING
 
 from chatstream_local.lambda_.executor_endpoint import RuntimeApiEndpoint
 from chatstream_local.lambda_.invocation import FunctionError
-from chatstream_local.lambda_.runtime_executor import exit_detail, kill_process_group, start_runtime
+from chatstream_local.lambda_.runtime_executor import (
+    exit_detail,
+    gets_telemetry_log,
+    kill_process_group,
+    start_runtime,
+)
+from chatstream_local.lambda_.telemetry_log import MalformedFrame, read_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,18 +113,32 @@ class ExecutionEnvironment:
             self._pending = first
         self._started_at = time.monotonic()
         self._endpoint.start()
+        telemetry_read, telemetry_write = os.pipe() if gets_telemetry_log(self.spec) else (None, None)
         try:
-            self._process = start_runtime(self.spec, self._endpoint.address, capture_output=self._log_sink is not None)
+            self._process = start_runtime(
+                self.spec,
+                self._endpoint.address,
+                capture_output=self._log_sink is not None,
+                telemetry_fd=telemetry_write,
+            )
         except OSError as err:
+            if telemetry_read is not None:
+                os.close(telemetry_read)
             message = f"RequestId: {first.request_id} Error: could not start the runtime: {err}"
             first.handle.finish(FunctionError.synthetic("Runtime.ExitError", message))
             self.kill()
             self.discard()
             return
+        finally:
+            if telemetry_write is not None:
+                os.close(telemetry_write)  # the process has its copy; the pipe ends when it (and its children) exit
         process = self._process
         if self._log_sink is not None:
             self._spawn(lambda: self._pump(process.stdout), "stdout")
             self._spawn(lambda: self._pump(process.stderr), "stderr")
+        if telemetry_read is not None:
+            reader = os.fdopen(telemetry_read, "rb")
+            self._spawn(lambda: self._pump_telemetry(reader), "telemetry")
         self._spawn(self._watch_exit, "exit-watch")
         if self.retried_init:
             self._arm_timer(self.spec.timeout_s, self._on_retried_init_timeout)
@@ -130,6 +155,20 @@ class ExecutionEnvironment:
             return
         for line in stream:
             self._log_sink(self.label, line.decode("utf-8", "replace").rstrip("\n"))
+
+    def _pump_telemetry(self, stream: IO[bytes]) -> None:
+        """Each telemetry log record to the log sink, whole (read without a sink too: a full pipe blocks the writer)."""
+        with stream:
+            try:
+                for record in read_records(stream):
+                    if self._log_sink is not None:
+                        self._log_sink(self.label, record.message.rstrip("\n"))
+            except MalformedFrame as err:
+                if self._log_sink is not None:
+                    self._log_sink(self.label, f"ERROR: the telemetry log pipe carried something else: {err}")
+                with contextlib.suppress(OSError):
+                    while stream.read(65536):
+                        pass
 
     def _watch_exit(self) -> None:
         assert self._process is not None
@@ -154,6 +193,14 @@ class ExecutionEnvironment:
         self._cancel_timer()
         if self._process is not None:
             kill_process_group(self._process)
+
+    def cut_response_if_busy(self) -> bool:
+        """Cut the connection its runtime sends a response on, if busy (see ``Invocation.cut``); whether it was."""
+        with self._cond:
+            current = None if self._dead else self._current
+        if current is not None:
+            current.cut.set()
+        return current is not None
 
     def kill_if_busy(self) -> bool:
         """Kill the environment if it is running an invocation (as a crash would); whether it was."""

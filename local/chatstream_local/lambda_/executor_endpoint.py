@@ -97,6 +97,10 @@ class _IncompleteBody(Exception):
     pass
 
 
+class _ConnectionCut(Exception):
+    """The invocation's ``cut`` fault is set: the response connection is to be dropped."""
+
+
 class _RuntimeApiHandler(QuietHandler):
     """The Runtime API routes: ``/next``, ``/response`` (buffered or streamed), ``/error``, ``/init/error``."""
 
@@ -223,6 +227,8 @@ class _RuntimeApiHandler(QuietHandler):
             if chunked:
                 total = 0
                 for chunk in self._chunks():
+                    if inv.cut.is_set():
+                        raise _ConnectionCut
                     total += len(chunk)
                     inv.handle.push_chunk(chunk)
                     if not streaming and total > BUFFERED_RESPONSE_LIMIT:
@@ -239,6 +245,11 @@ class _RuntimeApiHandler(QuietHandler):
                     raise _IncompleteBody("truncated body")
                 inv.handle.push_chunk(data)
                 error = None
+        except _ConnectionCut:
+            self.close_connection = True  # the connection is closed as soon as this returns
+            message = f"RequestId: {inv.handle.request_id} Error: the runtime's response connection was cut"
+            environment.complete(inv, FunctionError.synthetic("Runtime.TruncatedResponse", message))
+            return
         except (_IncompleteBody, OSError):
             self.close_connection = True
             # A process that died mid-response is an exit error (reported by the exit watcher).

@@ -12,9 +12,14 @@ with repeated headers joined by ``,``, ``cookies``, ``queryStringParameters``, `
   else is returned as JSON with status 200.
 
 A function error before the first byte is a 502 ``{"Message":"Internal Server Error"}``; after it, the
-chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors`. A client that
-disconnects does not stop the invocation: its stream is drained to the end, as on Lambda. A request body over
-6 MB is refused with 413.
+chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors`. A request body
+over 6 MB is refused with 413.
+
+A client that disconnects is never seen by the function, as on Lambda ("streamed responses are not interrupted or
+stopped when the invoking client connection is broken. Customers will be billed for the full function duration",
+https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html): the runtime's writes never
+wait on the client (the invocation's chunks are queued, not pushed through to its socket), and once the client is
+gone the rest of the stream is read and dropped, so the invocation runs to its end.
 """
 
 from __future__ import annotations
@@ -108,8 +113,6 @@ class FunctionUrlServer:
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
         self._server = LoopbackServer((host, port), _UrlHandler, self)
         self._thread: threading.Thread | None = None
-        self._drains: set[threading.Thread] = set()
-        self._lock = threading.Lock()
 
     @property
     def port(self) -> int:
@@ -205,7 +208,7 @@ class FunctionUrlServer:
         return event
 
     def drain_in_background(self, handle: StreamHandle, chunks: Iterator[bytes]) -> None:
-        """Keep reading an invocation whose client left, so it runs to the end (as on Lambda)."""
+        """Read and drop the rest of an invocation whose client left: it runs to its end, unaware (as on Lambda)."""
 
         def drain() -> None:
             for _ in chunks:

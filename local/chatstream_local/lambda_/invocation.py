@@ -12,7 +12,7 @@ import queue
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -164,7 +164,11 @@ class StreamHandle:
 
 @dataclass
 class Invocation:
-    """One invocation on its way through an execution environment: the event and the Runtime API headers."""
+    """One invocation on its way through an execution environment: the event and the Runtime API headers.
+
+    ``cut`` is a fault to inject: once set, the Runtime API endpoint drops the connection the runtime streams this
+    invocation's response on when the next chunk arrives, as a broken connection would end it.
+    """
 
     handle: StreamHandle
     payload: bytes
@@ -172,6 +176,7 @@ class Invocation:
     cognito_identity: str | None
     trace_id: str
     deadline_ms: int = 0  # set when the runtime fetches it (``Lambda-Runtime-Deadline-Ms``)
+    cut: threading.Event = field(default_factory=threading.Event)
 
     @property
     def request_id(self) -> str:

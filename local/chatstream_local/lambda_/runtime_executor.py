@@ -8,8 +8,10 @@ The way Lambda prepares a sandbox for a function (:class:`~chatstream_local.lamb
   layer's exec wrapper when one is given.
 
 Every code directory goes on ``PYTHONPATH``, the task root first; the reserved Lambda variables
-(``AWS_LAMBDA_RUNTIME_API``, ``_HANDLER``, ``LAMBDA_TASK_ROOT``...) are set over the function's own. The process
-gets a process group of its own, so one ``killpg`` leaves no orphan.
+(``AWS_LAMBDA_RUNTIME_API``, ``_HANDLER``, ``LAMBDA_TASK_ROOT``...) are set over the function's own. As Lambda does
+for a managed runtime, the process gets the write end of a telemetry log pipe, its number in
+``_LAMBDA_TELEMETRY_LOG_FD`` (:mod:`~chatstream_local.lambda_.telemetry_log`); a replacement ``command`` (a custom
+runtime) does not. The process gets a process group of its own, so one ``killpg`` leaves no orphan.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chatstream_local.account import current_region
+from chatstream_local.lambda_.telemetry_log import TELEMETRY_LOG_FD
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -63,11 +66,14 @@ def environment_variables(
     runtime_api: str,
     log_stream: str,
     parent: Mapping[str, str] | None = None,
+    *,
+    telemetry_fd: int | None = None,
 ) -> dict[str, str]:
     """The environment of one execution environment's process.
 
-    ``runtime_api`` is the ``host:port`` of this environment's Runtime API. The spec's own variables are
-    applied over the passed-through ones, and the reserved Lambda variables over both.
+    ``runtime_api`` is the ``host:port`` of this environment's Runtime API; ``telemetry_fd`` the number of the
+    telemetry log pipe's write end, if it gets one. The spec's own variables are applied over the passed-through
+    ones, and the reserved Lambda variables over both.
     """
     parent = os.environ if parent is None else parent
     env = {name: parent[name] for name in PASSTHROUGH_VARIABLES if name in parent}
@@ -92,6 +98,8 @@ def environment_variables(
     )
     if spec.runtime == "streaming" and spec.exec_wrapper is not None:
         env["AWS_LAMBDA_EXEC_WRAPPER"] = str(spec.exec_wrapper)
+    if telemetry_fd is not None:
+        env[TELEMETRY_LOG_FD] = str(telemetry_fd)
     return env
 
 
@@ -100,20 +108,29 @@ def log_stream_name() -> str:
     return f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
 
 
-def start_runtime(spec: FunctionSpec, runtime_api: str, *, capture_output: bool) -> subprocess.Popen[bytes]:
+def gets_telemetry_log(spec: FunctionSpec) -> bool:
+    """Whether Lambda would give the function's runtime a telemetry log pipe: a managed runtime's, not a custom one."""
+    return spec.command is None
+
+
+def start_runtime(
+    spec: FunctionSpec, runtime_api: str, *, capture_output: bool, telemetry_fd: int | None = None
+) -> subprocess.Popen[bytes]:
     """Start one execution environment's runtime process, in a process group of its own, at the spec's niceness.
 
     With ``capture_output`` its stdout and stderr are pipes (the caller reads them); otherwise they are discarded.
+    ``telemetry_fd`` (a pipe's write end) is passed to the process as ``_LAMBDA_TELEMETRY_LOG_FD``.
     Raises ``OSError`` when the command cannot be started.
     """
     out = subprocess.PIPE if capture_output else subprocess.DEVNULL
     process = subprocess.Popen(  # noqa: S603 - argv from the function spec
         runtime_command(spec),
         cwd=spec.task_root,
-        env=environment_variables(spec, runtime_api, log_stream_name()),
+        env=environment_variables(spec, runtime_api, log_stream_name(), telemetry_fd=telemetry_fd),
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=out,
+        pass_fds=() if telemetry_fd is None else (telemetry_fd,),
         process_group=0,  # kill_process_group() leaves no orphan; still the stack's session (see FUNCTION_NICE)
     )
     if spec.nice:

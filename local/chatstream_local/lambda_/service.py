@@ -134,6 +134,15 @@ class LocalLambda:
         pool = self._pool(name)
         return pool is not None and pool.kill_busy()
 
+    def cut_response_connection(self, name: str) -> bool:
+        """Cut the connection one busy environment of ``name`` streams its response on (a network fault).
+
+        The Runtime API drops it when the next chunk arrives; the invocation fails with
+        ``Runtime.TruncatedResponse``, and the runtime may serve the next one. False when none was busy.
+        """
+        pool = self._pool(name)
+        return pool is not None and pool.cut_busy_response()
+
     def stats(self) -> dict[str, PoolStats]:
         with self._lock:
             pools = dict(self._pools)

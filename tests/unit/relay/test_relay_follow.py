@@ -268,6 +268,54 @@ def test_the_stream_ends_with_reconnect_before_the_function_deadline(chat_table:
     assert reconnect.at is not None and 15.0 <= reconnect.at < 25.0
 
 
+def test_a_turn_with_nothing_new_to_send_ends_with_reconnect_after_the_idle_bound(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn that started and produced one token, then nothing more (its client may be long gone: on Lambda
+    # the follower is never told)
+    chat_table.put_records(turn_records(session_id, 1, ["one"])[:2])
+    clock = FakeClock()
+    settings = replace(FAST, idle_reconnect_s=60)
+    # WHEN a follower follows it
+    follower = follow(chat_table, session_id, clock, settings=settings)
+    stream = read_stream(follower.events(), clock)
+    # THEN keep-alives did not count as something to send: 60 s after the token, the stream ends with a reconnect
+    # naming where to resume, long before the function's deadline
+    assert stream.kinds == ["token", "reconnect"]
+    assert stream.comments == ["keep-alive"] * 5
+    token, reconnect = stream.events
+    assert reconnect.json() == {"events_url": f"/sessions/{session_id}/turns/1/events", "last_event_id": 1}
+    assert token.at is not None and reconnect.at is not None
+    assert 60.0 <= reconnect.at - token.at <= 60.0 + settings.poll_max_s
+    assert follower.stats.outcome is StreamOutcome.RECONNECT
+
+
+def test_records_that_keep_coming_are_never_cut_by_the_idle_bound(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose records come 40 s apart for four minutes (slower than keep-alives, within the idle bound)
+    records = turn_records(session_id, 1, [f" w{i}" for i in range(6)])
+    chat_table.put_records(records[:1])
+    clock = FakeClock()
+    for i, record in enumerate(records[1:], start=1):
+        clock.at(40.0 * i, lambda record=record: chat_table.put_records([record]))
+    # WHEN a follower follows it with a 60 s idle bound
+    stream = read_stream(follow(chat_table, session_id, clock, settings=replace(FAST, idle_reconnect_s=60)).events())
+    # THEN it follows to the end of the turn
+    assert stream.kinds == ["token"] * 6 + ["done"]
+
+
+def test_a_turn_that_has_not_started_ends_at_the_start_timeout_not_the_idle_bound(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn without any record, and an idle bound shorter than the start timeout
+    clock = FakeClock()
+    settings = replace(FAST, idle_reconnect_s=5, start_timeout_s=30)
+    # WHEN a follower follows it THEN it waits for the start as long as the start timeout says, then ends in error
+    stream = read_stream(follow(chat_table, session_id, clock, settings=settings).events(), clock)
+    assert stream.kinds == ["error"]
+    assert stream.events[0].json()["code"] == "timeout"
+    assert stream.events[0].at is not None and stream.events[0].at >= 30.0
+
+
 def test_resuming_after_a_last_event_id_sends_no_duplicate_and_no_gap(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a finished turn of five tokens
     write_turn(chat_table, session_id, 1, ["a", "b", "c", "d", "e"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from typing import TYPE_CHECKING
@@ -162,9 +163,8 @@ def test_stream_headers_chunks_and_answer(server: Server) -> None:
     assert b"Content-Length" not in head
     assert first == b"5\r\nhello\r\n"
     # WHEN the body ends with trailers and the Runtime API accepts it
-    body.close({"Lambda-Runtime-Function-Error-Type": "ValueError"})
     server.peer.sendall(ACCEPTED)
-    client.end_stream()
+    client.end_stream(body, {"Lambda-Runtime-Function-Error-Type": "ValueError"})
     # THEN the trailers followed the last chunk
     assert server.received() == b"0\r\nLambda-Runtime-Function-Error-Type: ValueError\r\n\r\n"
 
@@ -207,3 +207,94 @@ def test_address_must_be_host_and_port() -> None:
     # GIVEN a malformed AWS_LAMBDA_RUNTIME_API WHEN a client is made THEN the message says what is expected
     with pytest.raises(ValueError, match="host:port"):
         RuntimeClient("localhost")
+
+
+def test_post_error_sends_the_xray_cause(server: Server) -> None:
+    # GIVEN a report with a stack frame
+    client = RuntimeClient("127.0.0.1:9001")
+    report = ErrorReport("ValueError", "bad turn", frames=[("/var/task/app.py", 12, "handler")])
+    prime(server, client, ACCEPTED)
+    # WHEN posted as an invocation error
+    client.post_error("req-1", report)
+    # THEN the X-Ray cause header carries awslambdaric's document, on one line
+    head = server.received().partition(b"\r\n\r\n")[0].decode()
+    cause = next(line for line in head.split("\r\n") if line.startswith("Lambda-Runtime-Function-XRay-Error-Cause: "))
+    document = json.loads(cause.partition(": ")[2])
+    stack = [{"label": "handler", "path": "/var/task/app.py", "line": 12}]
+    assert document["exceptions"] == [{"message": "bad turn", "type": "ValueError", "stack": stack}]
+    assert document["paths"] == ["/var/task/app.py"]
+
+
+def test_an_xray_cause_of_a_mebibyte_or_more_is_left_out(server: Server) -> None:
+    # GIVEN a report whose message alone makes the cause 1 MiB or more (awslambdaric's limit)
+    client = RuntimeClient("127.0.0.1:9001")
+    report = ErrorReport("ValueError", "x" * (1024 * 1024))
+    client._socket()
+    peer, sent = server.peer, bytearray()
+
+    def read_all_then_accept() -> None:
+        while not sent.endswith(report.to_json()):
+            sent.extend(peer.recv(1 << 20))
+        peer.sendall(ACCEPTED)
+
+    reader = threading.Thread(target=read_all_then_accept)
+    reader.start()
+    # WHEN posted THEN the report is sent without the header
+    client.post_error("req-1", report)
+    reader.join(timeout=10)
+    assert b"Lambda-Runtime-Function-XRay-Error-Cause" not in sent
+    assert b"\r\nLambda-Runtime-Function-Error-Type: ValueError\r\n" in sent
+
+
+def test_a_refused_xray_cause_is_dropped_and_the_error_posted_again(server: Server) -> None:
+    # GIVEN a Runtime API that refuses the first request's headers as too large (431)
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n\r\n")
+    peer = server.peer
+
+    def accept_the_retry() -> None:
+        server.answering.join(timeout=10)  # type: ignore[union-attr]
+        server.answer(ACCEPTED)
+
+    retry = threading.Thread(target=accept_the_retry)
+    retry.start()
+    # WHEN the error is posted
+    client.post_error("req-1", ErrorReport("ValueError", "bad turn"))
+    retry.join(timeout=10)
+    # THEN it went again, on the same connection, without the cause: the error itself is not lost
+    first, second = server.requests
+    assert server.peer is peer
+    assert b"Lambda-Runtime-Function-XRay-Error-Cause" in first
+    assert b"Lambda-Runtime-Function-XRay-Error-Cause" not in second
+    assert second.endswith(ErrorReport("ValueError", "bad turn").to_json())
+
+
+def test_a_failed_stream_write_drops_the_connection(server: Server) -> None:
+    # GIVEN a streamed response whose connection the Runtime API closed
+    client = RuntimeClient("127.0.0.1:9001")
+    body = client.begin_stream("req-1", "application/octet-stream")
+    server.peer.close()
+    # WHEN a chunk is written THEN the write fails, and ending the stream drops the connection without writing
+    with pytest.raises(OSError):
+        for _ in range(100):
+            body.write(b"x" * 1024)
+    assert body.failed
+    client.end_stream(body)
+    assert client._sock is None
+
+
+def test_ending_a_stream_whose_answer_never_comes_drops_the_connection(server: Server) -> None:
+    # GIVEN a streamed response, and a Runtime API that closes the connection instead of answering
+    client = RuntimeClient("127.0.0.1:9001")
+    body = client.begin_stream("req-1", "application/octet-stream")
+    body.write(b"all of it")
+
+    def hang_up() -> None:
+        server.received()
+        server.peer.shutdown(socket.SHUT_RDWR)
+
+    threading.Thread(target=hang_up).start()
+    # WHEN the stream is ended THEN the error is raised and the connection dropped: the next request opens another
+    with pytest.raises(ConnectionError):
+        client.end_stream(body)
+    assert client._sock is None

@@ -30,6 +30,7 @@ class RecordingClient:
         self.calls: list[tuple[str, Any]] = []
         self.chunks: list[bytes] = []
         self.trailers: Mapping[str, str] | None = None
+        self.fail_at: int | None = None  # a write fails once this many chunks were delivered
 
     def post_response(self, request_id: str, body: bytes, content_type: str) -> None:
         self.calls.append(("response", (request_id, body, content_type)))
@@ -41,10 +42,17 @@ class RecordingClient:
         self.calls.append(("stream", (request_id, content_type)))
         return ChunkedBody(self._receive)
 
-    def end_stream(self) -> None:
+    def end_stream(self, body: ChunkedBody, trailers: Mapping[str, str] | None = None) -> None:
+        if body.failed:
+            self.calls.append(("dropped", None))
+            return
+        if not body.closed:
+            body.close(trailers)
         self.calls.append(("end", None))
 
     def _receive(self, framed: bytes) -> None:
+        if self.fail_at is not None and len(self.chunks) >= self.fail_at:
+            raise BrokenPipeError(32, "Broken pipe")
         size, _, rest = framed.partition(b"\r\n")
         if int(size, 16):
             self.chunks.append(rest[:-2])
@@ -222,3 +230,87 @@ def test_trace_id_is_propagated(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     # THEN the handler sees it as _X_AMZN_TRACE_ID, and an invocation without one sees none
     assert seen == ["Root=1-abc;Sampled=1", None]
+
+
+def test_a_body_whose_close_raises_still_ends_the_stream_with_that_error() -> None:
+    # GIVEN a body whose iteration ends normally but whose close() raises
+    class Body:
+        def __init__(self) -> None:
+            self.items = iter(["a", "b"])
+
+        def __iter__(self) -> Body:
+            return self
+
+        def __next__(self) -> str:
+            return next(self.items)
+
+        def close(self) -> None:
+            raise RuntimeError("the cursor would not close")
+
+    # WHEN it is streamed
+    client = run(lambda event, context: StreamingResponse(body=Body()), URL_EVENT)
+    # THEN every item was delivered and the stream still ended, with the close's error in its trailers
+    assert client.chunks[1:] == [b"a", b"b"]
+    assert client.kinds == ["stream", "end"]
+    assert client.trailers is not None
+    assert client.trailers["Lambda-Runtime-Function-Error-Type"] == "RuntimeError"
+    body = json.loads(base64.b64decode(client.trailers["Lambda-Runtime-Function-Error-Body"]))
+    assert body["errorMessage"] == "the cursor would not close"
+
+
+def test_a_failed_write_drops_the_connection_and_closes_the_body() -> None:
+    # GIVEN a generator that keeps yielding, and a connection that breaks after the prelude and one chunk
+    closed = []
+
+    def handler(event: Any, context: Any) -> Iterator[str]:
+        try:
+            while True:
+                yield "more"
+        finally:
+            closed.append(True)
+
+    client = RecordingClient()
+    client.fail_at = 2
+    # WHEN it is streamed THEN the write's error reaches the caller (the loop), the generator was closed, and the
+    # connection was dropped rather than ended (nothing more is written to it)
+    with pytest.raises(BrokenPipeError):
+        handle_invocation(client, handler, invocation(URL_EVENT))  # type: ignore[arg-type]
+    assert closed == [True]
+    assert client.kinds == ["stream", "dropped"]
+    assert client.trailers is None
+
+
+def test_a_system_exit_mid_stream_ends_the_stream_then_goes_on() -> None:
+    # GIVEN a generator that yields, then raises SystemExit (not an Exception)
+    def handler(event: Any, context: Any) -> Iterator[str]:
+        yield "bye"
+        raise SystemExit(3)
+
+    client = RecordingClient()
+    # WHEN it is streamed THEN the stream still ended, naming SystemExit, and the exit goes on to the loop
+    with pytest.raises(SystemExit):
+        handle_invocation(client, handler, invocation(URL_EVENT))  # type: ignore[arg-type]
+    assert client.chunks[1:] == [b"bye"]
+    assert client.kinds == ["stream", "end"]
+    assert client.trailers is not None and client.trailers["Lambda-Runtime-Function-Error-Type"] == "SystemExit"
+
+
+def test_a_generator_raising_in_close_after_a_failed_write_is_logged_and_the_write_error_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a generator that raises from its finally, and a connection that breaks after the prelude and one chunk
+    def handler(event: Any, context: Any) -> Iterator[str]:
+        try:
+            while True:
+                yield "more"
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    client = RecordingClient()
+    client.fail_at = 2
+    # WHEN it is streamed THEN the connection's error is what reaches the loop (it serves the next invocation),
+    # the connection was dropped, and the generator's own failure was logged, not lost
+    with pytest.raises(BrokenPipeError):
+        handle_invocation(client, handler, invocation(URL_EVENT))  # type: ignore[arg-type]
+    assert client.kinds == ["stream", "dropped"]
+    assert "[ERROR] RuntimeError: cleanup failed" in capsys.readouterr().out

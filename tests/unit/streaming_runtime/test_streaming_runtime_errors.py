@@ -55,8 +55,41 @@ def test_trailers_carry_type_and_base64_json_body() -> None:
     assert trailers["Lambda-Runtime-Function-Error-Body"].isascii()
 
 
-def test_log_line_is_one_line() -> None:
-    # GIVEN a report with a multi-line stack WHEN logged THEN it is one log line (CloudWatch keeps it one event)
-    line = ErrorReport("KeyError", "'message'", ['  File "a.py", line 1, in f\n    x()\n']).log_line()
-    assert line.startswith("[ERROR] KeyError: 'message'")
-    assert line.count("\n") == 1 and line.endswith("\n")
+def test_xray_cause_is_shaped_as_awslambdarics() -> None:
+    # GIVEN an exception raised in handler code
+    try:
+        raise_value_error()
+    except ValueError as exc:
+        report = ErrorReport.from_exception(exc, "req-1")
+    # WHEN its X-Ray cause is made
+    cause = json.loads(report.xray_cause("/var/task"))
+    # THEN it is {working_directory, exceptions: [{message, type, stack: [{label, path, line}]}], paths}
+    assert cause["working_directory"] == "/var/task"
+    (exception,) = cause["exceptions"]
+    assert (exception["message"], exception["type"]) == ("no such session: s-1", "ValueError")
+    labels = [frame["label"] for frame in exception["stack"]]
+    assert labels == ["test_xray_cause_is_shaped_as_awslambdarics", "raise_value_error"]
+    assert all(frame["path"] == __file__ and frame["line"] > 0 for frame in exception["stack"])
+    assert cause["paths"] == [__file__]
+    assert report.xray_cause().isascii()
+
+
+def test_xray_cause_of_a_runtime_fault_is_a_validation_error() -> None:
+    # GIVEN one of the runtime's own faults WHEN its cause is made THEN X-Ray hears LambdaValidationError, as from
+    # awslambdaric, while the error type stays the runtime's
+    fault = FaultException(FaultException.MARSHAL_ERROR, "Unable to marshal response")
+    report = ErrorReport.from_fault(fault, "req-1")
+    assert json.loads(report.xray_cause())["exceptions"][0]["type"] == "LambdaValidationError"
+    assert report.error_type == "Runtime.MarshalError"
+
+
+def test_log_lines_are_awslambdarics_error_record() -> None:
+    # GIVEN a report with a two-line stack entry WHEN its log record is made THEN it has awslambdaric's lines, the
+    # indentation as no-break spaces (CloudWatch keeps them)
+    report = ErrorReport("KeyError", "'message'", ['  File "a.py", line 1, in f\n    x()\n'])
+    assert report.log_lines() == [
+        "[ERROR] KeyError: 'message'",
+        "Traceback (most recent call last):",
+        '\u00a0\u00a0File "a.py", line 1, in f',
+        "\u00a0\u00a0\u00a0\u00a0x()",
+    ]

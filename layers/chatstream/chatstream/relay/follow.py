@@ -16,7 +16,8 @@ and the stream ends after the terminal record. Besides the records, the follower
 - with ``error`` ``timeout`` when the turn has no record at all within ``start_timeout_s`` (the proxy
   never started), or is still in progress past ``stale_turn_s`` (its generator died);
 - with ``event: reconnect`` (``{"events_url", "last_event_id"}``) when the function's remaining time
-  drops below ``reconnect_margin_s``; the client resumes there with ``Last-Event-ID``;
+  drops below ``reconnect_margin_s``, or when a started turn has given it nothing new to send for
+  ``idle_reconnect_s``; the client resumes there with ``Last-Event-ID``;
 - when the turn item says the turn ended but its terminal record is not after the client's position
   (a client resuming past the end): the terminal record is sent again (with its ``id``); a terminal
   record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
@@ -36,6 +37,12 @@ followers ask less often instead of queueing more work on it. The turn item is r
 first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
 comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
+
+The follower never learns that its client went away: on Lambda a Function URL client that disconnects does not
+interrupt a streamed response, and the invocation runs on, billed ("streamed responses are not interrupted or
+stopped when the invoking client connection is broken", configuration-response-streaming). So an abandoned
+follower runs until the turn ends, its deadline, or ``idle_reconnect_s`` without anything to send; a client that
+is still there follows the ``reconnect`` and pays one new request for it.
 """
 
 from __future__ import annotations
@@ -77,7 +84,7 @@ class StreamOutcome(StrEnum):
     DONE = "done"
     ERROR = "error"
     RECONNECT = "reconnect"
-    CLOSED = "closed"  # the client went away
+    CLOSED = "closed"  # the body was closed before its end (the runtime lost its Runtime API connection)
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class FollowSettings:
     gap_timeout_s: float = 10.0
     keepalive_s: float = 10.0
     reconnect_margin_s: float = 10.0
+    idle_reconnect_s: float = 60.0
     stale_turn_s: float = 960.0
     status_check_s: float = 1.0
     page_size: int = PAGE_SIZE
@@ -101,6 +109,7 @@ class FollowSettings:
             gap_timeout_s=config.gap_timeout_s,
             keepalive_s=config.keepalive_s,
             reconnect_margin_s=config.reconnect_margin_s,
+            idle_reconnect_s=config.idle_reconnect_s,
             stale_turn_s=config.stale_turn_s,
         )
 
@@ -188,7 +197,8 @@ class _Cursor:
     last: int  # the last seq covered (emitted, or the start record); -1: none yet
     started: bool  # the start record (or a later one) was seen
     begin: float
-    last_output: float
+    last_output: float  # when the last event or keep-alive went out
+    last_event: float  # when the last event went out (the stream's start, before the first)
     next_status_check: float
     gap_since: float | None = None  # since when a later record is visible but the next one is not
     finished_since: float | None = None  # since when the turn item says finished, its terminal record not seen
@@ -238,6 +248,7 @@ class Follower:
             started=self.after >= 1,
             begin=begin,
             last_output=begin,
+            last_event=begin,
             # A new follower reads the turn item only after status_check_s (its first polls find the records
             # of a turn that has ended); a resuming one reads it at once.
             next_status_check=begin + self.settings.status_check_s if self.after < 0 else begin,
@@ -270,6 +281,7 @@ class Follower:
         if not fresh and not pending and now >= cursor.next_status_check:
             self._check_status(cursor, now)
         self._watch_start(cursor, now, pending)
+        self._watch_idle(cursor, now, pending)
         if now - cursor.last_output >= s.keepalive_s:
             yield sse.comment("keep-alive")
             cursor.last_output = now
@@ -303,7 +315,7 @@ class Follower:
             if record.is_terminal:
                 raise _End(event)
             yield event
-            cursor.last_output = self.clock.monotonic()
+            cursor.last_output = cursor.last_event = self.clock.monotonic()
         return fresh
 
     def _watch_gap(self, cursor: _Cursor, now: float, pending: bool) -> None:
@@ -322,6 +334,15 @@ class Follower:
         if cursor.started or pending or cursor.finished_since is not None or now - cursor.begin < limit:
             return
         raise _End(self._fail("timeout", f"the generation did not start within {limit:g} s", retryable=True))
+
+    def _watch_idle(self, cursor: _Cursor, now: float, pending: bool) -> None:
+        """End with ``reconnect`` when a started turn gave nothing new to send for ``idle_reconnect_s``.
+
+        This bounds what a follower whose client left costs (its invocation runs on, see the module docstring); a
+        turn that has not started is bounded by ``start_timeout_s`` instead.
+        """
+        if (cursor.started or pending) and now - cursor.last_event >= self.settings.idle_reconnect_s:
+            raise _End(self._reconnect(cursor.last))
 
     def _check_status(self, cursor: _Cursor, now: float) -> None:
         """Read the turn item (idle, and due): end the stream, or note that its terminal record is on its way."""
