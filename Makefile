@@ -103,3 +103,15 @@ scan: $(SCAN_STAMP)
 .PHONY: bench
 bench: $(STAMP)
 	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)
+
+# `sam local invoke` without Docker (README, "sam local invoke"): FUNCTION=<logical id> EVENT=events/<file>.json runs that
+# function on that event on the stack `make local` runs on CHATSTREAM_PORT, or on one it starts and stops itself.
+.PHONY: invoke
+invoke: $(STAMP)
+	$(LOCAL_PATH) $(BIN)/python -m chatstream_local.sam.invoke $(FUNCTION) $(if $(EVENT),--event $(EVENT)) $(ARGS)
+
+# Check a deployment (README, "Deploy"): make smoke URL=https://<id>.lambda-url.<region>.on.aws, signed with SigV4 for a
+# Function URL; ARGS="--second-profile NAME" adds the check that another principal gets 404 on the session.
+.PHONY: smoke
+smoke: $(STAMP)
+	PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(URL),--url $(URL)) $(ARGS)
