@@ -268,7 +268,7 @@ class ExecutionEnvironment:
         if not inv.handle.tail_log:
             return
         for pump in self._pumps:
-            pump.caught_up(timeout=1.0)
+            pump.catch_up()
         duration_ms = (time.monotonic() - self._invoked_at) * 1000
         if timed_out is not None:
             inv.handle.log(timed_out)
