@@ -14,6 +14,8 @@ help:
 	@echo "make local     run the whole pipeline on this machine (http://127.0.0.1:3000)"
 	@echo "make chat      a terminal chat client (URL=... for a deployed Function URL)"
 	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
+	@echo "make invoke    sam local invoke without Docker: FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"
+	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
 	@echo "make test      lint, type-check, checkov, tests, sam validate --lint, sam build (what CI runs)"
 	@echo "make bench     chatstream vs direct streaming vs per-token pipeline (bench/results.md)"
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line"

@@ -23,8 +23,8 @@ The checks, in order (HTTP_API.md says what each answer must be):
 
 Requests are signed with SigV4 (:class:`~chatstream_client.auth.SigV4Auth`, your default credentials or
 ``AWS_PROFILE``) when ``--iam`` is given or the URL is a Function URL (``*.lambda-url.<region>.on.aws``); the
-second principal signs with ``--second-profile``. A deployment pays for two short replies (the second cancelled
-after its first token).
+second principal signs with ``--second-profile``. A deployment pays for one short reply and the start of a long one
+(cancelled as soon as it has started; at most 1,000 output tokens).
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 CHAT_MESSAGE = "Count from 1 to 20, separated by spaces, and write nothing else."
-# Long enough for a model to still be writing when the cancel arrives: the local model echoes it word by word,
-# a real one continues the list (max_tokens bounds what a deployment pays for).
-LONG_MESSAGE = "Continue this list up to 300, one number per line, and write nothing else: " + ", ".join(
-    str(n) for n in range(1, 61)
+# Long enough for a model to still be writing when the 409 and the cancel arrive, even after a second relay
+# environment's cold start: the local model echoes it word by word (600 words, 12 s at 20 ms a word), a real one
+# continues the list. It is cancelled as soon as it starts; max_tokens bounds what a deployment could pay for.
+LONG_MESSAGE = "Continue this list up to 3000, one number per line, and write nothing else: " + ", ".join(
+    str(n) for n in range(1, 601)
 )
 LONG_MAX_TOKENS = 1000
 HISTORY_SETTLE_S = 15.0

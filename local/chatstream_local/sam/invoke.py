@@ -79,29 +79,24 @@ class Invocation:
 
     def run(self, out: IO[bytes], err: IO[str]) -> int:
         url = f"http://127.0.0.1:{self.port}"
-        client = lambda_client(url)
         try:
-            description = client.get_function(FunctionName=self.name)
+            description = lambda_client(url, read_timeout=10).get_function(FunctionName=self.name)
         except EndpointConnectionError:
             return self._run_on_own_stack(out, err)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
                 message = f"the local stack at {url} has no function {self.name}: restart `make local`"
                 raise UsageError(message) from None
-            raise UsageError(
-                f"{url} answers, but not as the local stack's Lambda API: is `make local` there?"
-            ) from None
+            raise UsageError(_not_a_stack(url)) from None
         except BotoCoreError:
-            raise UsageError(
-                f"{url} answers, but not as the local stack's Lambda API: is `make local` there?"
-            ) from None
+            raise UsageError(_not_a_stack(url)) from None
         _note(err, f"{self.function} ({self.name}) on {self._event_name()}, on the local stack at {url}")
         _note(err, f"code: {self._code_line(description)}")
         if self.build_dir.joinpath(self.function).is_dir() and not _location(description).startswith(
             str(self.build_dir)
         ):
             _note(err, f"{_shown(self.build_dir)} is not what that stack runs: `make local ARGS=--built` would run it")
-        return self._invoke(client, description, out, err)
+        return self._invoke(lambda_client(url), description, out, err)
 
     def _run_on_own_stack(self, out: IO[bytes], err: IO[str]) -> int:
         built = self.build_dir.joinpath(self.function).is_dir()
@@ -185,9 +180,9 @@ class Invocation:
         return f"{_shown(Path(task_root))} with layers {', '.join(_shown(Path(p)) for p in layers)} ({where})"
 
 
-def lambda_client(url: str) -> Any:
+def lambda_client(url: str, read_timeout: float = 900) -> Any:
     """boto3's Lambda client for the local stack's Lambda API at ``url`` (signed with the stack's local key)."""
-    config = Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=900)
+    config = Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=read_timeout)
     return boto3.client(
         "lambda",
         endpoint_url=url,
