@@ -70,7 +70,7 @@ class Invocation:
         self.event_path = event_path
         self.payload = _read_event(event_path)
         self.port = port
-        self.build_dir = build_dir
+        self.build_dir = build_dir.resolve()
         self.name = self.template.physical_name(function)
         config = self.template.properties(function).get("FunctionUrlConfig") or {}
         self.streaming = config.get("InvokeMode") == "RESPONSE_STREAM"
