@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StackError, TemplateError) as error:
         print(f"invoke: the local stack could not start: {error}", file=sys.stderr, flush=True)
         return 1
+    except (BotoCoreError, ClientError) as error:
+        print(f"invoke: the call to the local stack's Lambda API failed: {error}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
