@@ -14,6 +14,8 @@ help:
 	@echo "make local     run the whole pipeline on this machine (http://127.0.0.1:3000)"
 	@echo "make chat      a terminal chat client (URL=... for a deployed Function URL)"
 	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
+	@echo "make invoke    sam local invoke without Docker: FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"
+	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
 	@echo "make test      lint, type-check, checkov, tests, sam validate --lint, sam build (what CI runs)"
 	@echo "make bench     chatstream vs direct streaming vs per-token pipeline (bench/results.md)"
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line"
@@ -103,3 +105,15 @@ scan: $(SCAN_STAMP)
 .PHONY: bench
 bench: $(STAMP)
 	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)
+
+# `sam local invoke` without Docker (README, "sam local invoke"): FUNCTION=<logical id> EVENT=events/<file>.json runs that
+# function on that event on the stack `make local` runs on CHATSTREAM_PORT, or on one it starts and stops itself.
+.PHONY: invoke
+invoke: $(STAMP)
+	$(LOCAL_PATH) $(BIN)/python -m chatstream_local.sam.invoke $(FUNCTION) $(if $(EVENT),--event $(EVENT)) $(ARGS)
+
+# Check a deployment (README, "Deploy"): make smoke URL=https://<id>.lambda-url.<region>.on.aws, signed with SigV4 for a
+# Function URL; ARGS="--second-profile NAME" adds the check that another principal gets 404 on the session.
+.PHONY: smoke
+smoke: $(STAMP)
+	PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(URL),--url $(URL)) $(ARGS)

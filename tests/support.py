@@ -14,11 +14,16 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS = REPO_ROOT / "events"
+SAMPLES = REPO_ROOT / "docs" / "samples"  # messages no function is invoked with (what ConsumerDLQ holds)
 FUNCTIONS = REPO_ROOT / "functions"
 
 
 def load_event(name: str) -> Any:
     return json.loads((EVENTS / name).read_text(encoding="utf-8"))
+
+
+def load_sample(name: str) -> Any:
+    return json.loads((SAMPLES / name).read_text(encoding="utf-8"))
 
 
 def load_function(name: str) -> ModuleType:

@@ -1,7 +1,11 @@
 """``python -m chatstream_local`` (what ``make local`` runs): the whole pipeline in the foreground.
 
 Prints ``chatstream local stack ready at http://127.0.0.1:PORT`` once a chat would succeed;
-Ctrl-C or SIGTERM stops every process it started.
+Ctrl-C or SIGTERM stops every process it started. The port serves the relay's Function URL and, under its own
+paths, the Lambda API (``AWS_ENDPOINT_URL_LAMBDA=http://127.0.0.1:PORT``; what ``make invoke`` calls).
+
+``--auth-type AWS_IAM`` makes the Function URL verify SigV4 signatures (the template's default; locally the
+default is ``NONE``); ``--built`` runs what ``sam build`` wrote to ``.aws-sam/build`` instead of the source tree.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from chatstream_local.process import die_with_parent
-from chatstream_local.stack import LocalStack, StackError, StackSettings, check_port_free
+from chatstream_local.stack import AUTH_TYPES, LocalStack, StackError, StackSettings, check_port_free
 from chatstream_local.template import TemplateError
 
 if TYPE_CHECKING:
@@ -34,6 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model-delay-ms", type=int, help="local model: milliseconds between deltas ($CHATSTREAM_LOCAL_MODEL_DELAY_MS)"
     )
+    parser.add_argument(
+        "--auth-type",
+        choices=AUTH_TYPES,
+        default="NONE",
+        help="the Function URL's auth: NONE (default), or AWS_IAM (SigV4, by a key of your AWS config)",
+    )
+    parser.add_argument("--built", action="store_true", help="run .aws-sam/build (after `make build`), not the source")
     args = parser.parse_args(argv)
     die_with_parent(signal.SIGTERM)  # make (or a shell) dying stops the whole tree
     stop = threading.Event()
@@ -47,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        settings = StackSettings.from_env(verbose=args.verbose, model_delay_ms=args.model_delay_ms)
+        settings = StackSettings.from_env(
+            verbose=args.verbose,
+            model_delay_ms=args.model_delay_ms,
+            parameter_overrides={"FunctionUrlAuthType": args.auth_type},
+            code="build" if args.built else "source",
+        )
         if args.port is not None:
             settings.port = args.port
         check_port_free(settings.port)

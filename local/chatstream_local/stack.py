@@ -9,6 +9,12 @@ the proxy through, the event source mapping emulator feeding the consumer, and t
 Function URL on ``127.0.0.1:$CHATSTREAM_PORT`` (default 3000). Each function's environment is the
 template's, with the local endpoints substituted through botocore's standard
 ``AWS_ENDPOINT_URL_<SERVICE>`` variables, so nothing is configured twice.
+
+The Function URL's port also serves the Lambda API (``Invoke``, ``InvokeWithResponseStream``, ``GetFunction``)
+under its own paths (:mod:`chatstream_local.edge`): what ``make invoke`` calls. Each function runs its source tree
+(``CodeUri``, the layers' ``ContentUri``), or with ``code="build"`` what ``sam build`` wrote to ``.aws-sam/build``.
+With ``FunctionUrlAuthType=AWS_IAM`` the Function URL verifies SigV4 signatures against the principals of your
+AWS configuration (:mod:`chatstream_local.iam`).
 """
 
 from __future__ import annotations
@@ -26,14 +32,19 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 from chatstream_local.account import current_region
 from chatstream_local.bedrock.endpoint import LocalModelServer
+from chatstream_local.edge import LambdaApiRoute
 from chatstream_local.event_sources.kinesis import EventSourceMapping
 from chatstream_local.event_sources.sqs import SqsEventSource
+from chatstream_local.iam import Principal, Principals, SigV4Verifier
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.invoke import InvokeEndpoint
@@ -44,12 +55,18 @@ from chatstream_local.template import REPO_ROOT, Template
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from chatstream_local.lambda_.invocation import FunctionError
 
 DEFAULT_PORT = 3000
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 EXEC_WRAPPERS = {"/opt/bin/chatstream-streaming": REPO_ROOT / "layers/streaming-runtime/bin/chatstream-streaming"}
+BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"  # where `sam build` (make build) writes each function and layer
+# The stack's own key (the functions use it too): it signs the stack's readiness check when the URL is AWS_IAM.
+STACK_PRINCIPAL = Principal("chatstream-local-stack", "local", "local", "local")
+CodeSource = Literal["source", "build"]
+AUTH_TYPES = ("NONE", "AWS_IAM")
 
 
 class StackError(RuntimeError):
@@ -69,6 +86,9 @@ class StackSettings:
     esm_poll_interval_s: float = 0.02
     esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see event_sources/kinesis.py)
     count_calls: bool = False  # moto counts each function's calls (chatstream_local.moto.callcount; the benchmark's)
+    code: CodeSource = "source"  # or "build": the functions and layers `sam build` wrote to build_dir
+    build_dir: Path = BUILD_DIR
+    principals: Principals | None = None  # AWS_IAM: who may sign (default: the keys of your AWS configuration)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] = os.environ, **kwargs: Any) -> StackSettings:
@@ -84,6 +104,10 @@ class StackSettings:
             raise StackError(f"CHATSTREAM_BEDROCK must be 'local' or 'aws', got {bedrock!r}")
         region = current_region(environ)
         return cls(port=port, bedrock=bedrock, region=region, **kwargs)
+
+    @property
+    def auth_type(self) -> str:
+        return self.parameter_overrides.get("FunctionUrlAuthType", "AWS_IAM")
 
 
 def _free_port() -> int:
@@ -229,15 +253,11 @@ class LocalStack:
             settings = self.template.function_settings(logical_id)
             env = dict(settings["Environment"]["Variables"])
             wrapper_path = env.pop("AWS_LAMBDA_EXEC_WRAPPER", None)
-            exec_wrapper = EXEC_WRAPPERS.get(wrapper_path) if wrapper_path else None
-            if wrapper_path and exec_wrapper is None:
+            if wrapper_path and wrapper_path not in EXEC_WRAPPERS:
                 raise StackError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
             env.update(self._endpoints(invoke_url, logical_id))
             env.update(self.settings.function_overrides.get(logical_id, {}))  # last: tests and tools win
-            code_dirs = [REPO_ROOT / settings["CodeUri"]]
-            for layer in settings.get("Layers", []):
-                layer_id = self._layer_logical_id(layer)
-                code_dirs.append(REPO_ROOT / self.template.resource(layer_id)["Properties"]["ContentUri"])
+            code_dirs, exec_wrapper = self.code_of(logical_id, wrapper_path)
             retries = settings.get("EventInvokeConfig", {}).get("MaximumRetryAttempts", 2)
             specs.append(
                 FunctionSpec(
@@ -255,6 +275,24 @@ class LocalStack:
                 )
             )
         return specs
+
+    def code_of(self, logical_id: str, wrapper_path: str | None = None) -> tuple[list[Path], Path | None]:
+        """A function's code directories (its own first, then its layers') and its exec wrapper, from the source
+        tree or, with ``code="build"``, from what ``sam build`` wrote (a layer's Python code in ``python/``)."""
+        settings = self.template.function_settings(logical_id)
+        layer_ids = [self._layer_logical_id(layer) for layer in settings.get("Layers", [])]
+        if self.settings.code == "build":
+            built = self.settings.build_dir
+            for needed in (logical_id, *layer_ids):
+                if not (built / needed).is_dir():
+                    raise StackError(f"{built / needed} is missing: run `make build` (sam build) first")
+            code_dirs = [built / logical_id, *(built / layer_id / "python" for layer_id in layer_ids)]
+            wrapper = built / "StreamingRuntimeLayer" / wrapper_path.removeprefix("/opt/") if wrapper_path else None
+            return code_dirs, wrapper
+        code_dirs = [REPO_ROOT / settings["CodeUri"]]
+        for layer_id in layer_ids:
+            code_dirs.append(REPO_ROOT / self.template.resource(layer_id)["Properties"]["ContentUri"])
+        return code_dirs, EXEC_WRAPPERS[wrapper_path] if wrapper_path else None
 
     @staticmethod
     def _mapped(settings: dict[str, Any]) -> bool:
@@ -350,13 +388,38 @@ class LocalStack:
             self._log(label.replace(f"{self.template.stack_name}-", ""), line)
 
     def _start_url(self) -> None:
+        assert self.invoke_endpoint is not None
         self.function_url = FunctionUrlServer(
             self.local_lambda,  # type: ignore[arg-type]
             self.name("RelayFunction"),
             port=self.settings.port,
             invoke_mode=self.template.properties("RelayFunction")["FunctionUrlConfig"].get("InvokeMode", "BUFFERED"),
             identity_resolver=self.settings.identity_resolver,
+            authenticate=self._authenticator(),
+            lambda_api=LambdaApiRoute(self.invoke_endpoint.url),
         ).start()
+
+    def _authenticator(self) -> SigV4Verifier | None:
+        """``AuthType: AWS_IAM`` verifies SigV4 (unless a test's ``identity_resolver`` stands in for it)."""
+        auth_type = self.template.parameter("FunctionUrlAuthType")
+        if auth_type not in AUTH_TYPES:
+            raise StackError(f"FunctionUrlAuthType must be NONE or AWS_IAM, got {auth_type!r}")
+        if auth_type != "AWS_IAM" or self.settings.identity_resolver is not None:
+            return None
+        principals = self.settings.principals or Principals.from_aws_config()
+        return SigV4Verifier(Principals([STACK_PRINCIPAL, *principals]), self.settings.region)
+
+    def _health_request(self) -> urllib.request.Request:
+        """``GET /health`` on the Function URL, signed with the stack's own key when the URL verifies SigV4."""
+        url = f"{self.url}/health"
+        assert self.function_url is not None
+        if self.function_url.authenticate is None:
+            return urllib.request.Request(url)
+        signed = AWSRequest(method="GET", url=url)
+        key = STACK_PRINCIPAL
+        credentials = Credentials(key.access_key, key.secret_key, key.session_token)
+        SigV4Auth(credentials, "lambda", self.settings.region).add_auth(signed)
+        return urllib.request.Request(url, headers=dict(signed.headers.items()))
 
     def _wait_ready(self) -> None:
         """Ready when the relay answers through its URL and the proxy and consumer have started."""
@@ -364,7 +427,7 @@ class LocalStack:
         last = "no answer"
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=10) as response:
+                with urllib.request.urlopen(self._health_request(), timeout=10) as response:
                     if response.status == 200:
                         break
                     last = f"status {response.status}"

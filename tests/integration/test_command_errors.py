@@ -1,4 +1,5 @@
-"""The commands a user runs (`make chat`, `make redrive`, `make local`) fail in one clear line, with a non-zero exit.
+"""The commands a user runs (`make chat`, `make redrive`, `make local`, `make invoke`, `make smoke`) fail in one clear
+line, with a non-zero exit.
 
 Each runs as its make target runs it: the module in a subprocess, with the Makefile's PYTHONPATH, and an AWS
 configuration that is empty (no variables, no files, no instance metadata) where credentials matter.
@@ -6,10 +7,12 @@ configuration that is empty (no variables, no files, no instance metadata) where
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import pytest
@@ -142,3 +145,83 @@ def test_redrive_with_nothing_to_read() -> None:
     line = one_line(result.stderr)
     assert result.returncode == 2
     assert "--queue-url" in line and "STACK=" in line
+
+
+LOCAL_PATH = "local:layers/chatstream:layers/streaming-runtime"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "invoke: name the function: make invoke FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"),
+        (
+            ["Nope", "--event", "events/relay-health.json"],
+            "invoke: no function 'Nope' in template.yaml; its functions: ConsumerFunction, ProxyFunction, "
+            "RelayFunction, TurnReaperFunction",
+        ),
+        (
+            ["RelayFunction", "--event", "events/no-such-event.json"],
+            "invoke: no event file events/no-such-event.json: give one of events/*.json (EVENT=events/…)",
+        ),
+        (["RelayFunction", "--event", "README.md"], "invoke: README.md is not JSON ("),
+    ],
+    ids=["no function", "unknown function", "missing event file", "event not JSON"],
+)
+def test_invoke_with_a_mistake_in_the_command(args: list[str], expected: str, unused_port: int) -> None:
+    # WHEN `make invoke` names no function, an unknown one, or an event file that is missing or not JSON
+    result = run("chatstream_local.sam.invoke", *args, pythonpath=LOCAL_PATH, env={"CHATSTREAM_PORT": str(unused_port)})
+    # THEN it says what is wrong in one line, exits 2, and starts nothing (stdout stays empty)
+    assert one_line(result.stderr).startswith(expected)
+    assert result.returncode == 2 and result.stdout == ""
+
+
+def test_invoke_when_the_port_is_not_a_local_stack() -> None:
+    # GIVEN something else answering HTTP on the port
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        # WHEN `make invoke` runs against it
+        result = run(
+            "chatstream_local.sam.invoke",
+            *("RelayFunction", "--event", "events/relay-health.json"),
+            pythonpath=LOCAL_PATH,
+            env={"CHATSTREAM_PORT": str(port)},
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    # THEN it says that what answers there is not the local stack, in one line
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert line == (
+        f"invoke: http://127.0.0.1:{port} answers, but not as the local stack's Lambda API: "
+        "is `make local` what runs there?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--url", DEPLOYED_URL], {}, "smoke: no AWS credentials to sign requests to"),
+        (
+            ["--url", "http://127.0.0.1:1", "--second-profile", "other"],
+            {},
+            "smoke: --second-profile needs signed requests: the URL's auth must be AWS_IAM (pass --iam)",
+        ),
+        (
+            ["--url", DEPLOYED_URL, "--second-profile", "nobody"],
+            {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"},
+            "smoke: cannot sign requests to https://abc.lambda-url.us-east-1.on.aws: The config profile (nobody)",
+        ),
+        (["--url", "ftp://example.com"], {}, "smoke: URL must be an http:// or https:// URL, got 'ftp://example.com'"),
+    ],
+    ids=["no credentials", "second profile unsigned", "unknown profile", "not a URL"],
+)
+def test_smoke_with_a_mistake_in_the_command(args: list[str], env: dict[str, str], expected: str) -> None:
+    # WHEN `make smoke` cannot sign, is given a profile that does not exist, or a URL that is not one
+    result = run("chatstream_client.smoke", *args, pythonpath="client", env=env)
+    # THEN it says so in one line, exits 2, and runs no check
+    assert one_line(result.stderr).startswith(expected)
+    assert result.returncode == 2 and result.stdout == ""

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from chatstream_local.lambda_.function_url import FunctionUrlServer, iam_identity
+from chatstream_local.iam import iam_identity
+from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import buffered, on_layer, streamed, wait_until
 from tests.fixtures.local_handlers.streaming import BINARY, UNICODE

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from chatstream_client.api import ChatClient
-from chatstream_local.lambda_.function_url import iam_identity
+from chatstream_local.iam import iam_identity
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:

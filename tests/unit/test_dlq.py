@@ -9,7 +9,7 @@ import pytest
 from chatstream.dlq import DlqKind, DlqMessage, FailedBatch, PoisonRecord
 from chatstream.errors import InvalidDeadLetter
 from chatstream.kinesis import StreamRecord
-from tests.support import load_event
+from tests.support import load_sample
 
 SHARD = "shardId-000000000000"
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/chatstream-local-TokenStream"
@@ -34,8 +34,8 @@ def test_poison_messages_round_trip_and_oversized_payloads_are_left_out() -> Non
 
 def test_the_sample_messages_parse_as_their_kinds() -> None:
     # GIVEN the two sample messages (real-shaped: what the consumer and the event source mapping send)
-    poison = received(load_event("dlq-poison-message.json"))
-    on_failure = received(load_event("dlq-onfailure-message.json"))
+    poison = received(load_sample("consumer-dlq-poison-message.json"))
+    on_failure = received(load_sample("consumer-dlq-onfailure-message.json"))
     # THEN each is recognised and parsed with its coordinates
     assert (poison.kind, on_failure.kind) == (DlqKind.POISON, DlqKind.ON_FAILURE)
     record = poison.parse()
@@ -68,14 +68,14 @@ def test_other_messages_are_of_no_kind(body: str) -> None:
     ],
 )
 def test_a_broken_poison_message_names_what_is_wrong(change: dict[str, object], reason: str) -> None:
-    body = {**load_event("dlq-poison-message.json"), **change}
+    body = {**load_sample("consumer-dlq-poison-message.json"), **change}
     body = {key: value for key, value in body.items() if value is not None}
     with pytest.raises(InvalidDeadLetter, match=reason):
         received(body).parse()
 
 
 def test_an_on_failure_record_without_its_range_names_the_field() -> None:
-    body = load_event("dlq-onfailure-message.json")
+    body = load_sample("consumer-dlq-onfailure-message.json")
     del body["KinesisBatchInfo"]["endSequenceNumber"]
     with pytest.raises(InvalidDeadLetter, match="endSequenceNumber"):
         received(body).parse()

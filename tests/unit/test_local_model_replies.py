@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from chatstream_local.bedrock.converse import InvalidRequest, parse_request
 from chatstream_local.bedrock.endpoint import DEFAULT_DELAY_MS, DELAY_ENV, LocalModelServer
-from chatstream_local.bedrock.eventstream import encode_event, encode_exception
 from chatstream_local.bedrock.model import plan_reply, split_deltas
+from chatstream_local.eventstream import encode_event, encode_exception
 
 
 def _body(*turns: str, system: str | None = None, max_tokens: int | None = None) -> bytes:

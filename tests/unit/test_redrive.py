@@ -17,7 +17,7 @@ from chatstream.redrive import Redrive, RedriveStatus, main
 from chatstream.status import TurnStatus
 from chatstream_local.resources import create_queue
 from tests.builders import turn_records
-from tests.support import load_event
+from tests.support import load_sample
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
@@ -61,8 +61,8 @@ def new_turn(table: ChatTable) -> tuple[str, int]:
 
 
 def on_failure_message(stream_arn: str, start: str, end: str, batch_size: int) -> str:
-    """The sample on-failure record (events/), pointing at a range of this test's stream."""
-    body = load_event("dlq-onfailure-message.json")
+    """The sample on-failure record (docs/samples/), pointing at a range of this test's stream."""
+    body = load_sample("consumer-dlq-onfailure-message.json")
     body["KinesisBatchInfo"].update(
         startSequenceNumber=start, endSequenceNumber=end, batchSize=batch_size, streamArn=stream_arn
     )
@@ -97,7 +97,7 @@ def test_a_poison_message_that_is_now_valid_is_written_and_one_that_is_not_stays
     redrive, dlq, sqs, chat_table, monkeypatch
 ) -> None:
     # GIVEN the sample poison message (a truncated record), and one whose payload is a valid record
-    bad = load_event("dlq-poison-message.json")
+    bad = load_sample("consumer-dlq-poison-message.json")
     session_id = bad["partitionKey"]
     monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
     chat_table.create_session(OWNER)
@@ -141,7 +141,7 @@ def test_redrive_is_idempotent_when_run_twice(
 
 def test_records_no_longer_in_the_stream_are_reported_lost_by_shard_and_range(redrive, dlq, sqs) -> None:
     # GIVEN the sample on-failure message, whose stream no longer exists (or whose records expired)
-    body = load_event("dlq-onfailure-message.json")
+    body = load_sample("consumer-dlq-onfailure-message.json")
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(body))
     # WHEN the DLQ is redriven
     report = redrive.run()

@@ -6,6 +6,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import pytest
+from botocore.exceptions import ClientError
 
 from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
@@ -147,3 +148,29 @@ def test_start_session_allocates_turn_one_in_one_write(chat_table: ChatTable) ->
     assert turn is not None and (turn.user, turn.status, turn.max_tokens) == ("hello", TurnStatus.IN_PROGRESS, 5)
     with pytest.raises(TurnInProgress):
         chat_table.start_turn(session_id, OWNER, "next")
+
+
+def test_a_session_can_start_with_a_chosen_id_once(chat_table: ChatTable) -> None:
+    # WHEN a session starts with an id of the caller's choosing THEN it has that id; a second start with it fails
+    chosen = "3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60"
+    assert chat_table.start_session(OWNER, "hello", session_id=chosen) == chosen
+    assert chat_table.owned_session(chosen, OWNER).active_turn == 1
+    with pytest.raises(ClientError) as raised:
+        chat_table.start_session(OWNER, "again", session_id=chosen)
+    assert raised.value.response["Error"]["Code"] == "TransactionCanceledException"
+
+
+def test_deleting_a_session_removes_its_turns_and_records_only(chat_table: ChatTable) -> None:
+    # GIVEN two sessions, one with 30 token records (more than one batch of deletes)
+    doomed = chat_table.start_session(OWNER, "hello")
+    kept = chat_table.start_session(OWNER, "hello")
+    chat_table.put_records(turn_records(doomed, 1, ["w"] * 28))
+    chat_table.put_records(turn_records(kept, 1, ["k"]))
+    # WHEN one is deleted
+    deleted = chat_table.delete_session(doomed)
+    # THEN its session item, its turn and its 30 records are gone, and the other session is whole
+    assert deleted == 1 + 1 + 30
+    assert chat_table.get_session(doomed) is None and chat_table.list_turns(doomed) == []
+    assert chat_table.query_records(doomed, 1) == []
+    assert chat_table.get_session(kept) is not None and len(chat_table.query_records(kept, 1)) == 3
+    assert chat_table.delete_session(doomed) == 0

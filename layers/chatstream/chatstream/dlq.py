@@ -4,11 +4,11 @@ This module is the one place that builds and parses DLQ messages:
 
 - **poison-record** messages (:class:`PoisonRecord`), sent by the consumer: a record that is not a
   valid token record, with its payload (base64; left out above :data:`MAX_INLINE_PAYLOAD_CHARS`), the
-  reason and its stream coordinates (events/dlq-poison-message.json);
+  reason and its stream coordinates (docs/samples/consumer-dlq-poison-message.json);
 - **on-failure** records (:class:`FailedBatch`), sent by the event source mapping when a batch
   exhausted its retries or its maximum record age: Lambda's invocation record with ``KinesisBatchInfo``
   (shard id and the start/end sequence numbers), without the records themselves
-  (events/dlq-onfailure-message.json).
+  (docs/samples/consumer-dlq-onfailure-message.json).
 
 :class:`DeadLetterQueue` sends poison records (raising :class:`~chatstream.errors.DeadLetterError` when
 SQS cannot take one) and lets the redrive tool receive, delete and release messages.

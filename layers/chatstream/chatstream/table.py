@@ -217,10 +217,19 @@ class ChatTable:
         return turn
 
     def start_session(
-        self, owner: str, message: str, *, max_tokens: int | None = None, temperature: float | None = None
+        self,
+        owner: str,
+        message: str,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        session_id: str | None = None,
     ) -> str:
-        """A new session with its turn 1 in progress, in one transaction (a new chat's fast path)."""
-        session_id = new_session_id()
+        """A new session with its turn 1 in progress, in one transaction (a new chat's fast path).
+
+        ``session_id``: this id rather than a new random one (it must not exist yet).
+        """
+        session_id = session_id or new_session_id()
         now = self.now_ms()
         session = self._session_item(session_id, owner, now, active_turn=1)
         turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature)
@@ -271,6 +280,20 @@ class ChatTable:
         if temperature is not None:
             item["temperature"] = _decimal(temperature)
         return item
+
+    def delete_session(self, session_id: str) -> int:
+        """Delete every item of a session (the session, its turns, their token records); how many there were."""
+        keys = list(
+            self._query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues=_ser({":pk": _pk(session_id)}),
+                ProjectionExpression="pk, sk",
+            )
+        )
+        for start in range(0, len(keys), BATCH_WRITE_MAX):
+            batch = keys[start : start + BATCH_WRITE_MAX]
+            self._batch_write_requests([{"DeleteRequest": {"Key": _ser(key)}} for key in batch])
+        return len(keys)
 
     def get_turn(self, session_id: str, turn: int) -> Turn | None:
         raw = self._call(
@@ -413,14 +436,17 @@ class ChatTable:
         )
 
     def _batch_write(self, items: list[dict[str, Any]]) -> None:
-        pending: list[Any] = [{"PutRequest": {"Item": item}} for item in items]
+        self._batch_write_requests([{"PutRequest": {"Item": item}} for item in items])
+
+    def _batch_write_requests(self, requests: list[dict[str, Any]]) -> None:
+        pending: list[Any] = requests
         for attempt in range(self.max_attempts):
             response = self._call(self.client.batch_write_item, RequestItems={self.table_name: pending})
             pending = list(response.get("UnprocessedItems", {}).get(self.table_name, []))
             if not pending:
                 return
             self.sleep(self.backoff.delay(attempt))
-        raise Throttled(f"{len(pending)} token items still unprocessed after {self.max_attempts} attempts")
+        raise Throttled(f"{len(pending)} items still unprocessed after {self.max_attempts} attempts")
 
     def _query(self, single_page: bool = False, **params: Any) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True, **params}

@@ -2,7 +2,7 @@
 
 boto3's ``bedrock-runtime`` client, pointed here with ``endpoint_url=`` or ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``,
 calls ``converse_stream`` and reads the reply with its own event stream parser (prelude, headers, CRC32s; see
-:mod:`chatstream_local.bedrock.eventstream`).
+:mod:`chatstream_local.eventstream`).
 
 Route: ``POST /model/{modelId}/converse-stream`` (``modelId`` URL-encoded; any model id, inference profile id or
 ARN is accepted). The request is validated as Bedrock does (:mod:`chatstream_local.bedrock.converse`); the reply
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from chatstream_local.bedrock.converse import InvalidRequest, parse_request
-from chatstream_local.bedrock.eventstream import encode_event, encode_exception
 from chatstream_local.bedrock.model import plan_reply
+from chatstream_local.eventstream import encode_event, encode_exception
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

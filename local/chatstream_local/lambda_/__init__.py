@@ -10,6 +10,7 @@ Laid out as LocalStack's Lambda provider is (``localstack/services/lambda_/invoc
 - :mod:`.runtime_executor`: how an environment's process is run (command, variables, process group);
 - :mod:`.invocation`: an invocation and its response (:class:`StreamHandle`, :class:`InvokeResult`);
 - :mod:`.exceptions`: the service's own errors;
-- :mod:`.invoke`: the Invoke API (``POST /2015-03-31/functions/{name}/invocations``);
+- :mod:`.log_pump`: an environment's output, line by line, given to the invocation it belongs to;
+- :mod:`.invoke`: the Lambda API (``Invoke``, ``InvokeWithResponseStream``, ``GetFunction``);
 - :mod:`.function_url`: the Function URL front end.
 """

@@ -18,19 +18,24 @@ As on Lambda, an environment runs one invocation at a time:
 
 Its log is what the process writes to stdout and stderr, line by line, and the records it writes to its telemetry
 log pipe (``_LAMBDA_TELEMETRY_LOG_FD``), each whole however many lines it holds, as CloudWatch keeps them.
+An invocation that asked for its log (``LogType: Tail``) also gets the lines written while it runs, between
+Lambda's ``START`` and ``END``/``REPORT`` lines.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from chatstream_local.lambda_.executor_endpoint import RuntimeApiEndpoint
 from chatstream_local.lambda_.invocation import FunctionError
+from chatstream_local.lambda_.log_pump import OutputPump
 from chatstream_local.lambda_.runtime_executor import (
     exit_detail,
     gets_telemetry_log,
@@ -43,7 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from chatstream_local.lambda_.function_spec import FunctionSpec
-    from chatstream_local.lambda_.invocation import Invocation
+    from chatstream_local.lambda_.invocation import Invocation, StreamHandle
 
     LogSink = Callable[[str, str], None]
     EnvironmentCallback = Callable[["ExecutionEnvironment"], None]
@@ -94,6 +99,11 @@ class ExecutionEnvironment:
         self._threads: list[threading.Thread] = []
         self._endpoint = RuntimeApiEndpoint(self, self.label)
         self._process: subprocess.Popen[bytes] | None = None
+        self._pumps: list[OutputPump] = []
+        self._log_target: StreamHandle | None = None  # the invocation the process's output belongs to
+        self._init_ms: float | None = None  # the init phase, in the first invocation's REPORT (a cold start)
+        self._first_request_id = ""
+        self._invoked_at = 0.0
 
     @property
     def label(self) -> str:
@@ -111,6 +121,7 @@ class ExecutionEnvironment:
         """
         with self._cond:
             self._pending = first
+            self._log_target = first.handle
         self._started_at = time.monotonic()
         self._endpoint.start()
         telemetry_read, telemetry_write = os.pipe() if gets_telemetry_log(self.spec) else (None, None)
@@ -134,8 +145,11 @@ class ExecutionEnvironment:
                 os.close(telemetry_write)  # the process has its copy; the pipe ends when it (and its children) exit
         process = self._process
         if self._log_sink is not None:
-            self._spawn(lambda: self._pump(process.stdout), "stdout")
-            self._spawn(lambda: self._pump(process.stderr), "stderr")
+            for what, stream in (("stdout", process.stdout), ("stderr", process.stderr)):
+                if stream is not None:
+                    pump = OutputPump(stream, self._log_line)
+                    self._pumps.append(pump)
+                    self._spawn(pump.run, what)
         if telemetry_read is not None:
             reader = os.fdopen(telemetry_read, "rb")
             self._spawn(lambda: self._pump_telemetry(reader), "telemetry")
@@ -150,19 +164,19 @@ class ExecutionEnvironment:
         thread.start()
         self._threads.append(thread)
 
-    def _pump(self, stream: IO[bytes] | None) -> None:
-        if stream is None or self._log_sink is None:
-            return
-        for line in stream:
-            self._log_sink(self.label, line.decode("utf-8", "replace").rstrip("\n"))
+    def _log_line(self, line: str) -> None:
+        if self._log_sink is not None:
+            self._log_sink(self.label, line)
+        target = self._log_target
+        if target is not None:
+            target.log(line)
 
     def _pump_telemetry(self, stream: IO[bytes]) -> None:
         """Each telemetry log record to the log sink, whole (read without a sink too: a full pipe blocks the writer)."""
         with stream:
             try:
                 for record in read_records(stream):
-                    if self._log_sink is not None:
-                        self._log_sink(self.label, record.message.rstrip("\n"))
+                    self._log_line(record.message.rstrip("\n"))
             except MalformedFrame as err:
                 if self._log_sink is not None:
                     self._log_sink(self.label, f"ERROR: the telemetry log pipe carried something else: {err}")
@@ -280,6 +294,7 @@ class ExecutionEnvironment:
             if self._current is not inv:
                 return
         message = f"RequestId: {inv.request_id} Error: Task timed out after {self.spec.timeout_s:.2f} seconds"
+        self._end_log(inv, timed_out=message)
         inv.handle.finish(FunctionError.synthetic("Sandbox.Timedout", message))
         self.kill()
 
@@ -309,7 +324,13 @@ class ExecutionEnvironment:
                 budget_s -= time.monotonic() - self._started_at
             inv.deadline_ms = int((time.time() + budget_s) * 1000)
             self._current = inv
+            self._log_target = inv.handle
             self._arm_timer(budget_s, lambda: self._on_deadline(inv))
+        self._invoked_at = time.monotonic()
+        if self._init_ms is None:
+            self._init_ms = (self._invoked_at - self._started_at) * 1000
+            self._first_request_id = inv.request_id
+        inv.handle.log(f"START RequestId: {inv.request_id} Version: $LATEST")
         return inv
 
     def invocation(self, request_id: str) -> Invocation | None:
@@ -325,8 +346,43 @@ class ExecutionEnvironment:
                 return
             self._current = None
         self._cancel_timer()
+        self._end_log(inv)
         inv.handle.finish(error)
         self._on_idle(self)
+
+    def _end_log(self, inv: Invocation, timed_out: str | None = None) -> None:
+        """Lambda's ``END`` and ``REPORT`` lines, once the runtime's own lines are in (``LogType: Tail`` only)."""
+        if not inv.handle.tail_log:
+            return
+        for pump in self._pumps:
+            pump.catch_up()
+        duration_ms = (time.monotonic() - self._invoked_at) * 1000
+        if timed_out is not None:
+            inv.handle.log(timed_out)
+        inv.handle.log(f"END RequestId: {inv.request_id}")
+        report = (
+            f"REPORT RequestId: {inv.request_id}\tDuration: {duration_ms:.2f} ms\t"
+            f"Billed Duration: {math.ceil(duration_ms)} ms\tMemory Size: {self.spec.memory_mb} MB"
+        )
+        peak_mb = self._peak_memory_mb()
+        if peak_mb is not None:
+            report += f"\tMax Memory Used: {peak_mb} MB"
+        if self._init_ms is not None and inv.request_id == self._first_request_id:
+            report += f"\tInit Duration: {self._init_ms:.2f} ms"
+        inv.handle.log(report)
+
+    def _peak_memory_mb(self) -> int | None:
+        """The runtime process's peak resident memory (``VmHWM``), where /proc has it."""
+        if self._process is None:
+            return None
+        try:
+            status = Path(f"/proc/{self._process.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return math.ceil(int(line.split()[1]) / 1024)
+        return None
 
     def report_init_error(self, error: FunctionError) -> None:
         with self._cond:

@@ -20,6 +20,12 @@ stopped when the invoking client connection is broken. Customers will be billed 
 https://docs.aws.amazon.com/lambda/latest/dg/configuration-response-streaming.html): the runtime's writes never
 wait on the client (the invocation's chunks are queued, not pushed through to its socket), and once the client is
 gone the rest of the stream is read and dropped, so the invocation runs to its end.
+
+``AuthType: AWS_IAM``: given an ``authenticate`` callable (the stack gives :class:`chatstream_local.iam.SigV4Verifier`,
+which checks the request's SigV4 signature against the local principals), a request it does not authenticate is
+answered ``403 {"Message":"Forbidden"}`` without invoking the function, and the caller it names is the event's
+``authorizer.iam``. A ``lambda_api`` route (:mod:`chatstream_local.edge`) answers the Lambda API's paths on the same
+port.
 """
 
 from __future__ import annotations
@@ -43,10 +49,13 @@ from chatstream_local.loopback import LoopbackServer, QuietHandler
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
+    from chatstream_local.edge import LambdaApiRoute
     from chatstream_local.lambda_.invocation import FunctionError, StreamHandle
     from chatstream_local.lambda_.service import LocalLambda
 
     IdentityResolver = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
+    # (method, target, headers, body) → the caller's ``authorizer.iam``, or None: refused with 403
+    Authenticator = Callable[[str, str, list[tuple[str, str]], bytes], Mapping[str, Any] | None]
 
 InvokeMode = Literal["RESPONSE_STREAM", "BUFFERED"]
 HTTP_INTEGRATION_CONTENT_TYPE = "application/vnd.awslambda.http-integration-response"
@@ -56,6 +65,7 @@ _PRELUDE_LIMIT = 1024 * 1024
 _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive", "trailer", "upgrade"})
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
+FORBIDDEN = b'{"Message":"Forbidden"}'
 
 
 @dataclass(frozen=True)
@@ -67,28 +77,13 @@ class RecordedError:
     phase: Literal["before_response", "mid_stream"]
 
 
-def iam_identity(
-    user_arn: str, *, access_key: str = "AKIALOCALEXAMPLE", account_id: str = ACCOUNT_ID, user_id: str = ""
-) -> dict[str, Any]:
-    """An ``authorizer.iam`` block for a caller (what Lambda puts there for an ``AWS_IAM`` Function URL)."""
-    user_id = user_id or f"AIDA{uuid.uuid5(uuid.NAMESPACE_URL, user_arn).hex[:17].upper()}"
-    return {
-        "accessKey": access_key,
-        "accountId": account_id,
-        "callerId": user_id,
-        "cognitoIdentity": None,
-        "principalOrgId": None,
-        "userArn": user_arn,
-        "userId": user_id,
-    }
-
-
 class FunctionUrlServer:
     """The Function URL of one function, on ``http://127.0.0.1:<port>`` (port 0: a free one).
 
     ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
     may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
-    ``AuthType: NONE``).
+    ``AuthType: NONE``). ``authenticate`` makes it an ``AWS_IAM`` URL (see the module docstring); ``lambda_api``
+    serves the Lambda API's paths on the same port.
     """
 
     def __init__(
@@ -102,6 +97,8 @@ class FunctionUrlServer:
         identity: Mapping[str, Any] | None = None,
         identity_resolver: IdentityResolver | None = None,
         url_id: str | None = None,
+        authenticate: Authenticator | None = None,
+        lambda_api: LambdaApiRoute | None = None,
     ) -> None:
         local.spec(function_name)  # fails early for an unknown function
         self.local = local
@@ -109,6 +106,8 @@ class FunctionUrlServer:
         self.invoke_mode = invoke_mode
         self.identity = identity
         self.identity_resolver = identity_resolver
+        self.authenticate = authenticate
+        self.lambda_api = lambda_api
         self.url_id = url_id or uuid.uuid4().hex
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
         self._server = LoopbackServer((host, port), _UrlHandler, self)
@@ -149,9 +148,15 @@ class FunctionUrlServer:
 
     # -- the event ------------------------------------------------------------------------------------
     def build_event(
-        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        source_ip: str,
+        identity: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The payload format 2.0 event of one request."""
+        """The payload format 2.0 event of one request (``identity``: the caller ``authenticate`` found)."""
         split = urlsplit(target)
         joined: dict[str, str] = {}
         for name, value in headers:
@@ -161,7 +166,8 @@ class FunctionUrlServer:
         now = time.time()
         request_id = str(uuid.uuid4())
         domain = joined.get("host", f"{self.url_id}.lambda-url.{current_region()}.on.aws")
-        identity = self.identity_resolver(joined) if self.identity_resolver else None
+        if identity is None and self.identity_resolver is not None:
+            identity = self.identity_resolver(joined)
         if identity is None:
             identity = self.identity
         context: dict[str, Any] = {
@@ -301,7 +307,17 @@ class _UrlHandler(QuietHandler):
         body = self._read_body()
         if body is None:
             return
-        event = front.build_event(self.command, self.path, list(self.headers.items()), body, self.client_address[0])
+        if front.lambda_api is not None and front.lambda_api.owns(urlsplit(self.path).path):
+            front.lambda_api.forward(self, body)
+            return
+        headers = list(self.headers.items())
+        caller = None
+        if front.authenticate is not None:
+            caller = front.authenticate(self.command, self.path, headers, body)
+            if caller is None:
+                self._send_whole(403, {"content-type": "application/json"}, [], FORBIDDEN)
+                return
+        event = front.build_event(self.command, self.path, headers, body, self.client_address[0], caller)
         try:
             handle = front.local.invoke_stream(front.function_name, json.dumps(event).encode())
         except LocalLambdaError:

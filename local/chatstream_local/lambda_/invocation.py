@@ -7,6 +7,8 @@ and :class:`FunctionError` are the outcome as the Invoke API reports it.
 
 from __future__ import annotations
 
+import base64
+import collections
 import json
 import queue
 import secrets
@@ -61,9 +63,12 @@ class InvokeResult:
     error_type: str | None = None
     executed_version: str = "$LATEST"
     status_code: int = 200
+    log_result: str | None = None  # with ``LogType: Tail``: the log's last 4 KB, base64
 
 
 _END = object()
+LOG_TAIL_BYTES = 4096  # ``LogType: Tail``: "the last 4 KB of the execution log"
+_LOG_LINES_KEPT = 2000
 
 
 class StreamHandle:
@@ -75,12 +80,17 @@ class StreamHandle:
     runtime started a response (streaming or buffered, content type) before the first chunk.
 
     The execution environment writes to it with :meth:`begin_response`, :meth:`push_chunk` and :meth:`finish`.
+
+    With ``tail_log`` (the Invoke API's ``LogType: Tail``) it also keeps the invocation's execution log (the
+    environment's ``START``/``END``/``REPORT`` lines and the function's output): :meth:`log_result`.
     """
 
-    def __init__(self, request_id: str, function_name: str) -> None:
+    def __init__(self, request_id: str, function_name: str, *, tail_log: bool = False) -> None:
         self.request_id = request_id
         self.function_name = function_name
+        self.tail_log = tail_log
         self.error: FunctionError | None = None
+        self._log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES_KEPT)
         self._start: ResponseStart | None = None
         self._started = threading.Event()
         self._done = threading.Event()
@@ -128,11 +138,24 @@ class StreamHandle:
     def result(self) -> InvokeResult:
         """Drain the response and report it as the Invoke API does (the error document on failure)."""
         body = self.read_all()
+        log_result = self.log_result() if self.tail_log else None
         if self.error is not None:
-            return InvokeResult(self.request_id, self.error.payload, "Unhandled", self.error.error_type)
-        return InvokeResult(self.request_id, body)
+            return InvokeResult(
+                self.request_id, self.error.payload, "Unhandled", self.error.error_type, log_result=log_result
+            )
+        return InvokeResult(self.request_id, body, log_result=log_result)
+
+    def log_result(self) -> str:
+        """The last 4 KB of the execution log, base64-encoded (the Invoke API's ``LogResult``)."""
+        data = "".join(f"{line}\n" for line in self._log).encode("utf-8")
+        return base64.b64encode(data[-LOG_TAIL_BYTES:]).decode("ascii")
 
     # -- producer side (the execution environment) ------------------------------------------------------
+    def log(self, line: str) -> None:
+        """One line of the execution log (kept only with ``tail_log``)."""
+        if self.tail_log:
+            self._log.append(line)
+
     def begin_response(self, start: ResponseStart) -> None:
         """The runtime started its response; only the first start counts, and none after the end."""
         with self._lock:

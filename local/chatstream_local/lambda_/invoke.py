@@ -1,6 +1,8 @@
-"""The local Lambda Invoke API: ``POST /2015-03-31/functions/{name}/invocations`` on 127.0.0.1.
+"""The local Lambda API on 127.0.0.1: ``Invoke``, ``InvokeWithResponseStream`` and ``GetFunction``.
 
-boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS_ENDPOINT_URL_LAMBDA``):
+boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS_ENDPOINT_URL_LAMBDA``).
+
+``Invoke`` (``POST /2015-03-31/functions/{name}/invocations``):
 
 - ``RequestResponse`` → 200 with the function's payload (``X-Amz-Executed-Version``; on a function error
   ``X-Amz-Function-Error: Unhandled`` and the error document as the payload);
@@ -10,7 +12,18 @@ boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS
   on-failure destination;
 - ``DryRun`` → 204;
 - an unknown function → 404 ``ResourceNotFoundException``; a payload over the quota → 413
-  ``RequestTooLargeException``; bad input → 400 ``InvalidRequestContentException``.
+  ``RequestTooLargeException``; bad input → 400 ``InvalidRequestContentException``;
+- ``LogType: Tail`` → ``X-Amz-Log-Result``: the last 4 KB of the invocation's log, base64 (``START``, the
+  function's own lines, ``END``, ``REPORT``).
+
+``InvokeWithResponseStream`` (``POST /2021-11-15/functions/{name}/response-streaming-invocations``): 200 with the
+function's response content type, and an ``application/vnd.amazon.eventstream`` body: a ``PayloadChunk`` event
+for each chunk of the response as the runtime sends it (a buffered response is one chunk), then one
+``InvokeComplete`` (``ErrorCode``/``ErrorDetails``: the error's type and message when the function failed;
+``LogResult`` with ``LogType: Tail``). boto3's ``invoke_with_response_stream`` reads it.
+
+``GetFunction`` (``GET /2015-03-31/functions/{name}``): the function's configuration (handler, timeout, memory,
+environment) and, as ``Code.Location``, a ``file://`` URI of the code it runs (layers under ``Layers``).
 
 The function name may be a name, a name with a qualifier, or a full or partial ARN.
 """
@@ -20,12 +33,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from chatstream_local.eventstream import encode_blob_event, encode_event
 from chatstream_local.lambda_.exceptions import LocalLambdaError, UnknownFunction
 from chatstream_local.lambda_.invocation import FunctionError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
@@ -33,11 +49,18 @@ from chatstream_local.loopback import LoopbackServer, QuietHandler
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from chatstream_local.lambda_.function_spec import FunctionSpec
+    from chatstream_local.lambda_.invocation import StreamHandle
     from chatstream_local.lambda_.service import LocalLambda
 
     OnFailure = Callable[[str, bytes, FunctionError], None]
 
 INVOKE_PREFIX = "/2015-03-31/functions/"
+STREAM_PREFIX = "/2021-11-15/functions/"
+API_PREFIXES = (INVOKE_PREFIX, STREAM_PREFIX)  # every path of the Lambda API this endpoint serves
+_INVOKE = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
+_INVOKE_STREAM = re.compile(r"^/2021-11-15/functions/(?P<name>[^/]+)/response-streaming-invocations$")
+_GET_FUNCTION = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)$")
 SYNC_PAYLOAD_LIMIT = 6_291_456  # bytes: "Request must be smaller than 6291456 bytes for the InvokeFunction operation"
 ASYNC_PAYLOAD_LIMIT = 1_048_576  # bytes: the asynchronous invocation payload quota (1 MB)
 
@@ -160,13 +183,30 @@ class _InvokeHandler(QuietHandler):
         body = json.dumps({"Type": "User", "message": message}).encode()
         self._send(status, body, {"x-amzn-ErrorType": code, "x-amzn-RequestId": str(uuid.uuid4())})
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = urlsplit(self.path).path
+        match = _GET_FUNCTION.match(path)
+        if match is None:
+            self._api_error(404, "UnknownOperationException", f"no operation at GET {path}")
+            return
+        identifier = unquote(match["name"])
+        try:
+            spec = self.server.owner.local.spec(function_name_from(identifier))
+        except UnknownFunction:
+            self._api_error(404, "ResourceNotFoundException", f"Function not found: {identifier}")
+            return
+        body = json.dumps(function_description(spec)).encode()
+        self._send(200, body, {"x-amzn-RequestId": str(uuid.uuid4())})
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         path = urlsplit(self.path).path
-        if not (path.startswith(INVOKE_PREFIX) and path.endswith("/invocations")):
+        match = _INVOKE.match(path) or _INVOKE_STREAM.match(path)
+        if match is None:
             self.discard_body(int(self.headers.get("Content-Length") or 0))
             self._api_error(404, "UnknownOperationException", f"no operation at POST {path}")
             return
-        identifier = unquote(path[len(INVOKE_PREFIX) : -len("/invocations")])
+        identifier = unquote(match["name"])
+        streaming = match.re is _INVOKE_STREAM
         endpoint = self.server.owner
         invocation_type = self.headers.get("X-Amz-Invocation-Type") or "RequestResponse"
         limit = ASYNC_PAYLOAD_LIMIT if invocation_type == "Event" else SYNC_PAYLOAD_LIMIT
@@ -174,10 +214,11 @@ class _InvokeHandler(QuietHandler):
         if length > limit:
             self.discard_body(length)
             self.close_connection = True
+            operation = "InvokeWithResponseStream" if streaming else "InvokeFunction"
             self._api_error(
                 413,
                 "RequestTooLargeException",
-                f"Request must be smaller than {limit} bytes for the InvokeFunction operation",
+                f"Request must be smaller than {limit} bytes for the {operation} operation",
             )
             return
         payload = self.rfile.read(length) if length else b""
@@ -192,15 +233,15 @@ class _InvokeHandler(QuietHandler):
         payload = payload or b"{}"
         if invocation_type == "DryRun":
             self._send(204, b"", {"x-amzn-RequestId": str(uuid.uuid4())})
-        elif invocation_type == "Event":
+        elif invocation_type == "Event" and not streaming:
             endpoint.submit_event(spec.name, payload)
             self._send(202, b"", {"x-amzn-RequestId": str(uuid.uuid4())})
         elif invocation_type == "RequestResponse":
-            self._request_response(spec.name, payload)
+            self._request_response(spec.name, payload, streaming=streaming)
         else:
             self._api_error(400, "InvalidParameterValueException", f"Unknown invocation type {invocation_type}")
 
-    def _request_response(self, name: str, payload: bytes) -> None:
+    def _request_response(self, name: str, payload: bytes, *, streaming: bool) -> None:
         client_context = None
         encoded = self.headers.get("X-Amz-Client-Context")
         if encoded:
@@ -209,15 +250,78 @@ class _InvokeHandler(QuietHandler):
             except (binascii.Error, UnicodeDecodeError):
                 self._api_error(400, "InvalidRequestContentException", "Client context must be base64 JSON")
                 return
+        log_type = self.headers.get("X-Amz-Log-Type") or "None"
+        if log_type not in ("None", "Tail"):
+            self._api_error(400, "InvalidParameterValueException", f"Unknown log type {log_type}")
+            return
         try:
-            result = self.server.owner.local.invoke(name, payload, client_context=client_context)
+            handle = self.server.owner.local.invoke_stream(
+                name, payload, client_context=client_context, tail_log=log_type == "Tail"
+            )
         except LocalLambdaError as err:
             self._api_error(500, "ServiceException", str(err))
             return
+        if streaming:
+            self._stream_response(handle)
+            return
+        result = handle.result()
         headers = {"X-Amz-Executed-Version": result.executed_version, "x-amzn-RequestId": result.request_id}
         if result.function_error is not None:
             headers["X-Amz-Function-Error"] = result.function_error
+        if result.log_result is not None:
+            headers["X-Amz-Log-Result"] = result.log_result
         self._send(200, result.payload, headers)
+
+    def _stream_response(self, handle: StreamHandle) -> None:
+        """InvokeWithResponseStream: each chunk as a ``PayloadChunk`` event as it arrives, then ``InvokeComplete``."""
+        start = handle.response_start()
+        self.send_response(200)
+        self.send_header("Content-Type", start.content_type if start is not None else "application/json")
+        self.send_header("X-Amz-Executed-Version", "$LATEST")
+        self.send_header("x-amzn-RequestId", handle.request_id)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in handle:
+                self._write_chunk(encode_blob_event("PayloadChunk", chunk))
+            complete: dict[str, str] = {}
+            if handle.error is not None:
+                document = handle.error.document()
+                complete["ErrorCode"] = str(document.get("errorType") or handle.error.error_type)
+                complete["ErrorDetails"] = str(document.get("errorMessage", ""))
+            if handle.tail_log:
+                complete["LogResult"] = handle.log_result()
+            self._write_chunk(encode_event("InvokeComplete", complete))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the caller left: the invocation runs on, as on Lambda
+            self.close_connection = True
+            for _ in handle:
+                pass
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+def function_description(spec: FunctionSpec) -> dict[str, Any]:
+    """``GetFunction``'s answer: the configuration, and the code's location (a ``file://`` URI locally)."""
+    configuration: dict[str, Any] = {
+        "FunctionName": spec.name,
+        "FunctionArn": spec.arn,
+        "Handler": spec.handler,
+        "Timeout": int(spec.timeout_s),
+        "MemorySize": spec.memory_mb,
+        "Version": "$LATEST",
+        "State": "Active",
+        "PackageType": "Zip",
+        "Environment": {"Variables": dict(spec.environment)},
+        "Layers": [{"Arn": Path(directory).resolve().as_uri()} for directory in spec.code_dirs[1:]],
+    }
+    return {
+        "Configuration": configuration,
+        "Code": {"RepositoryType": "S3", "Location": spec.task_root.resolve().as_uri()},
+    }
 
 
 def _is_json(payload: bytes) -> bool:

@@ -100,16 +100,17 @@ class LocalLambda:
         *,
         client_context: str | None = None,
         cognito_identity: str | None = None,
+        tail_log: bool = False,
     ) -> StreamHandle:
         """Start an invocation and return its response as it arrives (see :class:`StreamHandle`).
 
         ``client_context`` is the client context JSON (not base64), passed to the runtime as
-        ``Lambda-Runtime-Client-Context``.
+        ``Lambda-Runtime-Client-Context``. ``tail_log`` keeps the execution log (``LogType: Tail``).
         """
         pool = self._pool(name)
         if pool is None:
             raise LocalLambdaError("LocalLambda.start() was not called")
-        handle = StreamHandle(str(uuid.uuid4()), pool.spec.name)
+        handle = StreamHandle(str(uuid.uuid4()), pool.spec.name, tail_log=tail_log)
         pool.dispatch(Invocation(handle, payload, client_context, cognito_identity, new_trace_id()))
         return handle
 
@@ -120,10 +121,11 @@ class LocalLambda:
         *,
         client_context: str | None = None,
         cognito_identity: str | None = None,
+        tail_log: bool = False,
     ) -> InvokeResult:
         """Invoke and wait for the whole response (the Invoke API's ``RequestResponse``)."""
         return self.invoke_stream(
-            name, payload, client_context=client_context, cognito_identity=cognito_identity
+            name, payload, client_context=client_context, cognito_identity=cognito_identity, tail_log=tail_log
         ).result()
 
     def kill_busy_environment(self, name: str) -> bool:

@@ -65,6 +65,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ANONYMOUS_OWNER = "anonymous"
+
+
+def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
+    """The owner of the sessions a caller creates (see the module docstring); ``None``: IAM auth found nobody."""
+    if auth_type == "NONE":
+        return ANONYMOUS_OWNER
+    user_arn, account_id, caller_id = iam.get("userArn"), iam.get("accountId"), iam.get("callerId")
+    if isinstance(user_arn, str) and user_arn:
+        return user_arn
+    if isinstance(account_id, str) and account_id and isinstance(caller_id, str) and caller_id:
+        return f"{account_id}:{caller_id}"
+    return None
+
+
 RETRY_MS = 1000
 PROXY_UNAVAILABLE = "proxy_unavailable"
 
@@ -218,15 +232,10 @@ class _Exchange:
 
     def owner(self) -> str:
         """Who is asking (see the module docstring); ``403 forbidden`` when IAM auth found nobody."""
-        if self.config.auth_type == "NONE":
-            return ANONYMOUS_OWNER
-        iam = self.request.iam
-        user_arn, account_id, caller_id = iam.get("userArn"), iam.get("accountId"), iam.get("callerId")
-        if isinstance(user_arn, str) and user_arn:
-            return user_arn
-        if isinstance(account_id, str) and account_id and isinstance(caller_id, str) and caller_id:
-            return f"{account_id}:{caller_id}"
-        raise HttpError(403, "forbidden", "the request carries no IAM caller identity; sign it with SigV4")
+        owner = session_owner(self.config.auth_type, self.request.iam)
+        if owner is None:
+            raise HttpError(403, "forbidden", "the request carries no IAM caller identity; sign it with SigV4")
+        return owner
 
     def owned(self, params: Mapping[str, str]) -> _Owned:
         """The ownership check of the routes under ``/sessions/{session_id}`` (with ``/turns/{turn}`` or not).

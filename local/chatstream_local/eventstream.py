@@ -10,8 +10,8 @@ One message on the wire::
     message CRC32  u32 big-endian   (of everything before it, prelude CRC included)
 
 Only string headers (value type 7: u16 length, UTF-8 bytes) are written: they are all that
-ConverseStream uses. botocore's ``EventStreamBuffer`` is the decoder these frames are tested
-against, so a wrong length or CRC is caught by the client's own parser.
+Bedrock's ``ConverseStream`` and Lambda's ``InvokeWithResponseStream`` use. botocore's ``EventStreamBuffer``
+is the decoder these frames are tested against, so a wrong length or CRC is caught by the client's own parser.
 """
 
 from __future__ import annotations
@@ -73,6 +73,17 @@ def encode_event(event_type: str, payload: Mapping[str, Any]) -> bytes:
         (":message-type", "event"),
     ]
     return encode_message(headers, _json(payload))
+
+
+def encode_blob_event(event_type: str, payload: bytes, content_type: str = "application/octet-stream") -> bytes:
+    """An ``event`` message whose payload is the raw bytes of a blob member (``eventpayload``), e.g. Lambda's
+    ``PayloadChunk``."""
+    headers = [
+        (":event-type", event_type),
+        (":content-type", content_type),
+        (":message-type", "event"),
+    ]
+    return encode_message(headers, payload)
 
 
 def encode_exception(exception_type: str, payload: Mapping[str, Any]) -> bytes:

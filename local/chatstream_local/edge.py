@@ -1,0 +1,67 @@
+"""The local stack's one port: the relay's Function URL and, under the Lambda API's own paths, the Lambda API.
+
+``make local`` listens on one port (``CHATSTREAM_PORT``, default 3000), as LocalStack's edge port serves every
+service on one. A request whose path is the Lambda API's (``/2015-03-31/functions/…``,
+``/2021-11-15/functions/…``: what boto3's ``lambda`` client and ``aws lambda`` send) goes to the stack's Invoke
+endpoint (:mod:`chatstream_local.lambda_.invoke`); every other request is the Function URL's. So
+``AWS_ENDPOINT_URL_LAMBDA=http://127.0.0.1:3000`` lets boto3, the AWS CLI and ``make invoke`` call the local
+functions, and a relay path never starts with those prefixes.
+
+:class:`LambdaApiRoute` forwards such a request to the Invoke endpoint and relays its answer as it arrives (a
+response stream chunk by chunk).
+"""
+
+from __future__ import annotations
+
+import http.client
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from chatstream_local.lambda_.invoke import API_PREFIXES
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
+
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"})
+_READ_SIZE = 65536
+
+
+class LambdaApiRoute:
+    """Answers the Lambda API's requests on another server's port, by forwarding them to ``upstream`` (a URL)."""
+
+    def __init__(self, upstream: str) -> None:
+        split = urlsplit(upstream)
+        self._host = split.hostname or "127.0.0.1"
+        self._port = split.port or 80
+
+    @staticmethod
+    def owns(path: str) -> bool:
+        return path.startswith(API_PREFIXES)
+
+    def forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        """Send ``handler``'s request (its ``body`` already read) upstream and write the answer back."""
+        headers = {name: value for name, value in handler.headers.items() if name.lower() not in _HOP_BY_HOP}
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=None)
+        try:
+            connection.request(handler.command, handler.path, body=body, headers=headers)
+            response = connection.getresponse()
+            handler.send_response(response.status)
+            for name, value in response.getheaders():
+                if name.lower() not in _HOP_BY_HOP:
+                    handler.send_header(name, value)
+            length = response.getheader("Content-Length")
+            if length is not None:
+                data = response.read()
+                handler.send_header("Content-Length", str(len(data)))
+                handler.end_headers()
+                handler.wfile.write(data)
+                return
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            while chunk := response.read1(_READ_SIZE):
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                handler.wfile.flush()
+            handler.wfile.write(b"0\r\n\r\n")
+            handler.wfile.flush()
+        finally:
+            connection.close()
