@@ -328,3 +328,63 @@ def test_the_process_gets_lambdas_reserved_variables(tmp_path: Path) -> None:
     assert env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "512"
     assert env["PATH"] == "/bin"
     assert command == [str(tmp_path / "wrapper"), "/py", "-m", "streaming_runtime"]
+
+
+def _gated_init(name: str, gate: Path, *, timeout_s: float) -> FunctionSpec:
+    """A function whose init (the import of ``slow_init``) lasts until ``gate / "release"`` exists."""
+    return FunctionSpec(
+        name=name,
+        handler="slow_init.handler",
+        code_dirs=[HANDLERS],
+        environment={"INIT_GATE": str(gate)},
+        timeout_s=timeout_s,
+    )
+
+
+def _init_pid(lines: list[tuple[str, str]], label: str) -> int | None:
+    """The pid the environment ``label`` printed when its init began (``slow_init``), if it got that far."""
+    pids = [int(line.removeprefix("init pid=")) for who, line in lines if who == label and line.startswith("init pid=")]
+    return pids[0] if pids else None
+
+
+def test_an_init_past_the_init_timeout_is_retried_with_the_function_timeout(tmp_path: Path) -> None:
+    # GIVEN a function whose init lasts until released, an init timeout far shorter, a function timeout far longer
+    lines: list[tuple[str, str]] = []
+    spec = _gated_init("slow-init", tmp_path, timeout_s=60.0)
+    with LocalLambda([spec], log_sink=lambda label, line: lines.append((label, line)), init_timeout_s=0.5) as local:
+        # WHEN it is invoked, its first init runs past the init timeout, and the retried init is then released
+        handle = local.invoke_stream("slow-init", b"{}")
+        wait_until(lambda: _init_pid(lines, "slow-init#2") is not None, what="the retried init to start")
+        (tmp_path / "release").touch()
+        result = handle.result()
+
+        # THEN the invocation succeeds, served by the fresh process of the retried init
+        assert result.function_error is None, result.payload
+        assert json.loads(result.payload)["pid"] == _init_pid(lines, "slow-init#2")
+        assert ("slow-init#1", "INIT_REPORT Init Duration: 500.00 ms Phase: init Status: timeout") in lines
+        first = _init_pid(lines, "slow-init#1")  # None when its runtime had not even reached the import
+        if first is not None:
+            wait_until(lambda: not _alive(first), what="the timed-out init's process to die")
+        assert local.stats()["slow-init"].environments_started == 2
+        assert local.stats()["slow-init"].environments_alive == 1
+
+
+def test_a_retried_init_past_the_function_timeout_times_the_invocation_out(tmp_path: Path) -> None:
+    # GIVEN a function whose init never ends
+    lines: list[tuple[str, str]] = []
+    spec = _gated_init("stuck-init", tmp_path, timeout_s=1.0)
+    with LocalLambda([spec], log_sink=lambda label, line: lines.append((label, line)), init_timeout_s=0.5) as local:
+        # WHEN it is invoked: the init passes the init timeout, and its retry the function timeout
+        result = local.invoke("stuck-init", b"{}")
+
+        # THEN the invocation fails as Lambda reports a timeout, and no environment is left
+        assert result.function_error == "Unhandled"
+        assert result.error_type == "Sandbox.Timedout"
+        assert json.loads(result.payload)["errorMessage"].endswith("Error: Task timed out after 1.00 seconds")
+        wait_until(lambda: local.stats()["stuck-init"].environments_alive == 0, what="the environment to go")
+        assert local.stats()["stuck-init"].environments_started == 2
+        reports = [(label, line) for label, line in lines if line.startswith("INIT_REPORT")]
+        assert reports == [
+            ("stuck-init#1", "INIT_REPORT Init Duration: 500.00 ms Phase: init Status: timeout"),
+            ("stuck-init#2", "INIT_REPORT Init Duration: 1000.00 ms Phase: invoke Status: timeout"),
+        ]

@@ -2,7 +2,9 @@
 
 An invocation goes to an idle environment, else to a new one while the function has fewer than its
 ``max_concurrency``, else it waits for one to be free. A dead environment leaves the pool; the next invocation
-that finds none idle starts a replacement (a cold start).
+that finds none idle starts a replacement (a cold start). An environment whose init timed out is replaced at once
+by one that retries the init for the invocation that was waiting (see
+:mod:`~chatstream_local.lambda_.execution_environment`), in the same place under ``max_concurrency``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from chatstream_local.lambda_.exceptions import LocalLambdaError
 from chatstream_local.lambda_.execution_environment import ExecutionEnvironment
+from chatstream_local.lambda_.invocation import FunctionError
 
 if TYPE_CHECKING:
     from chatstream_local.lambda_.execution_environment import LogSink
@@ -59,13 +62,26 @@ class EnvironmentPool:
                 self._cond.wait()
         environment.start(inv)
 
-    def _new_environment(self) -> ExecutionEnvironment:
+    def _retry_init(self, timed_out: ExecutionEnvironment, inv: Invocation) -> None:
+        """``timed_out``'s init passed the init timeout: retry it in a new environment, with ``inv`` waiting."""
+        with self._cond:
+            self._alive.discard(timed_out)
+            retry = None if self._closed else self._new_environment(retried_init=True)
+            self._cond.notify_all()
+        if retry is None:
+            inv.handle.finish(FunctionError.synthetic("Runtime.Stopped", "the local Lambda was stopped"))
+            return
+        retry.start(inv)
+
+    def _new_environment(self, *, retried_init: bool = False) -> ExecutionEnvironment:
         environment = ExecutionEnvironment(
             self.spec,
             next(self._ids),
             init_timeout_s=self._init_timeout_s,
             on_idle=self._release,
             on_gone=self._retire,
+            on_init_timeout=self._retry_init,
+            retried_init=retried_init,
             log_sink=self._log_sink,
         )
         self._alive.add(environment)

@@ -5,9 +5,15 @@ As on Lambda, an environment runs one invocation at a time:
 - it is given an invocation (:meth:`ExecutionEnvironment.assign`) and hands it to its runtime on ``/next``;
   the runtime's response or error completes it, and the environment is free again (``on_idle``);
 - an invocation past its deadline kills the environment (``Sandbox.Timedout``, "Task timed out after N
-  seconds"), as does an init phase longer than the init timeout; a process that exits mid-invocation fails
-  it with ``Runtime.ExitError``; an init error fails the waiting invocation with the runtime's own error
-  and the environment is discarded;
+  seconds"); a process that exits mid-invocation fails it with ``Runtime.ExitError``; an init error fails the
+  waiting invocation with the runtime's own error and the environment is discarded;
+- an init phase longer than the init timeout (10 s) does not fail the waiting invocation: the environment is
+  killed and the pool retries the init in a fresh one (``on_init_timeout``), whose init and first invocation
+  together have the function's timeout. Lambda's documentation (the execution environment lifecycle, "Init
+  phase"): "If all three tasks do not complete within 10 seconds, Lambda retries the Init phase at the time of
+  the first function invocation with the configured function timeout." Only when that retried init also runs
+  past the function's timeout does the invocation fail (``Sandbox.Timedout``, "Task timed out after N
+  seconds");
 - a dead environment tells its pool once (``on_gone``); the next invocation gets a new one.
 """
 
@@ -30,13 +36,20 @@ if TYPE_CHECKING:
 
     LogSink = Callable[[str, str], None]
     EnvironmentCallback = Callable[["ExecutionEnvironment"], None]
+    InitTimeoutCallback = Callable[["ExecutionEnvironment", "Invocation"], None]
 
 
 class ExecutionEnvironment:
     """One execution environment of a function: a child process and the Runtime API endpoint only it talks to.
 
     ``on_idle(environment)`` is called when it finished an invocation and can take another; ``on_gone(environment)``
-    once, when it is dead (killed, exited, failed to start). ``log_sink(label, line)`` gets its output lines.
+    once, when it is dead (killed, exited, failed to start); ``on_init_timeout(environment, invocation)`` when its
+    init ran past ``init_timeout_s``: the environment is killed, and the invocation waiting for it is the
+    callback's to run (in an environment made with ``retried_init=True``). ``log_sink(label, line)`` gets its
+    output lines, and Lambda's own report of an init that timed out.
+
+    With ``retried_init`` the environment is a retry of an init that timed out: its init and its first
+    invocation share one budget, the function's timeout, counted from its start.
     """
 
     def __init__(
@@ -47,14 +60,19 @@ class ExecutionEnvironment:
         init_timeout_s: float,
         on_idle: EnvironmentCallback,
         on_gone: EnvironmentCallback,
+        on_init_timeout: InitTimeoutCallback,
+        retried_init: bool = False,
         log_sink: LogSink | None = None,
     ) -> None:
         self.spec = spec
         self.env_id = env_id
         self.init_timeout_s = init_timeout_s
+        self.retried_init = retried_init
         self._on_idle = on_idle
         self._on_gone = on_gone
+        self._on_init_timeout_callback = on_init_timeout
         self._log_sink = log_sink
+        self._started_at = 0.0  # time.monotonic() at start()
         self._cond = threading.Condition()
         self._pending: Invocation | None = None  # assigned, not yet fetched with /next
         self._current: Invocation | None = None  # fetched, no response yet
@@ -82,6 +100,7 @@ class ExecutionEnvironment:
         """
         with self._cond:
             self._pending = first
+        self._started_at = time.monotonic()
         self._endpoint.start()
         try:
             self._process = start_runtime(self.spec, self._endpoint.address, capture_output=self._log_sink is not None)
@@ -96,7 +115,10 @@ class ExecutionEnvironment:
             self._spawn(lambda: self._pump(process.stdout), "stdout")
             self._spawn(lambda: self._pump(process.stderr), "stderr")
         self._spawn(self._watch_exit, "exit-watch")
-        self._arm_timer(self.init_timeout_s, self._on_init_timeout)
+        if self.retried_init:
+            self._arm_timer(self.spec.timeout_s, self._on_retried_init_timeout)
+        else:
+            self._arm_timer(self.init_timeout_s, self._on_init_timeout)
 
     def _spawn(self, target: Callable[[], None], what: str) -> None:
         thread = threading.Thread(target=target, name=f"{self.label}-{what}", daemon=True)
@@ -178,13 +200,31 @@ class ExecutionEnvironment:
         if timer is not None:
             timer.cancel()
 
+    def _report(self, line: str) -> None:
+        """A line Lambda itself writes to the function's log (``INIT_REPORT``...)."""
+        if self._log_sink is not None:
+            self._log_sink(self.label, line)
+
     def _on_init_timeout(self) -> None:
+        """The init passed the init timeout: kill this environment and hand its invocation back for a retried init."""
         with self._cond:
             if self._initialized or self._dead:
                 return
-            inv = self._pending
+            inv, self._pending = self._pending, None
+        self._report(f"INIT_REPORT Init Duration: {self.init_timeout_s * 1000:.2f} ms Phase: init Status: timeout")
+        self.kill()
         if inv is not None:
-            message = f"RequestId: {inv.request_id} Error: Init timed out after {self.init_timeout_s:.2f} s"
+            self._on_init_timeout_callback(self, inv)
+
+    def _on_retried_init_timeout(self) -> None:
+        """A retried init passed the function's timeout: its invocation times out, as the invocation would."""
+        with self._cond:
+            if self._initialized or self._dead:
+                return
+            inv, self._pending = self._pending, None
+        self._report(f"INIT_REPORT Init Duration: {self.spec.timeout_s * 1000:.2f} ms Phase: invoke Status: timeout")
+        if inv is not None:
+            message = f"RequestId: {inv.request_id} Error: Task timed out after {self.spec.timeout_s:.2f} seconds"
             inv.handle.finish(FunctionError.synthetic("Sandbox.Timedout", message))
         self.kill()
 
@@ -205,6 +245,7 @@ class ExecutionEnvironment:
 
     def next_invocation(self) -> Invocation | None:
         with self._cond:
+            first = not self._initialized
             self._initialized = True
             if self._current is not None:  # /next without a response: that invocation got nothing
                 stale, self._current = self._current, None
@@ -216,9 +257,12 @@ class ExecutionEnvironment:
                 return None
             inv, self._pending = self._pending, None
             assert inv is not None
-            inv.deadline_ms = int((time.time() + self.spec.timeout_s) * 1000)
+            budget_s = self.spec.timeout_s
+            if first and self.retried_init:  # the retried init spent part of the function's timeout
+                budget_s -= time.monotonic() - self._started_at
+            inv.deadline_ms = int((time.time() + budget_s) * 1000)
             self._current = inv
-            self._arm_timer(self.spec.timeout_s, lambda: self._on_deadline(inv))
+            self._arm_timer(budget_s, lambda: self._on_deadline(inv))
         return inv
 
     def invocation(self, request_id: str) -> Invocation | None:
