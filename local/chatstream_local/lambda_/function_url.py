@@ -12,7 +12,8 @@ with repeated headers joined by ``,``, ``cookies``, ``queryStringParameters``, `
   else is returned as JSON with status 200.
 
 A function error before the first byte is a 502 ``{"Message":"Internal Server Error"}``; after it, the
-chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors`. A client that
+chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors` and given to
+``on_error`` (the local stack logs each, with the function's own error type and message). A client that
 disconnects does not stop the invocation: its stream is drained to the end, as on Lambda. A request body over
 6 MB is refused with 413.
 """
@@ -51,6 +52,7 @@ _PRELUDE_LIMIT = 1024 * 1024
 _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive", "trailer", "upgrade"})
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
+_ERROR_MESSAGE_CHARS = 300  # of a function's error message in a log line
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,14 @@ class RecordedError:
     request_id: str
     error: FunctionError
     phase: Literal["before_response", "mid_stream"]
+
+    def describe(self, function_name: str) -> str:
+        """One log line: what the client got, and the function's own error (type and message)."""
+        document = self.error.document()
+        error_type = str(document.get("errorType") or self.error.error_type)
+        message = " ".join(str(document.get("errorMessage", "")).split())[:_ERROR_MESSAGE_CHARS]
+        outcome = "502 before the first byte" if self.phase == "before_response" else "the stream ended early"
+        return f"{function_name} request {self.request_id}: {outcome}: {error_type}: {message}"
 
 
 def iam_identity(
@@ -83,7 +93,8 @@ class FunctionUrlServer:
 
     ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
     may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
-    ``AuthType: NONE``).
+    ``AuthType: NONE``). ``on_error(recorded)`` is told of every function error it answers (see the module's
+    docstring).
     """
 
     def __init__(
@@ -97,6 +108,7 @@ class FunctionUrlServer:
         identity: Mapping[str, Any] | None = None,
         identity_resolver: IdentityResolver | None = None,
         url_id: str | None = None,
+        on_error: Callable[[RecordedError], None] | None = None,
     ) -> None:
         local.spec(function_name)  # fails early for an unknown function
         self.local = local
@@ -105,6 +117,7 @@ class FunctionUrlServer:
         self.identity = identity
         self.identity_resolver = identity_resolver
         self.url_id = url_id or uuid.uuid4().hex
+        self.on_error = on_error
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
         self._server = LoopbackServer((host, port), _UrlHandler, self)
         self._thread: threading.Thread | None = None
@@ -142,7 +155,10 @@ class FunctionUrlServer:
         self.stop()
 
     def record(self, request_id: str, error: FunctionError, phase: Literal["before_response", "mid_stream"]) -> None:
-        self.errors.append(RecordedError(request_id, error, phase))
+        recorded = RecordedError(request_id, error, phase)
+        self.errors.append(recorded)
+        if self.on_error is not None:
+            self.on_error(recorded)
 
     # -- the event ------------------------------------------------------------------------------------
     def build_event(
