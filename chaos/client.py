@@ -175,10 +175,16 @@ def _resume(http: httpx.Client, seen: StreamSeen) -> Failed | None:
     return None
 
 
-def run_chat(http: httpx.Client, plan: ChatPlan, deadline: float, retry_budget_s: float = 180.0) -> StreamSeen:
+def run_chat(
+    http: httpx.Client,
+    plan: ChatPlan,
+    deadline: float,
+    retry_budget_s: float = 180.0,
+    backoff: Backoff = CLIENT_BACKOFF,
+) -> StreamSeen:
     """One chat to its end (or ``deadline``, a ``time.monotonic()`` value), dropping and resuming as planned."""
     seen = StreamSeen()
-    patience = Patience(retry_budget_s, deadline)
+    patience = Patience(retry_budget_s, deadline, backoff)
     if not _start(http, plan, seen, patience):
         return seen
     while not seen.finished or _relay_error_is_retryable(seen):
