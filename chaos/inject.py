@@ -74,6 +74,10 @@ class CpuStress:
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def __enter__(self) -> CpuStress:
         # Started from the run's main thread, so it dies with the run even when the run is killed.
         self._process = subprocess.Popen(  # noqa: S603 - a fixed argv

@@ -35,7 +35,7 @@ from chatstream.redrive import Redrive, RedriveReport
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Sequence
 
 FAULTY_ENDPOINTS = ("AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
 SETTLE_POLL_S = 0.5
@@ -65,15 +65,6 @@ def stack_logger(log: Callable[[str], None], *, verbose: bool) -> Callable[[str,
     return stack_log
 
 
-@contextlib.contextmanager
-def _cpu_stress(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    with CpuStress():
-        yield
-
-
 def run(
     settings: ChaosSettings, log: Callable[[str], None] = lambda line: None, *, verbose: bool = False
 ) -> ChaosResult:
@@ -82,7 +73,7 @@ def run(
     ``log`` gets the stack's reports (see :func:`stack_logger`), and with ``verbose`` progress and every line the
     functions log.
     """
-    with _cpu_stress(settings.cpu_stress):
+    with CpuStress() if settings.cpu_stress else contextlib.nullcontext():
         return _run(settings, log, verbose=verbose)
 
 
