@@ -18,7 +18,7 @@ help:
 	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
 	@echo "make test      lint, type-check, checkov, tests, sam validate --lint, sam build (what CI runs)"
 	@echo "make bench     chatstream vs direct streaming vs per-token pipeline (bench/results.md)"
-	@echo "make chaos     200 chats under injected faults; prints one chaos: line"
+	@echo "make chaos     200 chats under injected faults; prints one chaos: line (ARGS=--cpu-stress: one core kept busy)"
 	@echo "make build     sam build"
 	@echo "make deploy    sam deploy --guided"
 
@@ -84,7 +84,8 @@ clean:
 redrive: $(STAMP)
 	PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
 
-# Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through.
+# Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through;
+# ARGS=--cpu-stress keeps one core busy for the whole run.
 .PHONY: chaos scan
 chaos: $(STAMP)
 	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)

@@ -16,6 +16,7 @@ from chaos.faults import fault_summary
 from chatstream.dlq import DlqKind, DlqMessage, PoisonRecord
 from chatstream.errors import InvalidDeadLetter
 from chatstream.records import assistant_text
+from chatstream.redrive import RedriveStatus
 from chatstream.status import TurnStatus
 from chatstream_local.bedrock.model import split_deltas
 
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
     from chaos.client import StreamSeen
     from chaos.plan import ChatPlan
     from chatstream.records import TokenRecord
-    from chatstream.redrive import RedriveReport
+    from chatstream.redrive import MessageResult, RedriveReport
     from chatstream.table import Turn
 
-# How a stream whose generation was lost with its killed proxy may end: the relay's stale-turn timeout, or the
-# reaper's error from ProxyFailureQueue.
+# How a stream whose generation was lost may end: the reaper's error from ProxyFailureQueue, or the relay's
+# stale-turn timeout when it came first.
 LOST_GENERATION_CODES = frozenset({"timeout", "generation_failed"})
 REAPED_CODES = frozenset({"generation_failed"})  # a turn whose proxy died, ended from ProxyFailureQueue
 
@@ -98,26 +99,36 @@ class ChatCounts:
     lost_tokens: int = 0
     duplicated_tokens: int = 0
     unfinished_turns: int = 0
+    failed_chats: int = 0  # chats that never got a stream
     exact_streams: int = 0
-    generator_lost: int = 0
+    killed_generations: int = 0  # generations lost because the run killed their proxy
+    other_lost_generations: int = 0  # generations lost to anything else: each a problem
     model_errors: int = 0
     drops: int = 0
     resumes: int = 0
     relay_retries: int = 0
+    http_retries: int = 0
     problems: tuple[str, ...] = ()
+
+    @property
+    def generator_lost(self) -> int:
+        return self.killed_generations + self.other_lost_generations
 
     def __add__(self, other: ChatCounts) -> ChatCounts:
         return ChatCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
 
-def _check_table(expected: str, stored: StoredTurn, turn: int, generator_lost: bool, label: str) -> ChatCounts:
-    if generator_lost:
-        # Its proxy died: the turn is either still in progress (no terminal record) or was ended by the
-        # reaper; either way what it holds is a clean prefix of the reply.
-        clean_end = stored.terminals == 0 or (stored.terminals == 1 and stored.ends_in_terminal)
-        if not expected.startswith(stored.text) or not stored.contiguous or not clean_end:
-            return ChatCounts(problems=(f"{label}: a lost generation's records are not a clean prefix",))
-        return ChatCounts()
+@dataclass(frozen=True)
+class _Found:
+    """One side's (the table's, or the stream's) verdict on a chat, before the two are merged."""
+
+    lost: int = 0
+    duplicated: int = 0
+    problems: tuple[str, ...] = ()
+
+
+def _check_table(expected: str, stored: StoredTurn, turn: int, label: str) -> tuple[_Found, bool]:
+    """The stored turn against the reply: what it lost or duplicated, and whether it is unfinished."""
     problems = []
     unfinished = stored.turn is None or not stored.turn.finished
     if unfinished:
@@ -127,52 +138,74 @@ def _check_table(expected: str, stored: StoredTurn, turn: int, generator_lost: b
     lost, duplicated = compare_text(expected, stored.text)
     if lost or duplicated:
         problems.append(f"{label}: table text differs (lost {lost}, duplicated {duplicated})")
-    return ChatCounts(
-        lost_tokens=lost, duplicated_tokens=duplicated, unfinished_turns=int(unfinished), problems=tuple(problems)
-    )
+    return _Found(lost, duplicated, tuple(problems)), unfinished
 
 
-def _check_stream(plan: ChatPlan, seen: StreamSeen, generator_lost: bool, label: str) -> ChatCounts:
-    expected = plan.expected_text
+def _check_stream(plan: ChatPlan, seen: StreamSeen, label: str) -> tuple[_Found, bool]:
+    """The client's stream against the reply: what it lost or duplicated, and whether it is exact."""
     ids = [seq for seq, _ in seen.tokens]
     repeated = len(ids) - len(set(ids))
-    base = ChatCounts(
-        duplicated_tokens=repeated,
-        drops=int(plan.drop_after is not None),
-        resumes=seen.resumes,
-        relay_retries=seen.relay_retries,
-    )
-    stream_lost, stream_duplicated = compare_text(expected, seen.text)
-    if generator_lost and seen.done is None:
-        code = (seen.error or {}).get("code")
-        if code in LOST_GENERATION_CODES and expected.startswith(seen.text) and not repeated:
-            return base + ChatCounts(generator_lost=1)
-        return base + ChatCounts(problems=(f"{label}: a lost generation ended with {code!r} and text not a prefix",))
-    wanted_end_ok = (seen.error is not None) if plan.model_fails else (seen.done is not None)
-    model_error = plan.model_fails and seen.error is not None
-    if model_error and seen.error is not None:
-        wanted_end_ok = seen.error.get("code") == "model_stream_error"
-    base += ChatCounts(model_errors=int(model_error))
-    if not repeated and stream_lost == 0 and stream_duplicated == 0 and wanted_end_ok:
-        return base + ChatCounts(exact_streams=1)
-    ending = seen.done or seen.error
-    problem = f"{label}: stream not exact (lost {stream_lost}, duplicated {stream_duplicated + repeated}, end {ending})"
-    return base + ChatCounts(lost_tokens=stream_lost, duplicated_tokens=stream_duplicated, problems=(problem,))
+    lost, duplicated = compare_text(plan.expected_text, seen.text)
+    if plan.model_fails:
+        ended_as_planned = seen.error is not None and seen.error.get("code") == "model_stream_error"
+    else:
+        ended_as_planned = seen.done is not None
+    if not (repeated or lost or duplicated) and ended_as_planned and not seen.failure:
+        return _Found(), True
+    ending = seen.failure or seen.done or seen.error
+    problem = f"{label}: stream not exact (lost {lost}, duplicated {duplicated + repeated}, end {ending})"
+    return _Found(lost, duplicated + repeated, (problem,)), False
 
 
-def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, proxy_failed: bool) -> ChatCounts:
+def _check_lost_generation(
+    plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, killed: bool, label: str
+) -> ChatCounts:
+    """A turn the reaper ended: its proxy died. What was stored and streamed must be a clean prefix of the reply,
+    the stream must end with a lost generation's error, and the proxy must be one the run killed."""
+    expected = plan.expected_text
+    problems = []
+    clean_end = stored.terminals == 0 or (stored.terminals == 1 and stored.ends_in_terminal)
+    if not expected.startswith(stored.text) or not stored.contiguous or not clean_end:
+        problems.append(f"{label}: a lost generation's records are not a clean prefix")
+    ids = [seq for seq, _ in seen.tokens]
+    code = (seen.error or {}).get("code")
+    ended = seen.done is None and code in LOST_GENERATION_CODES
+    if not ended or not expected.startswith(seen.text) or len(ids) != len(set(ids)) or seen.failure:
+        ending = seen.failure or seen.done or seen.error
+        problems.append(f"{label}: a lost generation's stream is not a prefix ending in its error (end {ending})")
+    if killed:
+        return ChatCounts(killed_generations=1, problems=tuple(problems))
+    why = (stored.turn.error or {}).get("message") if stored.turn is not None else None
+    problems.append(f"{label}: its generation was lost, and the run did not kill its proxy ({why})")
+    return ChatCounts(other_lost_generations=1, problems=tuple(problems))
+
+
+def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: bool) -> ChatCounts:
     """One chat's counts: its stream (``seen``) and its turn in the table (``stored``) against the model's reply.
 
-    ``proxy_failed``: the turn's proxy invocation is in ProxyFailureQueue (it was killed). Such a turn, or one
-    the reaper ended for that reason, lost its generation: its stream must end with a lost-generation error
-    and hold a prefix of the reply; it counts as ``generator_lost``, not as lost tokens.
+    ``killed``: the run killed the proxy invocation of this chat's turn. A turn the reaper ended (its proxy died)
+    lost its generation: it counts as ``killed`` when the run killed that proxy, as a problem otherwise. A token
+    lost (or duplicated) by the table and by the stream counts once.
     """
     label = f"chat {plan.index} ({plan.message[:24]!r}, session {seen.session_id or '-'})"
-    if seen.failure:
-        return ChatCounts(lost_tokens=len(split_deltas(plan.expected_text)), problems=(f"{label}: {seen.failure}",))
-    generator_lost = proxy_failed or stored.reaped
-    table = _check_table(plan.expected_text, stored, seen.turn, generator_lost, label)
-    return table + _check_stream(plan, seen, generator_lost, label)
+    activity = ChatCounts(
+        drops=seen.drops, resumes=seen.resumes, relay_retries=seen.relay_retries, http_retries=seen.http_retries
+    )
+    if not seen.session_id:
+        return activity + ChatCounts(failed_chats=1, problems=(f"{label}: no stream: {seen.failure}",))
+    if stored.reaped:
+        return activity + _check_lost_generation(plan, seen, stored, killed, label)
+    table, unfinished = _check_table(plan.expected_text, stored, seen.turn, label)
+    stream, exact = _check_stream(plan, seen, label)
+    model_error = plan.model_fails and seen.error is not None
+    return activity + ChatCounts(
+        lost_tokens=max(table.lost, stream.lost),
+        duplicated_tokens=max(table.duplicated, stream.duplicated),
+        unfinished_turns=int(unfinished),
+        exact_streams=int(exact),
+        model_errors=int(model_error),
+        problems=table.problems + stream.problems,
+    )
 
 
 def poison_payload_of(body: str) -> bytes | None:
@@ -194,8 +227,12 @@ class DlqCounts:
     poison_expected: int = 0
     poison_in_dlq: int = 0
     unexpected_dlq: int = 0
-    onfailure_redriven: int = 0
+    onfailure_redriven: int = 0  # on-failure pointers the redrive re-read from the stream (and deleted)
     problems: tuple[str, ...] = ()  # what the redrive could not restore
+
+
+def _redriven_pointer(result: MessageResult) -> bool:
+    return result.kind == DlqKind.ON_FAILURE and result.status is RedriveStatus.REDRIVEN
 
 
 def check_dlq(bodies: Iterable[str], poisoned: Sequence[bytes], redrive: RedriveReport) -> DlqCounts:
@@ -206,7 +243,11 @@ def check_dlq(bodies: Iterable[str], poisoned: Sequence[bytes], redrive: Redrive
         poison_expected=len(poisoned),
         poison_in_dlq=len(found & set(poisoned)),
         unexpected_dlq=sum(1 for payload in payloads if payload is None or payload not in poisoned),
-        onfailure_redriven=sum(1 for result in redrive.results if result.kind == DlqKind.ON_FAILURE),
+        onfailure_redriven=sum(
+            1
+            for result in redrive.results
+            if result.kind == DlqKind.ON_FAILURE and result.status is RedriveStatus.REDRIVEN
+        ),
         problems=tuple(f"redrive lost ranges: {result.lost}" for result in redrive.results if result.lost),
     )
 
@@ -221,6 +262,7 @@ class ChaosResult:
     proxy_kills: int
     consumer_kills: int
     faults: Mapping[str, int]  # injected by the fault proxy, by kind
+    run_problems: tuple[str, ...] = ()  # the run's own: the stack did not settle, a queue was not read in full
 
     @classmethod
     def of(
@@ -231,19 +273,26 @@ class ChaosResult:
         proxy_kills: int,
         consumer_kills: int,
         faults: Mapping[str, int],
+        run_problems: Sequence[str] = (),
     ) -> ChaosResult:
         total = sum(chats, ChatCounts())
-        return cls(len(chats), total, dlq, proxy_kills, consumer_kills, dict(faults))
+        return cls(len(chats), total, dlq, proxy_kills, consumer_kills, dict(faults), tuple(run_problems))
 
     @property
     def problems(self) -> tuple[str, ...]:
-        """What went wrong, the redrive's first, then each chat's in plan order."""
-        return self.dlq.problems + self.totals.problems
+        """What went wrong: the run's own, the redrive's, more lost generations than kills, then each chat's."""
+        lost = self.totals.generator_lost
+        beyond_kills = (
+            (f"{lost} generations lost, more than the {self.proxy_kills} proxies the run killed",)
+            if lost > self.proxy_kills
+            else ()
+        )
+        return self.run_problems + self.dlq.problems + beyond_kills + self.totals.problems
 
     @property
     def possible_exact(self) -> int:
-        """Streams that can be exact: all but those whose generation was lost with its proxy."""
-        return self.chats - self.totals.generator_lost
+        """Streams that can be exact: all but those whose generation was lost with a proxy the run killed."""
+        return self.chats - self.totals.killed_generations
 
     @property
     def ok(self) -> bool:
@@ -252,7 +301,10 @@ class ChaosResult:
             totals.lost_tokens == 0
             and totals.duplicated_tokens == 0
             and totals.unfinished_turns == 0
-            and totals.exact_streams + totals.generator_lost == self.chats
+            and totals.failed_chats == 0
+            and totals.other_lost_generations == 0
+            and totals.generator_lost <= self.proxy_kills
+            and totals.exact_streams == self.possible_exact
             and dlq.poison_in_dlq == dlq.poison_expected
             and dlq.unexpected_dlq == 0
             and not self.problems
@@ -263,10 +315,11 @@ class ChaosResult:
         t, dlq = self.totals, self.dlq
         return (
             f"chaos: chats={self.chats} lost_tokens={t.lost_tokens} duplicated_tokens={t.duplicated_tokens} "
-            f"unfinished_turns={t.unfinished_turns} exact_streams={t.exact_streams}/{self.possible_exact} "
-            f"generator_lost={t.generator_lost} model_errors={t.model_errors} drops={t.drops} "
-            f"resumes={t.resumes} relay_retries={t.relay_retries} "
-            f"poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
+            f"unfinished_turns={t.unfinished_turns} failed_chats={t.failed_chats} "
+            f"exact_streams={t.exact_streams}/{self.possible_exact} "
+            f"generator_lost=killed:{t.killed_generations},other:{t.other_lost_generations} "
+            f"model_errors={t.model_errors} drops={t.drops} resumes={t.resumes} relay_retries={t.relay_retries} "
+            f"http_retries={t.http_retries} poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
             f"unexpected_dlq={dlq.unexpected_dlq} redriven_onfailure={dlq.onfailure_redriven} "
             f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} faults={fault_summary(self.faults)}"
         )

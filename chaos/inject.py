@@ -1,12 +1,16 @@
 """The chaos run's faults that act on the stack itself (the AWS faults are :mod:`chaos.faults`): execution
-environments killed mid-invocation, and poison records put on the token stream."""
+environments killed mid-invocation, poison records put on the token stream, and a core kept busy."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from typing import TYPE_CHECKING
 
 from chaos.plan import poison_payload
+from chatstream_local.process import die_with_parent
 
 if TYPE_CHECKING:
     import random
@@ -19,12 +23,17 @@ CONSUMER = "ConsumerFunction"
 
 class EnvironmentKiller:
     """Kills busy execution environments of the proxy and the consumer, up to a budget each, at random moments
-    (0.2 to 1.5 s apart) until stopped or the budgets are spent."""
+    (0.2 to 1.5 s apart) until stopped or the budgets are spent.
+
+    ``kills`` counts the kills by function; ``killed_turns`` holds the (session, turn) of every proxy invocation
+    killed: the generations the run itself ended.
+    """
 
     def __init__(self, stack: LocalStack, budget: dict[str, int], rng: random.Random) -> None:
         self.stack = stack
         self.budget = dict(budget)
         self.kills = dict.fromkeys(budget, 0)
+        self.killed_turns: set[tuple[str, int]] = set()
         self.rng = rng
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-killer", daemon=True)
@@ -45,8 +54,41 @@ class EnvironmentKiller:
             if not wanted:
                 return
             name = self.rng.choice(wanted)
-            if local_lambda.kill_busy_environment(self.stack.name(name)):
-                self.kills[name] += 1
+            killed = local_lambda.kill_busy_environment(self.stack.name(name))
+            if killed is None:
+                continue
+            self.kills[name] += 1
+            if name == PROXY:
+                self.killed_turns.add(generation_of(killed.payload))
+
+
+def generation_of(payload: bytes) -> tuple[str, int]:
+    """The (session, turn) a proxy invocation's event generates."""
+    event = json.loads(payload)
+    return str(event["session_id"]), int(event["turn"])
+
+
+class CpuStress:
+    """One core kept busy for as long as it runs: a child process spinning (``make chaos ARGS=--cpu-stress``)."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> CpuStress:
+        # Started from the run's main thread, so it dies with the run even when the run is killed.
+        self._process = subprocess.Popen(  # noqa: S603 - a fixed argv
+            [sys.executable, "-c", "while True: pass"], preexec_fn=die_with_parent
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=10)
 
 
 def put_poison(stack: LocalStack, session_id: str, n: int) -> bytes:

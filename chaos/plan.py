@@ -35,6 +35,7 @@ class ChaosSettings:
     retry_budget_s: float = 180.0  # a client resumes after the relay's own retryable errors this long without progress
     settle_timeout_s: float = 60.0
     run_timeout_s: float = 1200.0
+    cpu_stress: bool = False  # one core kept busy for the whole run (a child process spinning)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """What the local stack stored during a chaos run, read back for the checks: each chat's turn and records in
-the table, the proxy invocations in ProxyFailureQueue (and its dead-letter queue), and the messages in ConsumerDLQ.
-Queues are peeked (visibility 0): the messages stay for the redrive and for whoever looks next. A peek is a
-receive, so it counts towards a message's maxReceiveCount: a proxy failure peeked often enough moves to
-ProxyFailureDLQ, which is why both are read.
+the table, and the messages in ConsumerDLQ.
+
+A queue is read in full and left as it was: every message is received (hidden while the read goes on, so each
+receive gets new ones), then made visible again for the redrive and for whoever looks next; the count must match
+the queue's own.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,21 +18,40 @@ if TYPE_CHECKING:
     from chaos.client import StreamSeen
     from chatstream_local.stack import LocalStack
 
-PEEK_ROUNDS = 200  # receive calls at most per peek
-PEEK_EMPTY_ROUNDS = 3  # receive calls in a row with nothing new that end a peek
+READ_HIDE_S = 120  # how long a message read stays hidden, at most, if making it visible again failed
 
 
-def peek_all(sqs: Any, url: str, limit: int = 10_000) -> list[str]:
-    """Every message body of a queue, leaving them in it (visibility 0), bounded."""
+class QueueReadError(RuntimeError):
+    """A queue could not be read in full: what was received does not match what the queue holds."""
+
+
+def read_queue(sqs: Any, url: str) -> list[str]:
+    """Every message body of a queue, leaving the messages in it; :class:`QueueReadError` when the queue holds a
+    different number (messages another reader holds, or that arrived meanwhile)."""
+    attributes = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     bodies: dict[str, str] = {}
-    empty = 0
-    for _ in range(PEEK_ROUNDS):
-        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0).get("Messages", [])
-        fresh = [message for message in messages if message["MessageId"] not in bodies]
-        bodies.update({message["MessageId"]: message["Body"] for message in messages})
-        empty = 0 if fresh else empty + 1
-        if empty >= PEEK_EMPTY_ROUNDS or len(bodies) >= limit:
-            break
+    handles: list[str] = []
+    try:
+        while True:
+            messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=READ_HIDE_S).get(
+                "Messages", []
+            )
+            if not messages:
+                break
+            for message in messages:
+                bodies[message["MessageId"]] = message["Body"]
+                handles.append(message["ReceiptHandle"])
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=attributes)["Attributes"]
+    finally:
+        for start in range(0, len(handles), 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                for i, handle in enumerate(handles[start : start + 10])
+            ]
+            sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
+    held = int(counts["ApproximateNumberOfMessages"]) + int(counts["ApproximateNumberOfMessagesNotVisible"])
+    if held != len(bodies):
+        raise QueueReadError(f"{url.rsplit('/', 1)[-1]}: read {len(bodies)} messages, the queue holds {held}")
     return list(bodies.values())
 
 
@@ -43,20 +62,6 @@ class Readback:
         self.table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"), sleep=time.sleep)
         self.sqs = stack.client("sqs")
         self.dlq_url: str = self.sqs.get_queue_url(QueueName=stack.name("ConsumerDLQ"))["QueueUrl"]
-        self._proxy_failure_urls: list[str] = [
-            self.sqs.get_queue_url(QueueName=stack.name(queue))["QueueUrl"]
-            for queue in ("ProxyFailureQueue", "ProxyFailureDLQ")
-        ]
-
-    def proxy_failures(self) -> set[tuple[str, int]]:
-        """(session, turn) of every proxy invocation that failed (was killed): the messages in ProxyFailureQueue
-        and ProxyFailureDLQ."""
-        turns: set[tuple[str, int]] = set()
-        for url in self._proxy_failure_urls:
-            for body in peek_all(self.sqs, url):
-                payload = json.loads(body).get("requestPayload") or {}
-                turns.add((str(payload.get("session_id")), int(payload.get("turn", 0))))
-        return turns
 
     def stored_turn(self, seen: StreamSeen) -> StoredTurn:
         """The turn ``seen`` streamed, as the table holds it (nothing for a chat that never got a session)."""
@@ -65,12 +70,12 @@ class Readback:
         turn = self.table.get_turn(seen.session_id, seen.turn)
         return StoredTurn(turn, tuple(self.table.query_records(seen.session_id, seen.turn)))
 
-    def turn_settled(self, seen: StreamSeen, proxy_failures: set[tuple[str, int]]) -> bool:
-        """The turn is finished in the table, or its generation was lost with its proxy."""
+    def turn_finished(self, seen: StreamSeen) -> bool:
+        """The turn ``seen`` streamed is finished in the table (a chat that never got a session has none)."""
         if not seen.session_id:
             return True
         turn = self.table.get_turn(seen.session_id, seen.turn)
-        return (turn is not None and turn.finished) or (seen.session_id, seen.turn) in proxy_failures
+        return turn is not None and turn.finished
 
     def dlq_bodies(self) -> list[str]:
-        return peek_all(self.sqs, self.dlq_url)
+        return read_queue(self.sqs, self.dlq_url)

@@ -2,14 +2,17 @@
 
 The run wires the parts: the plan (:mod:`chaos.plan`: which chats, seeded), the faults (:mod:`chaos.faults`
 between the functions and moto, :mod:`chaos.inject` on the stack), the clients (:mod:`chaos.client`), the
-read-back (:mod:`chaos.readback`) and the checks (:mod:`chaos.checks`). It prints one line, ``chaos: chats=N
-lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 exact_streams=N/N …``, and exits 1 when anything is lost,
-duplicated, unfinished or inexact. docs/RELIABILITY.md says what is injected and checked.
+read-back (:mod:`chaos.readback`) and the checks (:mod:`chaos.checks`). It prints every problem it counts, the
+local stack's reports of function errors (a 502, an asynchronous invocation that failed, an init that timed out),
+and one line, ``chaos: chats=N lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 … exact_streams=N/N …``; it
+exits 1 when anything is lost, duplicated, unfinished or inexact, or a generation was lost that the run did not
+kill. docs/RELIABILITY.md says what is injected and checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import threading
@@ -20,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from chaos.checks import ChaosResult, ChatCounts, DlqCounts, StoredTurn, check_chat, check_dlq, poison_payload_of
+from chaos.checks import ChaosResult, ChatCounts, DlqCounts, check_chat, check_dlq, poison_payload_of
 from chaos.client import StreamSeen, run_chat
 from chaos.faults import FaultProxy, FaultRates
-from chaos.inject import CONSUMER, PROXY, EnvironmentKiller, put_poison
+from chaos.inject import CONSUMER, PROXY, CpuStress, EnvironmentKiller, put_poison
 from chaos.plan import ChaosSettings, ChatPlan, plan_chats
-from chaos.readback import Readback
+from chaos.readback import QueueReadError, Readback
 from chatstream.dlq import DeadLetterQueue
 from chatstream.materialize import Materializer
 from chatstream.redrive import Redrive, RedriveReport
@@ -36,22 +39,48 @@ if TYPE_CHECKING:
 
 FAULTY_ENDPOINTS = ("AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
 SETTLE_POLL_S = 0.5
+STACK_REPORTS = ("stack", "url")  # the local stack's own components: what they log is always shown
 
 
 @dataclass(frozen=True)
 class ChatsRun:
-    """What the chats left for the checks: each chat's stream (in plan order), the poison put, the kills."""
+    """What the chats left for the checks: each chat's stream (in plan order), the poison put, the kills (and the
+    turns whose proxy invocation was killed)."""
 
     streams: tuple[StreamSeen, ...]
     poisoned: tuple[bytes, ...]
     proxy_kills: int
     consumer_kills: int
+    killed_turns: frozenset[tuple[str, int]]
 
 
-def run(settings: ChaosSettings, log: Callable[[str], None] = lambda line: None) -> ChaosResult:
-    """Run the chaos scenario on a fresh local stack; the result says what held."""
+def stack_logger(log: Callable[[str], None], *, verbose: bool) -> Callable[[str, str], None]:
+    """The local stack's log for a run: its own reports (a function error answered 502, an asynchronous invocation
+    that failed, an init that timed out) always; the functions' warnings and errors only when ``verbose``."""
+
+    def stack_log(component: str, line: str) -> None:
+        if verbose or component in STACK_REPORTS or line.startswith("INIT_REPORT"):
+            log(f"[{component}] {line}")
+
+    return stack_log
+
+
+def run(
+    settings: ChaosSettings, log: Callable[[str], None] = lambda line: None, *, verbose: bool = False
+) -> ChaosResult:
+    """Run the chaos scenario on a fresh local stack; the result says what held.
+
+    ``log`` gets the stack's reports (see :func:`stack_logger`), and with ``verbose`` progress and every line the
+    functions log.
+    """
+    with CpuStress() if settings.cpu_stress else contextlib.nullcontext():
+        return _run(settings, log, verbose=verbose)
+
+
+def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) -> ChaosResult:
     plans = plan_chats(settings)
     rng = random.Random(settings.seed + 1)
+    progress = log if verbose else (lambda line: None)
     stack_box: list[LocalStack] = []
     with FaultProxy(lambda: stack_box[0].moto_url, settings.rates) as proxy:
         faulty = dict.fromkeys(FAULTY_ENDPOINTS, proxy.url)
@@ -63,19 +92,24 @@ def run(settings: ChaosSettings, log: Callable[[str], None] = lambda line: None)
         proxy.enabled.clear()  # no faults while the stack starts
         stack = LocalStack(
             StackSettings(port=0, model_delay_ms=settings.model_delay_ms, function_overrides=overrides),
-            log=lambda component, line: log(f"[{component}] {line}"),
+            log=stack_logger(log, verbose=verbose),
         )
         stack_box.append(stack)
         try:
             stack.start()
             proxy.enabled.set()
-            chats = _run_chats(stack, settings, plans, rng, log)
+            chats = _run_chats(stack, settings, plans, rng, progress)
             proxy.enabled.clear()  # the checks and the redrive read the emulator without faults
-            counts, dlq = _settle_and_check(stack, settings, plans, chats, log)
+            counts, dlq, run_problems = _settle_and_check(stack, settings, plans, chats, progress)
         finally:
             stack.stop()
     return ChaosResult.of(
-        counts, dlq, proxy_kills=chats.proxy_kills, consumer_kills=chats.consumer_kills, faults=proxy.stats.counts
+        counts,
+        dlq,
+        proxy_kills=chats.proxy_kills,
+        consumer_kills=chats.consumer_kills,
+        faults=proxy.stats.counts,
+        run_problems=run_problems,
     )
 
 
@@ -115,18 +149,37 @@ def _run_chats(
     while len(poisoned) < settings.poison_records:  # fewer chats than poison records: poison a known session
         session = next((seen.session_id for seen in streams if seen.session_id), "chaos-poison-session")
         poisoned.append(put_poison(stack, session, len(poisoned)))
-    return ChatsRun(tuple(streams), tuple(poisoned), killer.kills[PROXY], killer.kills[CONSUMER])
+    return ChatsRun(
+        tuple(streams), tuple(poisoned), killer.kills[PROXY], killer.kills[CONSUMER], frozenset(killer.killed_turns)
+    )
 
 
-def _settle(readback: Readback, settings: ChaosSettings, chats: ChatsRun) -> None:
-    """Wait (bounded) for the consumer to catch up: every turn finished or its generation lost, every poison
-    record in the DLQ."""
+def _unsettled(readback: Readback, chats: ChatsRun) -> list[str]:
+    """What the stack has still to do: turns not finished (the consumer or the reaper behind), poison not in the
+    DLQ yet. Empty when it has settled."""
+    waiting = [f"chat {index}" for index, seen in enumerate(chats.streams) if not readback.turn_finished(seen)]
+    poison_seen = sum(1 for body in readback.dlq_bodies() if poison_payload_of(body) is not None)
+    found = []
+    if waiting:
+        found.append(f"{len(waiting)} turns not finished ({', '.join(waiting[:10])})")
+    if poison_seen < len(chats.poisoned):
+        found.append(f"{poison_seen} of {len(chats.poisoned)} poison records in the DLQ")
+    return found
+
+
+def _settle(readback: Readback, settings: ChaosSettings, chats: ChatsRun) -> list[str]:
+    """Wait (bounded) for the consumer and the reaper to catch up: every turn finished, every poison record in the
+    DLQ. What was still missing when the wait ran out (empty: it settled)."""
     deadline = time.monotonic() + settings.settle_timeout_s
-    while time.monotonic() < deadline:
-        failures = readback.proxy_failures()
-        poison_seen = sum(1 for body in readback.dlq_bodies() if poison_payload_of(body) is not None)
-        if poison_seen >= len(chats.poisoned) and all(readback.turn_settled(s, failures) for s in chats.streams):
-            return
+    while True:
+        try:
+            missing = _unsettled(readback, chats)
+        except QueueReadError as err:
+            missing = [str(err)]
+        if not missing:
+            return []
+        if time.monotonic() >= deadline:
+            return [f"the stack did not settle within {settings.settle_timeout_s:g} s: {'; '.join(missing)}"]
         time.sleep(SETTLE_POLL_S)
 
 
@@ -145,23 +198,26 @@ def _redrive(stack: LocalStack, readback: Readback) -> RedriveReport:
 
 def _settle_and_check(
     stack: LocalStack, settings: ChaosSettings, plans: Sequence[ChatPlan], chats: ChatsRun, log: Callable[[str], None]
-) -> tuple[list[ChatCounts], DlqCounts]:
+) -> tuple[list[ChatCounts], DlqCounts, list[str]]:
     readback = Readback(stack)
-    _settle(readback, settings, chats)
+    run_problems = _settle(readback, settings, chats)
     report = _redrive(stack, readback)
-    dlq = check_dlq(readback.dlq_bodies(), chats.poisoned, report)
-    failures = readback.proxy_failures()
+    log(report.render().rstrip())
+    try:
+        dlq = check_dlq(readback.dlq_bodies(), chats.poisoned, report)
+    except QueueReadError as err:
+        run_problems.append(str(err))
+        dlq = DlqCounts(poison_expected=len(chats.poisoned))
     counts = [
         check_chat(
             plan,
             seen,
-            readback.stored_turn(seen) if not seen.failure else StoredTurn(),
-            (seen.session_id, seen.turn) in failures,
+            readback.stored_turn(seen),
+            killed=(seen.session_id, seen.turn) in chats.killed_turns,
         )
         for plan, seen in zip(plans, chats.streams, strict=True)
     ]
-    log(report.render().rstrip())
-    return counts, dlq
+    return counts, dlq, run_problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-faults", action="store_true", help="no injected AWS faults (kills and drops still happen)"
     )
-    parser.add_argument("--verbose", action="store_true", help="progress, the redrive report and every problem")
+    parser.add_argument("--cpu-stress", action="store_true", help="keep one core busy for the whole run")
+    parser.add_argument("--verbose", action="store_true", help="progress, the functions' log lines, the redrive report")
     args = parser.parse_args(argv)
     settings = ChaosSettings(
         chats=args.chats,
@@ -189,11 +246,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         consumer_kills=args.consumer_kills,
         stale_turn_s=args.stale_turn_s,
         retry_budget_s=args.retry_budget_s,
+        cpu_stress=args.cpu_stress,
     )
-    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else (lambda line: None)
-    result = run(settings, log)
-    for problem in result.problems[:50]:
-        print(f"problem: {problem}", file=sys.stderr)
+    printing = threading.Lock()  # the stack logs from many threads: one whole line at a time
+
+    def log(line: str) -> None:
+        with printing:
+            print(line, file=sys.stderr, flush=True)
+
+    result = run(settings, log, verbose=args.verbose)
+    for problem in result.problems:
+        print(f"problem: {problem}", file=sys.stderr, flush=True)
     print(result.line(), flush=True)
     return 0 if result.ok else 1
 

@@ -91,13 +91,14 @@ def queue_url(moto: None, template: Template) -> str:
 
 @pytest.fixture
 def start_stack(aws_env: None) -> Iterator[Callable[..., LocalStack]]:
-    """Start local stacks (port 0, model delay 0 by default); every one is stopped at teardown."""
+    """Start local stacks (port 0, model delay 0 by default; ``log`` gets the stack's log lines); every one is
+    stopped at teardown."""
     stacks: list[LocalStack] = []
 
-    def start(**settings: Any) -> LocalStack:
+    def start(log: Callable[[str, str], None] | None = None, **settings: Any) -> LocalStack:
         settings.setdefault("port", 0)
         settings.setdefault("model_delay_ms", 0)
-        stack = LocalStack(StackSettings(**settings))
+        stack = LocalStack(StackSettings(**settings), log=log)
         stacks.append(stack)
         return stack.start()
 

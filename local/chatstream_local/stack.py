@@ -359,9 +359,16 @@ class LocalStack:
         )
         settings = self.template.function_settings(logical_id) if logical_id else {}
         destination = settings.get("EventInvokeConfig", {}).get("DestinationConfig", {}).get("OnFailure", {})
+        document = error.document()
+        failure = (
+            f"{self._short(name)}: asynchronous invocation failed: {document.get('errorType') or error.error_type}: "
+            + " ".join(str(document.get("errorMessage", "")).split())[:300]
+        )
         if destination.get("Type") != "SQS":
-            self._log("stack", f"{name}: asynchronous invocation failed ({error.error_type}); no SQS destination")
+            self._log("stack", f"{failure}; no SQS destination")
             return
+        queue_name = str(destination["Destination"]).rsplit(":", 1)[-1]
+        self._log("stack", f"{failure}; sent to {self._short(queue_name)}")
         try:
             request_payload = json.loads(payload or b"null")
         except ValueError:
@@ -380,23 +387,29 @@ class LocalStack:
             "responsePayload": error.document(),
         }
         sqs = self.client("sqs")
-        url = sqs.get_queue_url(QueueName=str(destination["Destination"]).rsplit(":", 1)[-1])["QueueUrl"]
+        url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
 
     def _function_log(self, label: str, line: str) -> None:
         if self.settings.verbose or _is_problem(line):
-            self._log(label.replace(f"{self.template.stack_name}-", ""), line)
+            self._log(self._short(label), line)
+
+    def _short(self, name: str) -> str:
+        """A function's name or environment label without the stack's prefix (``RelayFunction#3``)."""
+        return name.replace(f"{self.template.stack_name}-", "")
 
     def _start_url(self) -> None:
         assert self.invoke_endpoint is not None
+        relay = self.name("RelayFunction")
         self.function_url = FunctionUrlServer(
             self.local_lambda,  # type: ignore[arg-type]
-            self.name("RelayFunction"),
+            relay,
             port=self.settings.port,
             invoke_mode=self.template.properties("RelayFunction")["FunctionUrlConfig"].get("InvokeMode", "BUFFERED"),
             identity_resolver=self.settings.identity_resolver,
             authenticate=self._authenticator(),
             lambda_api=LambdaApiRoute(self.invoke_endpoint.url),
+            on_error=lambda recorded: self._log("url", recorded.describe(self._short(relay))),
         ).start()
 
     def _authenticator(self) -> SigV4Verifier | None:
@@ -476,7 +489,9 @@ class LocalStack:
 
 
 def _is_problem(line: str) -> bool:
-    """Quiet mode shows warnings, errors and tracebacks only."""
+    """Quiet mode shows warnings, errors and tracebacks only, and Lambda's report of an init that failed."""
+    if line.startswith("INIT_REPORT"):
+        return "Status: success" not in line
     if line.startswith("{"):
         with contextlib.suppress(ValueError):
             level = str(json.loads(line).get("level", "")).upper()

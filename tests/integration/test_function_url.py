@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from chatstream_local.iam import iam_identity
-from chatstream_local.lambda_.function_url import FunctionUrlServer
+from chatstream_local.lambda_.function_url import FunctionUrlServer, RecordedError
 from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import buffered, on_layer, streamed, wait_until
 from tests.fixtures.local_handlers.streaming import BINARY, UNICODE
@@ -159,13 +159,19 @@ def test_an_error_before_the_first_byte_is_a_502(
     function: str, url_for: Callable[..., FunctionUrlServer], http: httpx.Client
 ) -> None:
     # WHEN the handler fails before producing anything
-    server = url_for(function)
+    told: list[RecordedError] = []
+    server = url_for(function, on_error=told.append)
     response = http.get(f"{server.url}/")
 
-    # THEN the client gets the Function URL's 502, and the error is recorded
+    # THEN the client gets the Function URL's 502, and the error is recorded and told, with the function's own
+    # error in one line
     assert response.status_code == 502
     assert response.json() == {"Message": "Internal Server Error"}
     assert [(e.phase, e.error.document()["errorType"]) for e in server.errors] == [("before_response", "KeyError")]
+    assert told == list(server.errors)
+    line = told[0].describe(function)
+    assert line.startswith(f"{function} request {told[0].request_id}: 502 before the first byte: KeyError: ")
+    assert "\n" not in line
 
 
 @pytest.mark.parametrize("function", ["fail-mid", "layer-fail-mid"])
@@ -184,6 +190,7 @@ def test_an_error_mid_stream_ends_the_clients_stream(
     assert recorded.phase == "mid_stream"
     assert recorded.error.error_type == "RuntimeError"
     assert recorded.error.document()["errorMessage"] == "the stream broke"
+    assert recorded.describe(function).endswith(": the stream ended early: RuntimeError: the stream broke")
 
 
 def test_a_client_that_disconnects_does_not_stop_the_invocation(

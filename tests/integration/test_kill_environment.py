@@ -34,8 +34,9 @@ def test_killing_a_busy_environment_fails_its_invocation_and_the_next_one_runs_f
     # WHEN its execution environment is killed mid-invocation
     killed = local.kill_busy_environment("hold")
 
-    # THEN the invocation fails as a crashed runtime does
-    assert killed is True
+    # THEN the kill names the invocation, and it fails as a crashed runtime does
+    assert killed is not None
+    assert (killed.request_id, killed.payload) == (handle.request_id, payload)
     result = handle.result()
     assert result.error_type == "Runtime.ExitError"
     assert "signal: kill" in json.loads(result.payload)["errorMessage"]
@@ -54,6 +55,6 @@ def test_nothing_is_killed_when_no_environment_is_busy(local: LocalLambda, tmp_p
 
     # WHEN asked to kill a busy one
     # THEN there is none, and the idle one still serves
-    assert local.kill_busy_environment("hold") is False
+    assert local.kill_busy_environment("hold") is None
     assert local.invoke("hold", payload).function_error is None
     assert local.stats()["hold"].environments_started == 1

@@ -14,6 +14,7 @@ from chatstream.status import StopReason, TurnStatus
 from chatstream.table import ChatTable
 from chatstream_client.api import ChatClient, TurnResult
 from chatstream_local.bedrock.model import plan_reply
+from chatstream_local.lambda_.invocation import FunctionError
 from tests.builders import turn_records
 from tests.fixtures.local_handlers.specs import wait_until
 
@@ -198,7 +199,9 @@ def test_a_finished_turn_replays_and_ends(slow_stack: LocalStack) -> None:
 
 def test_a_proxy_that_fails_outside_its_handler_is_reaped(start_stack: Callable[..., LocalStack]) -> None:
     # GIVEN a proxy that fails its cold start (no model configured): no terminal record will ever come
-    stack = start_stack(function_overrides={"ProxyFunction": {"MODEL_ID": ""}, "RelayFunction": {"GAP_TIMEOUT_S": "1"}})
+    lines: list[tuple[str, str]] = []
+    overrides = {"ProxyFunction": {"MODEL_ID": ""}, "RelayFunction": {"GAP_TIMEOUT_S": "1"}}
+    stack = start_stack(function_overrides=overrides, log=lambda component, line: lines.append((component, line)))
     with ChatClient(stack.url) as client:
         result = client.chat("hello")
         # THEN the async failure goes to ProxyFailureQueue, the reaper ends the turn, and the stream ends in error
@@ -208,6 +211,29 @@ def test_a_proxy_that_fails_outside_its_handler_is_reaped(start_stack: Callable[
         again = client.chat("again", result.session_id)
     assert again.turn == 2 and again.error is not None
     assert result.clean and again.clean, result.incidents + again.incidents
+    # AND the stack logged each failed invocation, at its default level, in one line with the function's own error
+    failures = [line for component, line in lines if component == "stack" and "asynchronous invocation" in line]
+    assert len(failures) == 2, lines
+    assert all(line.startswith("ProxyFunction: asynchronous invocation failed: ") for line in failures)
+    assert all("MODEL_ID" in line and line.endswith("; sent to ProxyFailureQueue") for line in failures)
+
+
+def test_the_stack_logs_each_function_error_its_function_url_answers(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN a running stack and its log at the default level
+    lines: list[tuple[str, str]] = []
+    stack = start_stack(log=lambda component, line: lines.append((component, line)))
+    assert stack.function_url is not None
+
+    # WHEN its Function URL answers a relay error with a 502 (the relay's own error, as the runtime reported it)
+    error = FunctionError.synthetic("Sandbox.Timedout", "RequestId: r-1 Error: Task timed out after\n900.00 seconds")
+    stack.function_url.record("r-1", error, "before_response")
+
+    # THEN the stack's log has one line with the function and its error
+    assert (
+        "url",
+        "RelayFunction request r-1: 502 before the first byte: Sandbox.Timedout: "
+        "RequestId: r-1 Error: Task timed out after 900.00 seconds",
+    ) in lines
 
 
 def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., LocalStack]) -> None:

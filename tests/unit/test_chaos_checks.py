@@ -58,14 +58,14 @@ def stored(
     else:
         error = ErrorInfo(code, "it failed", True) if status is TurnStatus.ERROR else None
         records = turn_records(SESSION, 1, texts, error=error)
-    turn = Turn(SESSION, 1, "user", status, error={"code": code} if code else None)
+    turn = Turn(SESSION, 1, "user", status, error={"code": code, "message": "it failed"} if code else None)
     return StoredTurn(turn, tuple(records))
 
 
 def test_an_exact_stream_of_a_finished_turn_counts_as_exact_and_nothing_else() -> None:
     # GIVEN a stream and a stored turn that both hold the whole reply
     # WHEN the chat is checked
-    counts = check_chat(LONG, streamed(LONG), stored(LONG), proxy_failed=False)
+    counts = check_chat(LONG, streamed(LONG), stored(LONG), killed=False)
 
     # THEN it is one exact stream, with nothing lost, duplicated or unfinished
     assert counts == ChatCounts(exact_streams=1)
@@ -76,7 +76,7 @@ def test_a_token_event_seen_twice_is_a_duplicated_token_and_not_exact() -> None:
     seen = streamed(LONG)
     seen.tokens.insert(3, seen.tokens[2])
 
-    counts = check_chat(LONG, seen, stored(LONG), proxy_failed=False)
+    counts = check_chat(LONG, seen, stored(LONG), killed=False)
 
     # THEN the stream is not exact; the repeated id counts, and the text is compared from its first difference:
     # the reply's two deltas after it count as lost, the stream's three after it as duplicated
@@ -90,7 +90,7 @@ def test_a_token_event_seen_twice_is_a_duplicated_token_and_not_exact() -> None:
 
 def test_a_stream_missing_the_end_of_the_reply_loses_those_tokens() -> None:
     # GIVEN a stream that got three of five deltas and then done
-    counts = check_chat(LONG, streamed(LONG, 3), stored(LONG), proxy_failed=False)
+    counts = check_chat(LONG, streamed(LONG, 3), stored(LONG), killed=False)
 
     # THEN two tokens are lost and it is not exact
     assert (counts.lost_tokens, counts.duplicated_tokens, counts.exact_streams) == (2, 0, 0)
@@ -98,7 +98,7 @@ def test_a_stream_missing_the_end_of_the_reply_loses_those_tokens() -> None:
 
 def test_a_turn_still_in_progress_in_the_table_is_unfinished() -> None:
     # GIVEN an exact stream, but a table whose turn never got its terminal record
-    counts = check_chat(LONG, streamed(LONG), stored(LONG, status=TurnStatus.IN_PROGRESS), proxy_failed=False)
+    counts = check_chat(LONG, streamed(LONG), stored(LONG, status=TurnStatus.IN_PROGRESS), killed=False)
 
     # THEN the turn is unfinished (and the stream still exact)
     assert (counts.unfinished_turns, counts.exact_streams) == (1, 1)
@@ -107,67 +107,147 @@ def test_a_turn_still_in_progress_in_the_table_is_unfinished() -> None:
 
 def test_table_text_that_differs_from_the_reply_counts_lost_tokens() -> None:
     # GIVEN a finished turn that stored only four of the five deltas
-    counts = check_chat(LONG, streamed(LONG), stored(LONG, 4), proxy_failed=False)
+    counts = check_chat(LONG, streamed(LONG), stored(LONG, 4), killed=False)
 
     assert counts.lost_tokens == 1
     assert any("table text differs (lost 1, duplicated 0)" in problem for problem in counts.problems)
 
 
-def test_a_lost_generation_ending_in_timeout_with_a_prefix_counts_as_generator_lost() -> None:
-    # GIVEN a chat whose proxy was killed after two deltas: the stream ends with the relay's timeout
-    counts = check_chat(LONG, streamed(LONG, 2, end="timeout"), stored(LONG, 2, status=TurnStatus.IN_PROGRESS), True)
+def test_a_token_lost_by_the_table_and_by_the_stream_counts_once() -> None:
+    # GIVEN a turn that stored four of five deltas, and a stream that showed the same four (it reads the table)
+    counts = check_chat(LONG, streamed(LONG, 4), stored(LONG, 4), killed=False)
 
-    # THEN it is a lost generation, not lost tokens nor an unfinished turn
-    assert counts == ChatCounts(generator_lost=1)
+    # THEN one token is lost, not two; both sides say so
+    assert counts.lost_tokens == 1
+    assert len(counts.problems) == 2
 
 
-def test_a_turn_the_reaper_ended_is_a_lost_generation_even_without_the_queue_message() -> None:
-    # GIVEN a turn the reaper ended with generation_failed (ProxyFailureQueue already read and emptied)
+def test_a_generation_the_run_killed_and_the_reaper_ended_counts_as_killed() -> None:
+    # GIVEN a chat whose proxy the run killed after two deltas: the reaper ended its turn, the stream says so
     turn = stored(LONG, 2, status=TurnStatus.ERROR, code="generation_failed")
 
-    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed"), turn, proxy_failed=False)
+    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed"), turn, killed=True)
 
-    assert counts == ChatCounts(generator_lost=1)
+    # THEN it is a generation the run killed: not lost tokens, not a problem
+    assert counts == ChatCounts(killed_generations=1)
+
+
+def test_a_killed_generation_whose_stream_went_stale_before_the_reaper_ended_it_counts_as_killed() -> None:
+    # GIVEN the relay's stale-turn timeout ended the stream first; the reaper ended the turn later
+    turn = stored(LONG, 2, status=TurnStatus.ERROR, code="generation_failed")
+
+    counts = check_chat(LONG, streamed(LONG, 2, end="timeout"), turn, killed=True)
+
+    assert counts == ChatCounts(killed_generations=1)
+
+
+def test_a_generation_lost_without_a_kill_is_counted_apart_and_is_a_problem() -> None:
+    # GIVEN a turn the reaper ended whose proxy the run did not kill (it failed for another reason)
+    turn = stored(LONG, 2, status=TurnStatus.ERROR, code="generation_failed")
+
+    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed"), turn, killed=False)
+
+    # THEN it is another lost generation, and says why the turn ended
+    assert (counts.killed_generations, counts.other_lost_generations, counts.generator_lost) == (0, 1, 1)
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): its generation was lost, and the run did not kill its proxy "
+        "(it failed)",
+    )
+
+
+def test_a_killed_generation_whose_turn_never_ended_is_unfinished_and_not_exact() -> None:
+    # GIVEN a killed proxy whose turn nobody ended: still in progress; its stream ended with the stale timeout
+    turn = stored(LONG, 2, status=TurnStatus.IN_PROGRESS)
+
+    counts = check_chat(LONG, streamed(LONG, 2, end="timeout"), turn, killed=True)
+
+    # THEN it is not excused as a lost generation: the turn is unfinished and the stream lost three tokens
+    assert counts.generator_lost == 0
+    assert (counts.unfinished_turns, counts.exact_streams, counts.lost_tokens) == (1, 0, 3)
 
 
 def test_a_lost_generation_whose_stream_is_not_a_prefix_is_a_problem() -> None:
     # GIVEN a lost generation whose stream skipped the first delta
-    seen = streamed(LONG, 3, end="timeout")
+    seen = streamed(LONG, 3, end="generation_failed")
     del seen.tokens[0]
 
-    counts = check_chat(LONG, seen, stored(LONG, 3, status=TurnStatus.IN_PROGRESS), proxy_failed=True)
+    counts = check_chat(LONG, seen, stored(LONG, 3, status=TurnStatus.ERROR, code="generation_failed"), killed=True)
 
-    assert counts.generator_lost == 0
+    assert counts.killed_generations == 1
     assert counts.problems == (
-        f"chat 3 ('/long 5', session {SESSION}): a lost generation ended with 'timeout' and text not a prefix",
+        f"chat 3 ('/long 5', session {SESSION}): a lost generation's stream is not a prefix ending in its error "
+        "(end {'code': 'generation_failed', 'retryable': True})",
     )
 
 
 def test_a_model_error_where_the_plan_says_so_is_exact_and_counted() -> None:
     # GIVEN a chat planned to fail after two deltas, dropped once and resumed
     seen = streamed(FAILING, end="model_stream_error")
-    seen.resumes = 1
+    seen.drops, seen.resumes = 1, 1
 
-    counts = check_chat(FAILING, seen, stored(FAILING, status=TurnStatus.ERROR, code="model_stream_error"), False)
+    counts = check_chat(
+        FAILING, seen, stored(FAILING, status=TurnStatus.ERROR, code="model_stream_error"), killed=False
+    )
 
-    # THEN it is exact, a model error, a planned drop and one resume
+    # THEN it is exact, a model error, a drop and one resume
     assert counts == ChatCounts(exact_streams=1, model_errors=1, drops=1, resumes=1)
+
+
+def test_a_planned_drop_that_did_not_happen_is_not_counted() -> None:
+    # GIVEN a chat planned to drop after one token whose stream ended before its client dropped it
+    seen = streamed(FAILING, end="model_stream_error")
+
+    counts = check_chat(
+        FAILING, seen, stored(FAILING, status=TurnStatus.ERROR, code="model_stream_error"), killed=False
+    )
+
+    assert counts.drops == 0
 
 
 def test_a_model_error_ending_with_another_code_is_not_exact() -> None:
     seen = streamed(FAILING, end="relay_error")
 
-    counts = check_chat(FAILING, seen, stored(FAILING, status=TurnStatus.ERROR, code="model_stream_error"), False)
+    counts = check_chat(
+        FAILING, seen, stored(FAILING, status=TurnStatus.ERROR, code="model_stream_error"), killed=False
+    )
 
     assert (counts.model_errors, counts.exact_streams) == (1, 0)
 
 
-def test_a_client_that_got_no_stream_loses_every_token_of_the_reply() -> None:
-    seen = StreamSeen(failure="POST /chat 503: busy")
+def test_a_client_that_got_no_stream_is_a_failed_chat_not_lost_tokens() -> None:
+    # GIVEN a chat whose POST /chat never gave a stream (no turn was started for it)
+    seen = StreamSeen(failure="POST /chat 503: busy", http_retries=7)
 
-    counts = check_chat(LONG, seen, StoredTurn(), proxy_failed=False)
+    counts = check_chat(LONG, seen, StoredTurn(), killed=False)
 
-    assert counts == ChatCounts(lost_tokens=5, problems=("chat 3 ('/long 5', session -): POST /chat 503: busy",))
+    # THEN it is a failed chat, with its retries, and no tokens of a turn that does not exist
+    assert counts == ChatCounts(
+        failed_chats=1, http_retries=7, problems=("chat 3 ('/long 5', session -): no stream: POST /chat 503: busy",)
+    )
+
+
+def test_a_client_that_gave_up_mid_turn_is_not_exact_and_loses_what_it_did_not_see() -> None:
+    # GIVEN a client that saw two deltas, then gave up on a 502; the turn is complete in the table
+    seen = streamed(LONG, 2, end="")
+    seen.failure = 'GET events 502: {"Message":"Internal Server Error"}'
+
+    counts = check_chat(LONG, seen, stored(LONG), killed=False)
+
+    # THEN the stream is not exact, and the three deltas it did not see are lost to its user
+    assert (counts.exact_streams, counts.lost_tokens, counts.unfinished_turns) == (0, 3, 0)
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): stream not exact (lost 3, duplicated 0, "
+        """end GET events 502: {"Message":"Internal Server Error"})""",
+    )
+
+
+def test_the_retries_a_client_made_are_counted() -> None:
+    seen = streamed(LONG)
+    seen.relay_retries, seen.http_retries = 2, 3
+
+    counts = check_chat(LONG, seen, stored(LONG), killed=False)
+
+    assert counts == ChatCounts(exact_streams=1, relay_retries=2, http_retries=3)
 
 
 @pytest.mark.parametrize(
@@ -203,8 +283,9 @@ def test_the_dlq_holding_exactly_the_poison_is_counted_as_such() -> None:
 
     dlq = check_dlq([poison_message(b"p0"), poison_message(b"p1"), on_failure], [b"p0", b"p1"], redrive)
 
-    # THEN the poison is all there, the pointer is unexpected, and the lost range is a problem
-    assert (dlq.poison_expected, dlq.poison_in_dlq, dlq.unexpected_dlq, dlq.onfailure_redriven) == (2, 2, 1, 2)
+    # THEN the poison is all there, the pointer is unexpected, only the pointer redriven counts as such, and the
+    # lost range is a problem
+    assert (dlq.poison_expected, dlq.poison_in_dlq, dlq.unexpected_dlq, dlq.onfailure_redriven) == (2, 2, 1, 1)
     assert dlq.problems == (
         "redrive lost ranges: [LostRange(shard_id='shard-1', first='5', last='9', reason='trimmed')]",
     )
@@ -221,41 +302,75 @@ def test_a_message_that_is_not_a_whole_poison_record_has_no_payload(body: str) -
     assert poison_payload_of(body) is None
 
 
-def result(dlq: DlqCounts | None = None, faults: dict[str, int] | None = None, **changes: object) -> ChaosResult:
-    """A run of two chats (one exact, one lost generation) with the given changes to its added-up counts."""
-    chats = [ChatCounts(exact_streams=1, drops=1, resumes=2), ChatCounts(generator_lost=1, relay_retries=3)]
+def result(
+    dlq: DlqCounts | None = None,
+    faults: dict[str, int] | None = None,
+    run_problems: tuple[str, ...] = (),
+    proxy_kills: int = 4,
+    **changes: object,
+) -> ChaosResult:
+    """A run of two chats (one exact, one killed generation) with the given changes to its added-up counts."""
+    chats = [
+        ChatCounts(exact_streams=1, drops=1, resumes=2, http_retries=5),
+        ChatCounts(killed_generations=1, relay_retries=3),
+    ]
     faults = {"kinesis_throttle": 88, "dynamodb_read_throttle": 197} if faults is None else faults
     run = ChaosResult.of(
-        chats, dlq or DlqCounts(poison_expected=5, poison_in_dlq=5), proxy_kills=4, consumer_kills=8, faults=faults
+        chats,
+        dlq or DlqCounts(poison_expected=5, poison_in_dlq=5),
+        proxy_kills=proxy_kills,
+        consumer_kills=8,
+        faults=faults,
+        run_problems=run_problems,
     )
     return dataclasses.replace(run, totals=dataclasses.replace(run.totals, **changes))
 
 
 def test_the_line_says_every_count_in_its_order() -> None:
     assert result().line() == (
-        "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 exact_streams=1/1 generator_lost=1 "
-        "model_errors=0 drops=1 resumes=2 relay_retries=3 poison=5/5 unexpected_dlq=0 redriven_onfailure=0 "
-        "kills=proxy:4,consumer:8 faults=dynamodb_read_throttle:197,kinesis_throttle:88"
+        "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 failed_chats=0 exact_streams=1/1 "
+        "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 relay_retries=3 http_retries=5 "
+        "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 "
+        "faults=dynamodb_read_throttle:197,kinesis_throttle:88"
     )
     assert result(faults={}).line().endswith(" faults=none")
 
 
-def test_a_run_holds_only_when_every_stream_is_exact_or_a_lost_generation_and_the_dlq_is_exactly_the_poison() -> None:
+def test_a_run_holds_only_when_every_stream_is_exact_or_a_killed_generation_and_the_dlq_is_exactly_the_poison() -> None:
     assert result().ok
     assert not result(lost_tokens=1).ok
     assert not result(duplicated_tokens=1).ok
     assert not result(unfinished_turns=1).ok
+    assert not result(failed_chats=1).ok
     assert not result(exact_streams=0).ok
+    assert not result(other_lost_generations=1).ok
     assert not result(DlqCounts(poison_expected=5, poison_in_dlq=4)).ok
     assert not result(DlqCounts(poison_expected=5, poison_in_dlq=5, unexpected_dlq=1)).ok
     assert not result(DlqCounts(poison_expected=5, poison_in_dlq=5, problems=("redrive lost ranges: x",))).ok
     assert not result(problems=("chat 0: something",)).ok
+    assert not result(run_problems=("the stack did not settle within 60 s: 1 turns not finished (chat 3)",)).ok
 
 
-def test_the_redrive_problems_come_before_the_chats_problems() -> None:
+def test_more_lost_generations_than_proxies_killed_is_a_problem() -> None:
+    # GIVEN a run that counts one killed generation but killed no proxy
+    run = result(proxy_kills=0)
+
+    assert not run.ok
+    assert run.problems == ("1 generations lost, more than the 0 proxies the run killed",)
+
+
+def test_the_exact_streams_are_out_of_every_chat_but_the_killed_generations() -> None:
+    # GIVEN a run whose other lost generation, and failed chat, stay in the denominator
+    run = result(other_lost_generations=1, failed_chats=1)
+
+    assert "exact_streams=1/1 " in run.line()
+    assert dataclasses.replace(run, chats=4).possible_exact == 3
+
+
+def test_the_runs_problems_come_first_then_the_redrives_then_the_chats() -> None:
     chats = [ChatCounts(problems=("chat 0: a",)), ChatCounts(problems=("chat 1: b",))]
     dlq = DlqCounts(problems=("redrive lost ranges: x",))
 
-    run = ChaosResult.of(chats, dlq, proxy_kills=0, consumer_kills=0, faults={})
+    run = ChaosResult.of(chats, dlq, proxy_kills=0, consumer_kills=0, faults={}, run_problems=("did not settle",))
 
-    assert run.problems == ("redrive lost ranges: x", "chat 0: a", "chat 1: b")
+    assert run.problems == ("did not settle", "redrive lost ranges: x", "chat 0: a", "chat 1: b")

@@ -101,11 +101,15 @@ class EnvironmentPool:
                 self._idle.remove(environment)
             self._cond.notify_all()
 
-    def kill_busy(self) -> bool:
-        """SIGKILL one environment that is running an invocation; False when none was busy."""
+    def kill_busy(self) -> Invocation | None:
+        """SIGKILL one environment that is running an invocation; that invocation, or None when none was busy."""
         with self._cond:
             environments = list(self._alive)
-        return any(environment.kill_if_busy() for environment in environments)
+        for environment in environments:
+            killed = environment.kill_if_busy()
+            if killed is not None:
+                return killed
+        return None
 
     def cut_busy_response(self) -> bool:
         """Cut the response connection of one environment that is running an invocation; False when none was busy."""

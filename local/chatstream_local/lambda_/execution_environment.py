@@ -216,11 +216,11 @@ class ExecutionEnvironment:
             current.cut.set()
         return current is not None
 
-    def kill_if_busy(self) -> bool:
-        """Kill the environment if it is running an invocation (as a crash would); whether it was."""
+    def kill_if_busy(self) -> Invocation | None:
+        """Kill the environment if it is running an invocation (as a crash would); that invocation, or None."""
         with self._cond:
-            busy = self._current is not None and not self._dead
-        if busy:
+            busy = self._current if not self._dead else None
+        if busy is not None:
             self.kill()
         return busy
 

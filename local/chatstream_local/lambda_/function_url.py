@@ -12,8 +12,9 @@ with repeated headers joined by ``,``, ``cookies``, ``queryStringParameters``, `
   else is returned as JSON with status 200.
 
 A function error before the first byte is a 502 ``{"Message":"Internal Server Error"}``; after it, the
-chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors`. A request body
-over 6 MB is refused with 413.
+chunked response just ends. Either way the error is kept in :attr:`FunctionUrlServer.errors` and given to
+``on_error`` (the local stack logs each, with the function's own error type and message). A request body over
+6 MB is refused with 413.
 
 A client that disconnects is never seen by the function, as on Lambda ("streamed responses are not interrupted or
 stopped when the invoking client connection is broken. Customers will be billed for the full function duration",
@@ -66,6 +67,7 @@ _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "k
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
 FORBIDDEN = b'{"Message":"Forbidden"}'
+_ERROR_MESSAGE_CHARS = 300  # of a function's error message in a log line
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,14 @@ class RecordedError:
     error: FunctionError
     phase: Literal["before_response", "mid_stream"]
 
+    def describe(self, function_name: str) -> str:
+        """One log line: what the client got, and the function's own error (type and message)."""
+        document = self.error.document()
+        error_type = str(document.get("errorType") or self.error.error_type)
+        message = " ".join(str(document.get("errorMessage", "")).split())[:_ERROR_MESSAGE_CHARS]
+        outcome = "502 before the first byte" if self.phase == "before_response" else "the stream ended early"
+        return f"{function_name} request {self.request_id}: {outcome}: {error_type}: {message}"
+
 
 class FunctionUrlServer:
     """The Function URL of one function, on ``http://127.0.0.1:<port>`` (port 0: a free one).
@@ -83,7 +93,8 @@ class FunctionUrlServer:
     ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
     may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
     ``AuthType: NONE``). ``authenticate`` makes it an ``AWS_IAM`` URL (see the module docstring); ``lambda_api``
-    serves the Lambda API's paths on the same port.
+    serves the Lambda API's paths on the same port; ``on_error(recorded)`` is told of every function error it
+    answers.
     """
 
     def __init__(
@@ -99,6 +110,7 @@ class FunctionUrlServer:
         url_id: str | None = None,
         authenticate: Authenticator | None = None,
         lambda_api: LambdaApiRoute | None = None,
+        on_error: Callable[[RecordedError], None] | None = None,
     ) -> None:
         local.spec(function_name)  # fails early for an unknown function
         self.local = local
@@ -109,6 +121,7 @@ class FunctionUrlServer:
         self.authenticate = authenticate
         self.lambda_api = lambda_api
         self.url_id = url_id or uuid.uuid4().hex
+        self.on_error = on_error
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
         self._server = LoopbackServer((host, port), _UrlHandler, self)
         self._thread: threading.Thread | None = None
@@ -144,7 +157,10 @@ class FunctionUrlServer:
         self.stop()
 
     def record(self, request_id: str, error: FunctionError, phase: Literal["before_response", "mid_stream"]) -> None:
-        self.errors.append(RecordedError(request_id, error, phase))
+        recorded = RecordedError(request_id, error, phase)
+        self.errors.append(recorded)
+        if self.on_error is not None:
+            self.on_error(recorded)
 
     # -- the event ------------------------------------------------------------------------------------
     def build_event(

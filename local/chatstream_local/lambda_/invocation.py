@@ -2,7 +2,8 @@
 
 :class:`Invocation` is what an execution environment hands its runtime on ``/next``; :class:`StreamHandle` is
 the caller's end of it (the response's chunks as they arrive, then the error, if any); :class:`InvokeResult`
-and :class:`FunctionError` are the outcome as the Invoke API reports it.
+and :class:`FunctionError` are the outcome as the Invoke API reports it; :class:`KilledInvocation` names one
+that was killed on purpose.
 """
 
 from __future__ import annotations
@@ -204,6 +205,14 @@ class Invocation:
     @property
     def request_id(self) -> str:
         return self.handle.request_id
+
+
+@dataclass(frozen=True)
+class KilledInvocation:
+    """An invocation whose environment was killed mid-invocation (``LocalLambda.kill_busy_environment``)."""
+
+    request_id: str
+    payload: bytes  # the event it was running
 
 
 def new_trace_id() -> str:

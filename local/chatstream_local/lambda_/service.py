@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from chatstream_local.lambda_.assignment import EnvironmentPool
 from chatstream_local.lambda_.exceptions import LocalLambdaError, UnknownFunction
-from chatstream_local.lambda_.invocation import Invocation, StreamHandle, new_trace_id
+from chatstream_local.lambda_.invocation import Invocation, KilledInvocation, StreamHandle, new_trace_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -128,13 +128,15 @@ class LocalLambda:
             name, payload, client_context=client_context, cognito_identity=cognito_identity, tail_log=tail_log
         ).result()
 
-    def kill_busy_environment(self, name: str) -> bool:
+    def kill_busy_environment(self, name: str) -> KilledInvocation | None:
         """SIGKILL one environment of ``name`` that is running an invocation (as a crash would).
 
-        Its invocation fails with ``Runtime.ExitError``; the environment is discarded. False when none was busy.
+        Its invocation fails with ``Runtime.ExitError``; the environment is discarded. Returns which invocation
+        was killed (its request id and event), or None when no environment was busy.
         """
         pool = self._pool(name)
-        return pool is not None and pool.kill_busy()
+        killed = pool.kill_busy() if pool is not None else None
+        return KilledInvocation(killed.request_id, killed.payload) if killed is not None else None
 
     def cut_response_connection(self, name: str) -> bool:
         """Cut the connection one busy environment of ``name`` streams its response on (a network fault).
