@@ -132,6 +132,21 @@ def test_none_of_the_pages_own_files_requests_another_origin() -> None:
         assert not re.search(r"https?://|[\"'(]//[a-z]", text, re.IGNORECASE), path.name
 
 
+HTML_SINKS = re.compile(
+    r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|createContextualFragment|\beval\(|new Function|\.style\b"
+)
+
+
+def test_the_pages_own_scripts_never_parse_html_or_write_styles() -> None:
+    # GIVEN the page's own scripts (markdown.js builds elements from markdown-it's tokens)
+    scripts = sorted(STATIC_DIR.glob("*.js"))
+    assert "markdown.js" in {path.name for path in scripts}
+    for path in scripts:
+        # THEN none turns a string into HTML or code, or writes an inline style the policy would block
+        found = HTML_SINKS.findall(path.read_text(encoding="utf-8"))
+        assert found == [], (path.name, found)
+
+
 def test_the_page_is_shown_without_an_identity_or_a_table(service: RelayService) -> None:
     # GIVEN a request without an IAM caller (a Function URL with AuthType NONE)
     # WHEN it asks for the page THEN it is served: the page is static and reads no session

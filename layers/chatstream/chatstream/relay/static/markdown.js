@@ -1,6 +1,6 @@
 // The reply's Markdown, rendered as it streams. markdown-it (vendor/, pinned; its README there) parses the
 // text with raw HTML off; this file builds the elements from its tokens itself, from a fixed list of tags,
-// and never uses markdown-it's HTML renderer or innerHTML: text only ever reaches the page as text nodes,
+// and never uses markdown-it's HTML renderer or parses HTML: text only ever reaches the page as text nodes,
 // so markup in a reply (`<img onerror=…>`, `<script>`) stays text, and no attribute the strict
 // Content-Security-Policy forbids (an inline style: a table cell's alignment) is ever written.
 //
