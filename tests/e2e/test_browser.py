@@ -4,8 +4,9 @@ Chromium comes from Debian (``make browser-deps`` installs the ``chromium`` pack
 Playwright only drives it through ``executable_path`` and never downloads a browser. Where it is
 missing, every test here skips, naming what is missing.
 
-Every page the tests open collects uncaught script errors and Content-Security-Policy violations,
-and each test ends by asserting there were none.
+Every page the tests open collects uncaught script errors, Content-Security-Policy violations (the
+``securitypolicyviolation`` events the page fires, and the console's reports) and requests to any other
+origin, and each test ends by asserting there were none.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from chatstream_local.stack import LocalStack, StackSettings
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Route
+    from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Route
 
 pytestmark = pytest.mark.e2e
 
@@ -86,15 +87,33 @@ def stack() -> Iterator[LocalStack]:
             local.stop()
 
 
+# Runs in every page before its own scripts (Playwright adds it outside the page's policy): each violation the
+# page's Content-Security-Policy reports is handed to the test.
+REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  const where = `${event.sourceFile}:${event.lineNumber}`;
+  window.reportViolation(`${event.effectiveDirective} blocked ${event.blockedURI || "inline"} (${where})`);
+});
+"""
+
+
 @dataclass
 class Problems:
-    """Uncaught script errors and policy violations a page reported."""
+    """Uncaught script errors, policy violations and requests to another origin that a page made."""
 
+    origin: str
     seen: list[str] = field(default_factory=list)
 
     def console(self, message: ConsoleMessage) -> None:
         if "Content Security Policy" in message.text:
             self.seen.append(f"console: {message.text}")
+
+    def violation(self, source: Any, report: str) -> None:
+        self.seen.append(f"securitypolicyviolation: {report}")
+
+    def request(self, request: Request) -> None:
+        if not request.url.startswith(self.origin + "/"):
+            self.seen.append(f"request to another origin: {request.method} {request.url}")
 
 
 @dataclass
@@ -108,9 +127,12 @@ class ChatPage:
     @classmethod
     def new(cls, context: BrowserContext, url: str) -> ChatPage:
         page = context.new_page()
-        problems = Problems()
+        problems = Problems(url)
         page.on("pageerror", lambda error: problems.seen.append(f"pageerror: {error}"))
         page.on("console", problems.console)
+        page.on("request", problems.request)
+        page.expose_binding("reportViolation", problems.violation)
+        page.add_init_script(REPORT_VIOLATIONS)
         return cls(page, url, problems)
 
     def open(self, fragment: str = "") -> None:
@@ -164,11 +186,18 @@ def chat(browser: Browser, stack: LocalStack) -> Iterator[ChatPage]:
 # --------------------------------------------------------------------------------- streaming
 
 
+# The first message of the screenshot's conversation: a reply in Markdown above the one streaming.
+FIRST = (
+    "**Markdown**, as it streams:\n\n- *emphasis* and `code`\n- a [link](https://example.com)\n\n```sh\nmake local\n```"
+)
+
+
 def test_a_reply_streams_in_and_the_text_grows(chat: ChatPage, tmp_path: Path) -> None:
-    # GIVEN the page, and a first exchange in a new session
+    # GIVEN the page, and a first exchange in a new session, its reply in Markdown
     chat.open()
-    chat.send("hello there")
-    assert chat.wait_status("complete") == "You said: hello there"
+    chat.send(FIRST)
+    assert chat.wait_status("complete").startswith("You said: Markdown, as it streams:")
+    expect(chat.reply().locator(".text pre")).to_have_text("make local\n")
     # WHEN the user asks for a long reply (Enter sends; the model writes a word every 30 ms)
     chat.send("/long 200")
     expect(chat.reply().locator(".text")).to_contain_text("w12")
@@ -185,7 +214,7 @@ def test_a_reply_streams_in_and_the_text_grows(chat: ChatPage, tmp_path: Path) -
     # AND both turns belong to one session, kept in the URL and in the history
     history = chat.history()
     assert [(t["user"], t["status"], t["assistant"]) for t in history["turns"]] == [
-        ("hello there", "complete", "You said: hello there"),
+        (FIRST, "complete", f"You said: {FIRST}"),
         ("/long 200", "complete", long_reply(200)),
     ]
     expect(chat.page.locator("#send")).to_be_enabled()
@@ -252,26 +281,209 @@ def test_a_turn_still_generating_is_followed_after_a_reload(chat: ChatPage) -> N
 # ---------------------------------------------------------------------------------- safety
 
 
+INJECTION = (
+    '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script><b>bold</b>'
+    " [click](javascript:window.__pwned=3) [data](data:text/html,hi) <javascript:window.__pwned=4>"
+    " [vb](VBScript:x) [file](file:///etc/passwd) [ftp](ftp://example.com/x)"
+)
+
+
 def test_markup_in_a_message_is_shown_as_text_and_runs_nothing(browser: Browser, stack: LocalStack) -> None:
     # GIVEN a page whose Content-Security-Policy is bypassed, so only the rendering stands between markup and the DOM
     context = browser.new_context(bypass_csp=True)
     chat = ChatPage.new(context, stack.url)
     page = chat.page
-    message = '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script><b>bold</b>'
+    message = INJECTION
     try:
         chat.open()
-        # WHEN the message is sent, echoed back by the model, and the history is rendered after a reload
+        # WHEN the message is sent, echoed back by the model and drawn as Markdown, and the history is drawn after a
+        # reload
         chat.send(message)
         for _ in range(2):
             assert chat.wait_status("complete") == f"You said: {message}"
-            # THEN the markup is literal text: no element was made from it, and no script ran
+            # THEN the HTML and the links to other schemes are literal text: no element was made from them (the reply
+            # is one paragraph of text), and no script ran
             assert chat.turns().locator(".user .text").all_text_contents() == [message]
-            assert page.locator("#transcript img, #transcript script, #transcript b").count() == 0
+            assert chat.reply().locator(".text > p").count() == 1
+            assert page.locator("#transcript .text *:not(p)").count() == 0
+            assert page.locator("#transcript img, #transcript script, #transcript b, #transcript a").count() == 0
             assert page.evaluate("window.__pwned") is None
             page.reload()
     finally:
         context.close()
     assert chat.problems.seen == []
+
+
+# --------------------------------------------------------------------------------- Markdown
+
+MARKDOWN = """**bold** and *emphasis*, with `inline code` and a [link](https://example.com/docs?a=1&b=2)
+
+## A heading
+
+- one
+- two
+
+1. first
+2. second
+
+| name | value |
+|:-----|------:|
+| a    | 1     |
+
+```python
+print("<b>hi</b>")
+```
+
+Last line, and ![a chart](https://example.com/chart.png)."""
+
+# What the page built from the reply: tags, text, and the attributes that matter, read in one go.
+READ_REPLY = """
+(reply) => {
+  const all = (selector) => Array.from(reply.querySelectorAll(selector));
+  const texts = (selector) => all(selector).map((node) => node.textContent);
+  return {
+    blocks: Array.from(reply.children, (node) => node.tagName.toLowerCase()),
+    strong: texts("p strong"), em: texts("p em"), inlineCode: texts(":not(pre) > code"), heading: texts("h2"),
+    bullets: texts("ul > li"), numbered: texts("ol > li"), starts: all("ol").map((ol) => ol.start),
+    last: reply.lastElementChild.textContent,
+    header: texts("th"), cells: texts("td"), aligned: all("td").map((td) => td.className),
+    code: all("pre code").map((code) => [code.textContent, code.dataset.language, code.parentElement.className]),
+    links: all("a").map((a) => [a.textContent, a.getAttribute("href"), a.target, a.rel]),
+    attributes: all("*").flatMap((node) => node.getAttributeNames().filter((name) => /^(style|on)/.test(name))),
+  };
+}
+"""
+
+
+def read_reply(chat: ChatPage) -> dict[str, Any]:
+    return dict(chat.reply().locator(".text").evaluate(READ_REPLY))
+
+
+def test_a_reply_in_markdown_is_shown_formatted(chat: ChatPage) -> None:
+    # GIVEN the page WHEN the model replies in Markdown (the local model echoes the message after "You said: ")
+    chat.open()
+    chat.send(MARKDOWN)
+    chat.wait_status("complete")
+    # THEN the reply is shown formatted: paragraphs, emphasis, inline code, a heading, lists, a table (aligned by
+    # class, never an inline style the policy forbids) and a code block whose markup stays text
+    for shown in ("as it streamed", "from the history"):
+        reply = read_reply(chat)
+        assert reply["blocks"] == ["p", "h2", "ul", "ol", "table", "pre", "p"], shown
+        assert (reply["strong"], reply["em"], reply["inlineCode"]) == (["bold"], ["emphasis"], ["inline code"])
+        assert (reply["heading"], reply["bullets"], reply["numbered"]) == (
+            ["A heading"],
+            ["one", "two"],
+            ["first", "second"],
+        )
+        assert (reply["header"], reply["cells"], reply["aligned"]) == (
+            ["name", "value"],
+            ["a", "1"],
+            ["align-left", "align-right"],
+        )
+        assert reply["code"] == [['print("<b>hi</b>")\n', "python", ""]], shown
+        assert reply["starts"] == [1] and reply["last"] == "Last line, and a chart.", shown
+        # AND a link opens in a new tab, without an opener or a referrer
+        assert reply["links"] == [
+            ["link", "https://example.com/docs?a=1&b=2", "_blank", "noopener noreferrer"],
+            ["a chart", "https://example.com/chart.png", "_blank", "noopener noreferrer"],
+        ]
+        # (an image is its alt text, a link to it, never loaded: the page requests nothing from another origin)
+        assert chat.page.locator("#transcript img").count() == 0
+        assert reply["attributes"] == []
+        # (WHEN the page is reloaded THEN the history's text is drawn the same way)
+        chat.page.reload()
+        expect(chat.turns()).to_have_count(1)
+    # AND the history keeps the text as the model wrote it
+    assert chat.history()["turns"][-1]["assistant"] == f"You said: {MARKDOWN}"
+
+
+CODE_LINES = 200
+
+
+def test_a_code_block_shows_as_code_while_its_fence_is_open(chat: ChatPage) -> None:
+    # GIVEN a reply that is a long code block (a line every 30 ms), then a line of text
+    lines = [f"line{i}" for i in range(1, CODE_LINES + 1)]
+    chat.open()
+    chat.send("code:\n```sh\n" + "\n".join(lines) + "\n```\nafter")
+    # WHEN a few of its lines have arrived, its closing fence not yet
+    seen = chat.page.wait_for_function(
+        """() => {
+          const reply = document.querySelector("#transcript > li:last-child .assistant");
+          const code = reply && reply.querySelector(".text pre.open code");
+          if (!code || !code.textContent.includes("line5")) return null;
+          return {
+            status: reply.dataset.status,
+            blocks: Array.from(reply.querySelector(".text").children, (node) => node.tagName.toLowerCase()),
+            code: code.textContent,
+            language: code.dataset.language,
+          };
+        }""",
+        timeout=WAIT_MS,
+    ).json_value()
+    # THEN the page shows a code block in progress: the lines so far as code, none of them as a paragraph
+    assert seen["status"] == "streaming"
+    assert seen["blocks"] == ["p", "pre"] and seen["language"] == "sh"
+    received = seen["code"].rstrip("\n").split("\n")
+    assert received == lines[: len(received)] and len(received) < CODE_LINES
+    # AND when the fence closes the block is complete and the text after it is a paragraph
+    chat.wait_status("complete")
+    reply = read_reply(chat)
+    assert reply["blocks"] == ["p", "pre", "p"]
+    assert reply["code"] == [["\n".join(lines) + "\n", "sh", ""]]
+
+
+# The page's renderer fed a reply as it streams, one character more each time: what each prefix draws.
+FENCE_PREFIXES = r"""
+(source) => {
+  const { renderFragment } = window.ChatstreamMarkdown;
+  const draw = (text) => {
+    const box = document.createElement("div");
+    box.append(renderFragment(text));
+    const pres = Array.from(box.querySelectorAll("pre"));
+    return {
+      blocks: Array.from(box.children, (node) => node.tagName.toLowerCase() + (node.matches(".open") ? ".open" : "")),
+      code: pres.map((pre) => pre.textContent),
+      open: pres.map((pre) => pre.classList.contains("open")),
+    };
+  };
+  const drawn = [];
+  for (let end = 1; end <= source.length; end++) drawn.push(draw(source.slice(0, end)));
+  return drawn;
+}
+"""
+
+
+def test_every_prefix_of_a_fenced_reply_draws_its_code_as_code(chat: ChatPage) -> None:
+    # GIVEN a reply with a fenced block, a fence inside a list and a fence of tildes that holds ``` lines
+    first = "Intro\n```js\nlet a = 1;\n\nlet b = 2;\n```"
+    in_list = first + "\nMiddle\n\n- item\n  ```\n  x"
+    tildes = in_list + "\n  ```\n\n~~~~\n```\ny\n"
+    source = tildes + "~~~~\nEnd"
+    chat.open()
+    # WHEN the page's renderer draws every prefix of it, as a stream would deliver it
+    drawn = chat.page.evaluate(FENCE_PREFIXES, source)
+
+    def at(prefix: str) -> dict[str, Any]:
+        assert source.startswith(prefix)
+        return dict(drawn[len(prefix) - 1])
+
+    # THEN from the moment an opening fence line is complete until its closing line is, the block is a code block
+    # marked open holding the lines received so far, never paragraphs; once closed it is a plain code block
+    assert at("Intro\n```js\nlet a") == {"blocks": ["p", "pre.open"], "code": ["let a"], "open": [True]}
+    assert at("Intro\n```js\nlet a = 1;\n\n")["blocks"] == ["p", "pre.open"]
+    assert at(first[:-1])["code"] == ["let a = 1;\n\nlet b = 2;\n``"]
+    assert at(first) == {"blocks": ["p", "pre"], "code": ["let a = 1;\n\nlet b = 2;\n"], "open": [False]}
+    assert at(in_list)["blocks"] == ["p", "pre", "p", "ul"]
+    assert (at(in_list)["code"], at(in_list)["open"]) == (["let a = 1;\n\nlet b = 2;\n", "x"], [False, True])
+    assert (at(tildes)["code"][-1], at(tildes)["open"]) == ("```\ny\n", [False, False, True])
+    # AND only ever the last code block is open
+    for i, state in enumerate(drawn):
+        assert True not in state["open"][:-1], (source[: i + 1], state)
+    assert drawn[-1] == {
+        "blocks": ["p", "pre", "p", "ul", "pre", "p"],
+        "code": ["let a = 1;\n\nlet b = 2;\n", "x\n", "```\ny\n"],
+        "open": [False, False, False],
+    }
 
 
 # ------------------------------------------------------------------------------ resumption

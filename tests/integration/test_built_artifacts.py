@@ -101,10 +101,16 @@ def test_the_built_relay_answers_on_its_function_url(built_relay: str) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
 
 
-def test_the_built_layer_ships_the_chat_page(built_relay: str) -> None:
+def test_the_built_layer_ships_the_chat_page(built: Built, built_relay: str) -> None:
     page = httpx.get(f"{built_relay}/", timeout=30)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "<html" in page.text.lower()
+    # AND the vendored Markdown library, byte for byte, with its licences and README beside it in the layer
+    static = REPO_ROOT / "layers/chatstream/chatstream/relay/static"
+    served = httpx.get(f"{built_relay}/static/vendor/markdown-it.umd.min.js", timeout=30)
+    assert served.status_code == 200 and served.content == (static / "vendor/markdown-it.umd.min.js").read_bytes()
+    shipped = built.folders["ChatstreamLayer"] / "python/chatstream/relay/static/vendor"
+    assert {path.name for path in shipped.iterdir()} == {path.name for path in (static / "vendor").iterdir()}
 
 
 def test_the_built_artifacts_ship_no_bytecode(built: Built) -> None:

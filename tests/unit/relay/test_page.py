@@ -1,4 +1,4 @@
-"""The chat page's routes: ``GET /`` and ``GET /static/{name}`` through the relay service, headers and policy."""
+"""The chat page's routes: ``GET /``, ``GET /static/{name}`` and ``GET /static/vendor/{name}``, headers and policy."""
 
 from __future__ import annotations
 
@@ -121,12 +121,30 @@ def test_the_page_has_nothing_inline_that_the_policy_would_block() -> None:
     assert page.inline == []
 
 
-def test_no_static_file_requests_another_origin() -> None:
-    # GIVEN every shipped static file (an SVG's XML namespace is a name, not a request)
-    for path in STATIC_DIR.iterdir():
+def test_none_of_the_pages_own_files_requests_another_origin() -> None:
+    # GIVEN every file of the page's own (an SVG's XML namespace is a name, not a request; the vendored code is
+    # checked against its published checksum in test_vendor.py, and the browser test sees every request made)
+    own = [path for path in STATIC_DIR.iterdir() if path.is_file()]
+    assert {"index.html", "app.js", "markdown.js"} <= {path.name for path in own}
+    for path in own:
         text = path.read_text(encoding="utf-8").replace('xmlns="http://www.w3.org/2000/svg"', "")
         # THEN no absolute or protocol-relative URL anywhere in it
         assert not re.search(r"https?://|[\"'(]//[a-z]", text, re.IGNORECASE), path.name
+
+
+HTML_SINKS = re.compile(
+    r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|createContextualFragment|\beval\(|new Function|\.style\b"
+)
+
+
+def test_the_pages_own_scripts_never_parse_html_or_write_styles() -> None:
+    # GIVEN the page's own scripts (markdown.js builds elements from markdown-it's tokens)
+    scripts = sorted(STATIC_DIR.glob("*.js"))
+    assert "markdown.js" in {path.name for path in scripts}
+    for path in scripts:
+        # THEN none turns a string into HTML or code, or writes an inline style the policy would block
+        found = HTML_SINKS.findall(path.read_text(encoding="utf-8"))
+        assert found == [], (path.name, found)
 
 
 def test_the_page_is_shown_without_an_identity_or_a_table(service: RelayService) -> None:
@@ -148,7 +166,36 @@ def test_an_unknown_static_name_is_404_not_found(service: RelayService, path: st
     assert '"code":"not_found"' in body(response)
 
 
-@pytest.mark.parametrize("path", ["/static/../relay/page.py", "/static/a/b.js", "/static/"])
+def test_vendored_code_is_served_below_static_vendor(service: RelayService) -> None:
+    # WHEN the vendored markdown-it is asked for by its path
+    response = get(service, "/static/vendor/markdown-it.umd.min.js")
+    # THEN it is served as published, as JavaScript, with the page's headers
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "text/javascript; charset=utf-8"
+    assert body(response) == (STATIC_DIR / "vendor" / "markdown-it.umd.min.js").read_text(encoding="utf-8")
+    assert policy(response)["default-src"] == ["'none'"] and response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/vendor/LICENSE",
+        "/static/vendor/README.md",
+        "/static/vendor/nope.js",
+        "/static/vendor/app.js",
+        "/static/vendor/..%2fapp.js",
+        "/static/vendor",
+        "/static/markdown-it.umd.min.js",
+    ],
+)
+def test_only_the_vendored_scripts_are_served_from_vendor(service: RelayService, path: str) -> None:
+    # WHEN a name beside the vendored code (its licence, its README), or a page file by the vendor path, is asked for
+    # THEN 404 not_found: only files of a served type, each by its own path
+    response = get(service, path)
+    assert response.status_code == 404 and '"code":"not_found"' in body(response)
+
+
+@pytest.mark.parametrize("path", ["/static/../relay/page.py", "/static/a/b.js", "/static/", "/static/vendor/a/b.js"])
 def test_paths_below_static_that_are_not_one_name_match_no_route(service: RelayService, path: str) -> None:
     # WHEN a path has more (or fewer) segments THEN the router answers 404 itself
     assert get(service, path).status_code == 404
@@ -167,6 +214,17 @@ def test_a_package_without_the_page_fails_at_load_naming_the_file(tmp_path: Path
     # WHEN it is loaded (a cold start) THEN it fails, naming the missing file
     with pytest.raises(FileNotFoundError, match="index.html"):
         StaticSite.load(tmp_path)
+
+
+def test_a_site_serves_its_vendor_folder_and_no_deeper(tmp_path: Path) -> None:
+    # GIVEN a static directory with a vendor folder, a folder below that, and another folder
+    (tmp_path / "index.html").write_text("<p>page</p>", encoding="utf-8")
+    for folder in ("vendor", "vendor/deeper", "other"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "lib.js").write_text(f"// {folder}", encoding="utf-8")
+    (tmp_path / "vendor" / "LICENSE").write_text("MIT", encoding="utf-8")
+    # WHEN it is loaded THEN the page and the vendor folder's scripts are its files, nothing else
+    assert set(StaticSite.load(tmp_path).files) == {"index.html", "vendor/lib.js"}
 
 
 def test_files_are_read_once_at_load(tmp_path: Path) -> None:

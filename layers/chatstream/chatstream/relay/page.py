@@ -1,10 +1,12 @@
-"""The browser chat page: ``GET /`` and ``GET /static/{name}``, served from the API's own origin.
+"""The browser chat page: ``GET /``, ``GET /static/{name}`` and ``GET /static/vendor/{name}``, from the API's origin.
 
-The files live beside this module in ``static/`` and ship in the layer with the package. They are
-read once per execution environment (at import, so a missing file fails the cold start, naming it)
-and answered with a strict Content-Security-Policy: scripts, styles, images and connections from
-this origin only, no inline script, no frames, no plugins. The page renders model text with
-``textContent``, and the policy is the second line of defence if that ever slipped.
+The files live beside this module in ``static/`` and ship in the layer with the package; ``static/vendor/``
+holds the third-party code the page runs (markdown-it, pinned, its licence and checksum beside it). They
+are read once per execution environment (at import, so a missing page fails the cold start, naming it)
+and answered with a strict Content-Security-Policy: scripts, styles, images and connections from this
+origin only, no inline script or style, no frames, no plugins. The page builds the reply's Markdown
+into elements itself, from markdown-it's tokens with raw HTML off, and puts text only in text nodes;
+the policy is the second line of defence if that ever slipped.
 
 The page has no build step and makes no third-party requests. A browser cannot sign requests with
 SigV4, so it is for a Function URL with ``AuthType NONE`` (the local stack, demos); with ``AWS_IAM``
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 STATIC_DIR = Path(__file__).with_name("static")
+VENDOR = "vendor"  # the one folder below static/, served as /static/vendor/{name}
 INDEX = "index.html"
 CONTENT_TYPES: Mapping[str, str] = {
     ".html": "text/html; charset=utf-8",
@@ -59,15 +62,20 @@ class StaticFile:
 
 @dataclass(frozen=True)
 class StaticSite:
-    """The page's files by name; only the files that exist at load time are ever served."""
+    """The page's files by name (``app.js``, ``vendor/markdown-it.umd.min.js``); only the files of a served type
+    that exist at load time are ever served (a licence or a README beside them is not)."""
 
     files: Mapping[str, StaticFile]
 
     @classmethod
     def load(cls, directory: Path = STATIC_DIR) -> StaticSite:
         files = {
-            path.name: StaticFile(CONTENT_TYPES[path.suffix], path.read_text(encoding="utf-8"))
-            for path in sorted(directory.iterdir())
+            path.relative_to(directory).as_posix(): StaticFile(
+                CONTENT_TYPES[path.suffix], path.read_text(encoding="utf-8")
+            )
+            for folder in (directory, directory / VENDOR)
+            if folder.is_dir()
+            for path in sorted(folder.iterdir())
             if path.is_file() and path.suffix in CONTENT_TYPES
         }
         if INDEX not in files:
@@ -78,6 +86,7 @@ class StaticSite:
         return self._response(self.files[INDEX])
 
     def asset(self, name: str) -> Response:
+        """A file by its name below ``static/``: ``app.js``, or ``vendor/…`` for a vendored one."""
         found = self.files.get(name)
         if found is None or name == INDEX:
             shown = name if len(name) <= 80 else name[:80] + "…"

@@ -50,7 +50,7 @@ from chatstream.relay.http import (
     json_response,
     sse_response,
 )
-from chatstream.relay.page import SITE
+from chatstream.relay.page import SITE, VENDOR
 from chatstream.relay.validation import parse_chat_request, parse_position
 from chatstream.status import TurnStatus
 
@@ -153,6 +153,9 @@ class _Exchange:
 
     def asset(self, params: Mapping[str, str]) -> Response:
         return SITE.asset(params["name"])
+
+    def vendor_asset(self, params: Mapping[str, str]) -> Response:
+        return SITE.asset(f"{VENDOR}/{params['name']}")
 
     def chat(self, params: Mapping[str, str]) -> Response:
         chat = parse_chat_request(
@@ -358,6 +361,7 @@ ROUTES: Router[_Exchange] = Router(
         Route("GET", "/health", _Exchange.health),
         Route("GET", "/", _Exchange.page),
         Route("GET", "/static/{name}", _Exchange.asset),
+        Route("GET", "/static/vendor/{name}", _Exchange.vendor_asset),
         Route("POST", "/chat", _Exchange.chat),
         Route("GET", "/sessions/{session_id}", _Exchange.history),
         Route("GET", "/sessions/{session_id}/turns/{turn}/events", _Exchange.events),

@@ -9,11 +9,15 @@
 // turn may exist, so in a session whose turns the page shows it reads the history and follows the turn
 // if it is there, and sends the message again only if it is not; resumes after 429/5xx or a drop. Each
 // turn's element counts what happened (data-retries, data-resumes, data-repeated).
+//
+// The reply's text is Markdown, drawn as it grows by markdown.js (elements built from markdown-it's tokens,
+// text in text nodes); the user's message is shown as typed.
 "use strict";
 
 (function () {
   const { SseParser } = window.ChatstreamSse;
   const Retry = window.ChatstreamRetry;
+  const { StreamingMarkdown } = window.ChatstreamMarkdown;
 
   const el = {
     conversation: document.getElementById("conversation"),
@@ -103,25 +107,47 @@
     const who = document.createElement("span");
     who.className = "who";
     who.textContent = label;
-    const text = document.createElement("p");
-    text.className = "text";
-    box.append(who, text);
-    return { box, text };
+    box.append(who);
+    return box;
   }
 
-  // One turn on the page: the user's message and the assistant's reply, whose text only grows by
-  // text nodes.
+  // The user's message, as typed.
+  function userBubble(userText) {
+    const box = bubble("user", "You");
+    const text = document.createElement("p");
+    text.className = "text";
+    text.textContent = userText;
+    box.append(text);
+    return box;
+  }
+
+  // Draw a part of a reply, keeping the page at the bottom if it was there before the part grew.
+  function drawAtBottom(draw) {
+    const stick = nearBottom();
+    draw();
+    keepScrolled(stick);
+  }
+
+  // The assistant's reply: its parts in order (the answer's Markdown, then a note on how the turn ended), each
+  // a block of its own in the box, so another part (a reasoning block before the answer) slots in beside them.
+  function replyBubble() {
+    const box = bubble("assistant", "Assistant");
+    const answerElement = document.createElement("div");
+    answerElement.className = "text markdown";
+    const note = document.createElement("p");
+    note.className = "note";
+    box.append(answerElement, note);
+    return { box, answer: new StreamingMarkdown(answerElement, drawAtBottom), note };
+  }
+
+  // One turn on the page: the user's message and the assistant's reply, whose Markdown is drawn as it grows.
   function addTurn(userText) {
     const stick = nearBottom();
     const li = document.createElement("li");
     li.className = "turn";
-    const user = bubble("user", "You");
-    user.text.textContent = userText;
-    const reply = bubble("assistant", "Assistant");
-    const note = document.createElement("p");
-    note.className = "note";
-    reply.box.append(note);
-    li.append(user.box, reply.box);
+    const reply = replyBubble();
+    const { answer, note } = reply;
+    li.append(userBubble(userText), reply.box);
     el.transcript.append(li);
     el.empty.hidden = true;
     keepScrolled(stick);
@@ -135,17 +161,15 @@
         li.dataset.turn = String(turn);
       },
       setText(text) {
-        reply.text.textContent = text;
+        answer.set(text);
       },
+      // Text arrives in pieces; the answer draws them at most once an animation frame.
       append(text) {
-        const stick = nearBottom();
-        reply.text.append(document.createTextNode(text));
-        keepScrolled(stick);
+        answer.append(text);
       },
-      text() {
-        return reply.text.textContent;
-      },
+      // A turn that ends shows all its text at once, before its status says so.
       setStatus(status, detail) {
+        if (status !== "streaming") answer.flush();
         reply.box.dataset.status = status;
         reply.box.setAttribute("aria-busy", status === "streaming" ? "true" : "false");
         note.textContent = detail || "";
