@@ -12,8 +12,8 @@ price tokens, so each figure was checked against a dated AWS source that states 
   ``OnDemand-BilledIncomingBytes``, ``OnDemand-BilledOutgoingBytes`` and ``OnDemand-BilledOutgoingEFOBytes``.
 - provisioned mode: $0.015 per shard-hour, $0.014 per million 25 KB PUT payload units, and for enhanced fan-out
   $0.015 per consumer-shard hour (usage type ``EnhancedFanoutHour``) and $0.013 per GB retrieved (``ReadBytes``):
-  the AWS Price List API for us-east-1 (effective 2023-06-01, published 2023-08-01; unchanged on the pricing page
-  since).
+  the AWS Price List API for us-east-1 (effective 2023-06-01, published 2023-08-01), the figures cost tools still
+  quote in 2026.
 
 Usage-proportional charges are priced per million output tokens; the charges that accrue by the hour whatever the
 traffic (the on-demand stream-hour, provisioned shard-hours, enhanced fan-out's consumer-shard hours) are given apart
