@@ -7,11 +7,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-VARIANT_ORDER = ("direct", "naive", "chatstream", "poll-fast", "flush-100")
+VARIANT_ORDER = ("direct", "naive", "chatstream", "chatstream-polling", "chatstream-efo", "poll-fast", "flush-100")
+READ_MODE_VARIANTS = ("chatstream", "chatstream-polling", "chatstream-efo")  # the product, read one way or the other
+TUNING_VARIANTS = ("poll-fast", "flush-100")
 COLORS = {
     "direct": "#4c72b0",
     "naive": "#dd8452",
     "chatstream": "#55a868",
+    "chatstream-polling": "#c44e52",
+    "chatstream-efo": "#64b5cd",
     "poll-fast": "#8172b3",
     "flush-100": "#937860",
 }
@@ -48,6 +52,18 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _index(results: dict[str, Any]) -> dict[tuple[str, int, int], dict[str, Any]]:
     return {(r["variant"], r["model_delay_ms"], r["concurrency"]): r for r in results["runs"]}
+
+
+def _read_modes(results: dict[str, Any]) -> dict[str, str]:
+    """How each pipeline variant's consumer read the stream (``polling``, ``enhanced-fan-out``)."""
+    return dict(results["environment"].get("settings", {}).get("read_modes", {}))
+
+
+def _over(run: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
+    """``run``'s TTFT p50 minus ``base``'s, in ms."""
+    if run is None or base is None or run["ttft_ms"]["p50"] is None or base["ttft_ms"]["p50"] is None:
+        return "–"
+    return f"{run['ttft_ms']['p50'] - base['ttft_ms']['p50']:+.0f}"
 
 
 def run_table(results: dict[str, Any]) -> list[str]:
@@ -106,8 +122,8 @@ def ratio_table(results: dict[str, Any]) -> list[str]:
 
 def candidates_table(results: dict[str, Any]) -> list[str]:
     """Tuning candidates beside the defaults and naive: the numbers a change of default rests on."""
-    present = [v for v in _present(results) if v not in ("direct",)]
-    if not any(v not in ("naive", "chatstream") for v in present):
+    present = [v for v in _present(results) if v != "direct" and v not in READ_MODE_VARIANTS[1:]]
+    if not any(v in TUNING_VARIANTS for v in present):
         return []
     index = _index(results)
     lines = [
@@ -127,6 +143,47 @@ def candidates_table(results: dict[str, Any]) -> list[str]:
                 f"| {_cell(r['tokens_per_s'])} |"
             )
     return ["## Tuning candidates", "", *lines, ""]
+
+
+def read_mode_table(results: dict[str, Any]) -> list[str]:
+    """chatstream with its consumer reading the stream each way (template.yaml's ``EnhancedFanOut``), beside direct."""
+    modes = _read_modes(results)
+    variants = [v for v in _present(results) if v in READ_MODE_VARIANTS and v in modes]
+    if len({modes[v] for v in variants}) < 2:
+        return []
+    index = _index(results)
+    lines = [
+        "| delay ms | chats at once | variant | read mode | TTFT p50 / p95 ms | − direct p50 ms | gap p50 / p99 ms "
+        "| exact |",
+        "|---:|---:|---|---|---:|---:|---:|:---:|",
+    ]
+    for delay, c in sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]}):
+        d = index.get(("direct", delay, c))
+        if d is not None:
+            lines.append(
+                f"| {delay} | {c} | direct | – | {_cell(d['ttft_ms']['p50'])} / {_cell(d['ttft_ms']['p95'])} | – "
+                f"| {_cell(d['gap_ms']['p50'])} / {_cell(d['gap_ms']['p99'])} | {_cell(d['exact'])} |"
+            )
+        for variant in variants:
+            r = index.get((variant, delay, c))
+            if r is None:
+                continue
+            lines.append(
+                f"| {delay} | {c} | {variant} | {modes[variant]} | {_cell(r['ttft_ms']['p50'])} / "
+                f"{_cell(r['ttft_ms']['p95'])} | {_over(r, d)} | {_cell(r['gap_ms']['p50'])} / "
+                f"{_cell(r['gap_ms']['p99'])} | {_cell(r['exact'])} |"
+            )
+    return [
+        "## Kinesis to the consumer: polling vs enhanced fan-out",
+        "",
+        "The product with template.yaml's defaults (`chatstream`) and with its consumer reading the stream the other "
+        "way (`EnhancedFanOut` flipped). `polling`: the local event source mapping reads each shard as Lambda's "
+        "standard iterator does (once a second while it is empty, at once again while batches come, at most five "
+        "reads a second); `enhanced-fan-out`: records are pushed to it as they are put.",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def targets(results: dict[str, Any]) -> list[str]:
@@ -153,27 +210,27 @@ def targets(results: dict[str, Any]) -> list[str]:
 def spread_table(results: dict[str, Any]) -> list[str]:
     """The informative cells: the same numbers of chats sent ``arrival_gap_ms`` apart instead of at once."""
     spread = results.get("spread_arrivals") or []
+    modes = _read_modes(results)
     by = {(r["variant"], r["concurrency"]): r for r in spread}
+    variants = sorted({r["variant"] for r in spread if r["variant"] in READ_MODE_VARIANTS}, key=_order)
     lines = [
-        "| chats | sent apart | delay ms | exact | direct TTFT p50 / p95 ms | chatstream TTFT p50 / p95 ms "
-        "| chatstream − direct p50 ms |",
-        "|---:|---:|---:|:---:|---:|---:|---:|",
+        "| chats | sent apart | delay ms | variant | exact | direct TTFT p50 / p95 ms | variant TTFT p50 / p95 ms "
+        "| variant − direct p50 ms |",
+        "|---:|---:|---:|---|:---:|---:|---:|---:|",
     ]
     for concurrency in sorted({r["concurrency"] for r in spread}):
-        d, c = by.get(("direct", concurrency)), by.get(("chatstream", concurrency))
-        if c is None:
-            continue
-        exact = "yes" if c["exact"] and (d is None or d["exact"]) else "**no**"
-        direct = f"{_cell(d['ttft_ms']['p50'])} / {_cell(d['ttft_ms']['p95'])}" if d else "–"
-        over = (
-            f"{c['ttft_ms']['p50'] - d['ttft_ms']['p50']:+.0f}"
-            if d and c["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None
-            else "–"
-        )
-        lines.append(
-            f"| {concurrency} | {c['arrival_gap_ms']} ms | {c['model_delay_ms']} | {exact} | {direct} "
-            f"| {_cell(c['ttft_ms']['p50'])} / {_cell(c['ttft_ms']['p95'])} | {over} |"
-        )
+        d = by.get(("direct", concurrency))
+        for variant in variants:
+            c = by.get((variant, concurrency))
+            if c is None:
+                continue
+            exact = "yes" if c["exact"] and (d is None or d["exact"]) else "**no**"
+            direct = f"{_cell(d['ttft_ms']['p50'])} / {_cell(d['ttft_ms']['p95'])}" if d else "–"
+            label = f"{variant} ({modes[variant]})" if variant in modes else variant
+            lines.append(
+                f"| {concurrency} | {c['arrival_gap_ms']} ms | {c['model_delay_ms']} | {label} | {exact} | {direct} "
+                f"| {_cell(c['ttft_ms']['p50'])} / {_cell(c['ttft_ms']['p95'])} | {_over(c, d)} |"
+            )
     return lines
 
 
@@ -196,6 +253,26 @@ def time_goes(results: dict[str, Any]) -> list[str]:
         lines.append(f"- **{r['variant']}**, delay {r['model_delay_ms']} ms, {r['concurrency']} at once: CPU {cpu}.")
         lines.append(f"  Calls per run: {r['calls']}. Mean call time: {calls}.")
     return lines
+
+
+def fixed_table(results: dict[str, Any]) -> list[str]:
+    """What the stream and its consumer cost a month whatever the traffic, per stream mode and read mode."""
+    fixed = results.get("fixed_monthly_usd")
+    if not fixed:
+        return []
+    lines = [
+        "Charges by the hour, whatever the traffic (USD a month, one stream, one consumer; storage, Lambda and "
+        "DynamoDB are usage-proportional and above):",
+        "",
+        "| stream mode | read mode | stream-hours / shard-hours | enhanced fan-out consumer-shard hours | total |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for stream_mode, by_mode in fixed.items():
+        for mode, f in by_mode.items():
+            lines.append(
+                f"| {stream_mode} | {mode} | {f['stream']:.2f} | {f['enhanced_fan_out']:.2f} | {f['total']:.2f} |"
+            )
+    return [*lines, ""]
 
 
 def write_markdown(results: dict[str, Any], path: Path) -> None:
@@ -238,20 +315,22 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "",
         *spread_table(results),
         "",
+        *read_mode_table(results),
         "## Cost per million output tokens (USD, usage-proportional, us-east-1 list prices "
-        f"as of {env['prices']['as_of']})",
+        f"as of {env['prices']['as_of']}; Kinesis as of {env['prices'].get('kinesis_as_of', env['prices']['as_of'])})",
         "",
-        "| variant | Kinesis (on demand) | DynamoDB writes | DynamoDB reads | Lambda requests | Lambda duration "
-        "| **total** | (Kinesis provisioned PUT units instead) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | read mode | Kinesis (on demand) | DynamoDB writes | DynamoDB reads | Lambda requests "
+        "| Lambda duration | **total** | (Kinesis provisioned, by usage, instead) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    modes = _read_modes(results)
     for variant, b in cost.items():
         lines.append(
-            f"| {variant} | {b['kinesis']:.4f} | {b['dynamodb_writes']:.4f} | {b['dynamodb_reads']:.4f} "
-            f"| {b['lambda_requests']:.4f} | {b['lambda_duration']:.4f} | **{b['total']:.4f}** "
-            f"| {b['kinesis_provisioned_put_units']:.4f} |"
+            f"| {variant} | {modes.get(variant, '–')} | {b['kinesis']:.4f} | {b['dynamodb_writes']:.4f} "
+            f"| {b['dynamodb_reads']:.4f} | {b['lambda_requests']:.4f} | {b['lambda_duration']:.4f} "
+            f"| **{b['total']:.4f}** | {b['kinesis_provisioned']:.4f} |"
         )
-    lines += ["", f"Basis: {results.get('cost_basis', '')}.", ""]
+    lines += ["", f"Basis: {results.get('cost_basis', '')}.", "", *fixed_table(results)]
     if cold:
         med = cold["median_ms"]
         ratio = cold["ratio_streaming_over_awslambdaric"]

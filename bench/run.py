@@ -1,7 +1,9 @@
 """``make bench``: direct, naive and chatstream side by side on the local stack, in one run.
 
 For each variant (``direct``: ConverseStream straight out as SSE, see ``bench/direct``; ``naive``: the pipeline with
-coalescing off, one Kinesis record and one table item per model delta; ``chatstream``: the template's defaults), at
+coalescing off, one Kinesis record and one table item per model delta; ``chatstream``: the template's defaults; and
+``chatstream-polling`` or ``chatstream-efo``: the defaults with the consumer reading the stream the other way,
+``EnhancedFanOut`` false or true, so that both ways a user can deploy are measured), at
 model delay 0 and 20 ms, at 1, 10 and 50 concurrent chats, it measures what clients see (exactness, time to first
 token, gaps between token events, throughput) and what the pipeline spends (Kinesis records and calls, DynamoDB
 units, Lambda requests and durations, CPU by function), then writes ``bench/results.json``, ``bench/results.md``
@@ -23,22 +25,24 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import coldstart, procstat
-from bench.cost import UnitCounts, cost_per_million_tokens, price_table
+from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_tokens, fixed_monthly, price_table
 from bench.load import ChatSample, LoadRunner
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
 from bench.report import write_markdown, write_plot
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
+from chatstream_local.event_sources.kinesis import ReadMode
 from chatstream_local.lambda_.function_spec import FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.moto.callcount import CALLER_ENV, CONTROL_PREFIX
 from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
+from chatstream_local.template import Template
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -46,16 +50,48 @@ if TYPE_CHECKING:
     from chatstream_local.lambda_.invocation import StreamHandle
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("direct", "naive", "chatstream")
 NAIVE_PROXY = {"FLUSH_INTERVAL_MS": "0", "FLUSH_MAX_CHARS": "1"}
-# Function environment overrides per pipeline variant: naive turns coalescing off; the others are candidate
-# settings measured beside the defaults (``--variants direct,naive,chatstream,poll-fast``), for tuning.
-PIPELINE_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
-    "naive": {"ProxyFunction": NAIVE_PROXY},
-    "chatstream": {},
-    "poll-fast": {"RelayFunction": {"POLL_MAX_MS": "20"}},
-    "flush-100": {"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}},  # smoother text, more records
+
+
+@dataclass(frozen=True)
+class PipelineVariant:
+    """The product with some settings changed: function environment variables, and template parameters."""
+
+    functions: dict[str, dict[str, str]] = field(default_factory=dict)
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+# naive turns coalescing off; chatstream-polling and chatstream-efo read the stream one way or the other (the one the
+# template does not default to runs by default); the others are candidate settings measured beside the defaults
+# (``--variants direct,naive,chatstream,poll-fast``), for tuning.
+PIPELINE_VARIANTS: dict[str, PipelineVariant] = {
+    "naive": PipelineVariant(functions={"ProxyFunction": NAIVE_PROXY}),
+    "chatstream": PipelineVariant(),
+    "chatstream-polling": PipelineVariant(parameters={"EnhancedFanOut": "false"}),
+    "chatstream-efo": PipelineVariant(parameters={"EnhancedFanOut": "true"}),
+    "poll-fast": PipelineVariant(functions={"RelayFunction": {"POLL_MAX_MS": "20"}}),
+    "flush-100": PipelineVariant(functions={"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}}),  # smoother text
 }
+
+
+def stack_template(variant: str) -> Template:
+    """template.yaml as the variant's local stack resolves it."""
+    overrides = {**StackSettings().parameter_overrides, **PIPELINE_VARIANTS[variant].parameters}
+    return Template.load(parameter_overrides=overrides)
+
+
+def read_mode(variant: str) -> ReadMode:
+    """How the variant's consumer reads the stream (``EnhancedFanOut`` as its template resolves)."""
+    properties = stack_template(variant).properties("ConsumerFunction")["Events"]["TokenStream"]["Properties"]
+    return ReadMode.of_stream(str(properties["Stream"]))
+
+
+def default_variants() -> tuple[str, ...]:
+    """direct, naive, chatstream (the template's defaults), and chatstream reading the stream the other way."""
+    other = "chatstream-polling" if read_mode("chatstream") is ReadMode.ENHANCED_FAN_OUT else "chatstream-efo"
+    return ("direct", "naive", "chatstream", other)
+
+
 DIRECT_NAME = "bench-direct"
 
 
@@ -209,9 +245,15 @@ def start_pipeline(variant: str) -> Target:
     roles = {"relay": "RelayFunction", "proxy": "ProxyFunction", "consumer": "ConsumerFunction"}
     # moto counts each function's calls by the application id botocore puts in the User-Agent.
     overrides = {logical_id: {CALLER_ENV: role} for role, logical_id in roles.items()}
-    for logical_id, variables in PIPELINE_VARIANTS[variant].items():
+    for logical_id, variables in PIPELINE_VARIANTS[variant].functions.items():
         overrides[logical_id].update(variables)
-    settings = StackSettings(port=0, model_delay_ms=0, function_overrides=overrides, count_calls=True)
+    settings = StackSettings(
+        port=0,
+        model_delay_ms=0,
+        function_overrides=overrides,
+        count_calls=True,
+        parameter_overrides={**StackSettings().parameter_overrides, **PIPELINE_VARIANTS[variant].parameters},
+    )
     stack = LocalStack(settings, log=lambda component, line: log(f"{component}: {line}"))
     stack.start()
     assert stack.local_lambda is not None and stack.model is not None
@@ -333,7 +375,7 @@ def running(variant: str) -> Iterator[Target]:
         target.stop()
 
 
-def environment(workload: Workload) -> dict[str, Any]:
+def environment(workload: Workload, variants: Sequence[str]) -> dict[str, Any]:
     import boto3
     import moto
 
@@ -363,8 +405,9 @@ def environment(workload: Workload) -> dict[str, Any]:
             "naive_max_concurrency": workload.naive_max_concurrency,
         },
         "settings": {
-            "naive": {"ProxyFunction": NAIVE_PROXY},
+            **{v: dataclasses.asdict(PIPELINE_VARIANTS[v]) for v in variants if v in PIPELINE_VARIANTS},
             "chatstream": "template.yaml defaults",
+            "read_modes": {v: read_mode(v).value for v in variants if v in PIPELINE_VARIANTS},
             "template_sha1": _sha1(template),
         },
         "prices": price_table(),
@@ -382,10 +425,12 @@ def _sha1(path: Path) -> str:
 COST_CONCURRENCY = 1
 
 
-def costs(runs: Sequence[RunRecord], workload: Workload) -> dict[str, Any]:
+def costs(runs: Sequence[RunRecord], workload: Workload, read_modes: dict[str, str]) -> dict[str, Any]:
     """Cost per million output tokens from the units of the realistic-delay runs at concurrency 1, where no
     variant is slowed by the local emulator's contention (Lambda durations there are what a warm function on
-    AWS would bill: the reply's length): results.json's cost entries."""
+    AWS would bill: the reply's length), each priced for the way its consumer reads the stream (``read_modes``);
+    and the monthly charges that accrue whatever the traffic, for each stream mode and read mode: results.json's
+    cost entries."""
     delay = max(workload.delays_ms)
     totals: dict[str, UnitCounts] = {}
     for run in runs:
@@ -394,22 +439,41 @@ def costs(runs: Sequence[RunRecord], workload: Workload) -> dict[str, Any]:
             continue
         units = run.aws.units
         totals[variant] = totals[variant] + units if variant in totals else units
+    fan_out = {v: read_modes.get(v) == ReadMode.ENHANCED_FAN_OUT.value for v in totals}
+    breakdowns = {v: cost_per_million_tokens(u, enhanced_fan_out=fan_out[v]) for v, u in totals.items()}
     return {
-        "cost_per_million_output_tokens": {v: round(cost_per_million_tokens(u).total, 4) for v, u in totals.items()},
-        "cost_breakdown_per_million_output_tokens": {
-            v: cost_per_million_tokens(u).to_dict() for v, u in totals.items()
-        },
+        "cost_per_million_output_tokens": {v: round(b.total, 4) for v, b in breakdowns.items()},
+        "cost_breakdown_per_million_output_tokens": {v: b.to_dict() for v, b in breakdowns.items()},
         "cost_basis": (
             f"measured units of the {delay} ms model delay runs at concurrency {COST_CONCURRENCY} "
-            f"({workload.repeat_at_1} chats each), at the list prices in environment.prices"
+            f"({workload.repeat_at_1} chats each), at the list prices in environment.prices, each variant's Kinesis "
+            "data out at the price of its read mode (environment.settings.read_modes)"
         ),
+        "fixed_monthly_usd": fixed_costs(),
+    }
+
+
+def fixed_costs() -> dict[str, dict[str, dict[str, float]]]:
+    """The monthly hourly charges of the token stream and its consumer, per stream mode (provisioned with the
+    template's ``ShardCount``) and read mode."""
+    shards = int(Template.load().parameter("ShardCount"))
+    modes = {ON_DEMAND: ON_DEMAND, f"{PROVISIONED} ({shards} shard{'s' if shards > 1 else ''})": PROVISIONED}
+    return {
+        label: {
+            mode.value: fixed_monthly(
+                stream_mode, enhanced_fan_out=mode is ReadMode.ENHANCED_FAN_OUT, shards=shards
+            ).to_dict()
+            for mode in ReadMode
+        }
+        for label, stream_mode in modes.items()
     }
 
 
 def rerender(path: Path) -> None:
     """Recompute the costs and rewrite results.md and the plot from an existing results.json."""
     results = json.loads(path.read_text())
-    results.update(costs([RunRecord.from_json(run) for run in results["runs"]], Workload()))
+    read_modes = results["environment"]["settings"].get("read_modes", {})
+    results.update(costs([RunRecord.from_json(run) for run in results["runs"]], Workload(), read_modes))
     path.write_text(json.dumps(results, indent=1) + "\n")
     write_markdown(results, path.with_suffix(".md"))
     write_plot(results, path.with_suffix(".png"))
@@ -475,7 +539,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a tiny workload, to check the harness")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of direct, {', '.join(PIPELINE_VARIANTS)}")
+    parser.add_argument(
+        "--variants",
+        default=",".join(default_variants()),
+        help=f"of direct, {', '.join(PIPELINE_VARIANTS)} (default: %(default)s)",
+    )
     parser.add_argument("--deltas", type=int, help="model deltas per reply")
     parser.add_argument("--concurrency", help="comma-separated, e.g. 1,10,50")
     parser.add_argument("--rerender", type=Path, help="only rewrite the report from this results.json")
@@ -491,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         workload = dataclasses.replace(workload, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
     variants = [v for v in args.variants.split(",") if v]
     began = time.monotonic()
-    results: dict[str, Any] = {"environment": environment(workload)}
+    results: dict[str, Any] = {"environment": environment(workload, variants)}
     cold_start = None
     if not args.no_coldstart:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
@@ -501,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     results["spread_arrivals"] = [run.to_json() for run in spread]
     if cold_start is not None:
         results["cold_start"] = cold_start
-    results.update(costs(runs, workload))
+    results.update(costs(runs, workload, results["environment"]["settings"]["read_modes"]))
     results["environment"]["duration_s"] = round(time.monotonic() - began, 1)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")

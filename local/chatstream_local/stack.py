@@ -5,7 +5,9 @@ process), the stream, table and queues that template.yaml declares (from their o
 the local Bedrock model (or real Bedrock with ``CHATSTREAM_BEDROCK=aws``), the local Lambda
 Runtime API with every function of the template (relay on the streaming runtime layer through
 its exec wrapper; proxy and consumer on awslambdaric), the Lambda Invoke endpoint the relay calls
-the proxy through, the event source mapping emulator feeding the consumer, and the relay's
+the proxy through, the event source mapping emulator feeding the consumer (polling each shard, or pushed records
+as with enhanced fan-out: whichever the template's ``EnhancedFanOut`` chooses, overridden by
+``CHATSTREAM_ENHANCED_FAN_OUT``), and the relay's
 Function URL on ``127.0.0.1:$CHATSTREAM_PORT`` (default 3000). Each function's environment is the
 template's, with the local endpoints substituted through botocore's standard
 ``AWS_ENDPOINT_URL_<SERVICE>`` variables, so nothing is configured twice.
@@ -42,7 +44,7 @@ from botocore.credentials import Credentials
 from chatstream_local.account import current_region
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.edge import LambdaApiRoute
-from chatstream_local.event_sources.kinesis import EventSourceMapping
+from chatstream_local.event_sources.kinesis import EventSourceMapping, ReadMode
 from chatstream_local.event_sources.sqs import SqsEventSource
 from chatstream_local.iam import Principal, Principals, SigV4Verifier
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from chatstream_local.lambda_.invocation import FunctionError
 
 DEFAULT_PORT = 3000
+ENHANCED_FAN_OUT_ENV = "CHATSTREAM_ENHANCED_FAN_OUT"  # template.yaml's EnhancedFanOut for this stack: true or false
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 EXEC_WRAPPERS = {"/opt/bin/chatstream-streaming": REPO_ROOT / "layers/streaming-runtime/bin/chatstream-streaming"}
 BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"  # where `sam build` (make build) writes each function and layer
@@ -67,6 +70,12 @@ BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"  # where `sam build` (make build) w
 STACK_PRINCIPAL = Principal("chatstream-local-stack", "local", "local", "local")
 CodeSource = Literal["source", "build"]
 AUTH_TYPES = ("NONE", "AWS_IAM")
+
+
+READ_MODE_LINES = {
+    ReadMode.POLLING: "each shard polled once a second while empty, as Lambda does (EnhancedFanOut=false)",
+    ReadMode.ENHANCED_FAN_OUT: "records pushed as they are put, as enhanced fan-out does (EnhancedFanOut=true)",
+}
 
 
 class StackError(RuntimeError):
@@ -83,8 +92,6 @@ class StackSettings:
     parameter_overrides: dict[str, str] = field(default_factory=lambda: {"FunctionUrlAuthType": "NONE"})
     function_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     identity_resolver: Any = None
-    esm_poll_interval_s: float = 0.02
-    esm_long_poll_ms: int = 500  # GetRecords waits for a record (enhanced fan-out's push, see event_sources/kinesis.py)
     count_calls: bool = False  # moto counts each function's calls (chatstream_local.moto.callcount; the benchmark's)
     code: CodeSource = "source"  # or "build": the functions and layers `sam build` wrote to build_dir
     build_dir: Path = BUILD_DIR
@@ -103,6 +110,12 @@ class StackSettings:
         if bedrock not in ("local", "aws"):
             raise StackError(f"CHATSTREAM_BEDROCK must be 'local' or 'aws', got {bedrock!r}")
         region = current_region(environ)
+        fan_out = environ.get(ENHANCED_FAN_OUT_ENV, "").strip().lower()
+        if fan_out:
+            if fan_out not in ("true", "false"):
+                raise StackError(f"{ENHANCED_FAN_OUT_ENV} must be 'true' or 'false', got {fan_out!r}")
+            overrides = kwargs.pop("parameter_overrides", None) or cls().parameter_overrides
+            kwargs["parameter_overrides"] = {**overrides, "EnhancedFanOut": fan_out}
         return cls(port=port, bedrock=bedrock, region=region, **kwargs)
 
     @property
@@ -336,9 +349,8 @@ class LocalStack:
             kinesis=self.client("kinesis"),
             sqs=self.client("sqs"),
             invoke=lambda payload: self._invoke_consumer(payload),
-            poll_interval_s=self.settings.esm_poll_interval_s,
-            long_poll_ms=self.settings.esm_long_poll_ms,
         )
+        self._log("stack", f"Kinesis to the consumer: {READ_MODE_LINES[self.esm.read_mode]}")
         self.esm.start()
         self.reaper_source = SqsEventSource.from_template(
             self.template,

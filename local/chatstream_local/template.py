@@ -21,6 +21,7 @@ from chatstream_local.account import ACCOUNT_ID
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "template.yaml"
 _SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
+_CONSUMER_CREATED = 1700000000  # a stream consumer's ARN ends with its creation time (epoch seconds); any fixed one
 
 
 class TemplateError(ValueError):
@@ -148,6 +149,9 @@ class Template:
             return self.arn(logical_id)
         if attribute == "QueueName":
             return self.physical_name(logical_id)
+        if attribute == "ConsumerARN":  # AWS::Kinesis::StreamConsumer: <stream ARN>/consumer/<name>:<created>
+            properties = self.properties(logical_id)
+            return f"{properties['StreamARN']}/consumer/{properties['ConsumerName']}:{_CONSUMER_CREATED}"
         raise TemplateError(f"cannot resolve Fn::GetAtt {logical_id}.{attribute}")
 
     def _sub(self, arg: Any) -> str:

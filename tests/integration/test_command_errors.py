@@ -110,6 +110,19 @@ def test_local_when_the_port_is_taken(taken_port: int) -> None:
     assert f"port {taken_port}" in line and "CHATSTREAM_PORT" in line
 
 
+def test_local_with_an_enhanced_fan_out_that_is_not_a_boolean() -> None:
+    # WHEN `make local` runs with CHATSTREAM_ENHANCED_FAN_OUT neither true nor false
+    result = run(
+        "chatstream_local",
+        pythonpath="local:layers/chatstream:layers/streaming-runtime",
+        env={"CHATSTREAM_ENHANCED_FAN_OUT": "maybe"},
+    )
+    # THEN it says so in one line, naming the variable and what it takes
+    line = one_line(result.stderr)
+    assert result.returncode == 1
+    assert "CHATSTREAM_ENHANCED_FAN_OUT" in line and "'true' or 'false'" in line and "maybe" in line
+
+
 def test_redrive_with_no_credentials() -> None:
     # WHEN `make redrive` runs where no AWS credentials are configured
     result = run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 import time
@@ -21,16 +22,17 @@ from chatstream_local.event_sources.invoker import Invoked
 from chatstream_local.event_sources.kinesis import (
     CONDITION_RECORD_AGE,
     CONDITION_RETRIES_EXHAUSTED,
+    SHARD_READS_PER_SECOND,
     EventSourceMapping,
+    ReadMode,
 )
 from chatstream_local.resources import create_queue, create_stream, create_table
+from chatstream_local.template import Template
 from tests.builders import turn_records
 from tests.support import FakeContext, load_function
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-
-    from chatstream_local.template import Template
 
 pytestmark = pytest.mark.integration
 
@@ -62,9 +64,11 @@ class Stack:
         messages = self.sqs.receive_message(QueueUrl=self.dlq_url, MaxNumberOfMessages=10).get("Messages", [])
         return [json.loads(message["Body"]) for message in messages]
 
-    def mapping(self, invoke: Callable[[bytes], Any], **kwargs: Any) -> EventSourceMapping:
+    def mapping(
+        self, invoke: Callable[[bytes], Any], template: Template | None = None, **kwargs: Any
+    ) -> EventSourceMapping:
         return EventSourceMapping.from_template(
-            self.template,
+            template or self.template,
             function_logical_id="ConsumerFunction",
             kinesis=self.kinesis,
             sqs=self.sqs,
@@ -178,7 +182,7 @@ def test_a_turn_on_the_stream_reaches_the_table_through_the_real_consumer(stack,
 
 def test_started_mapping_follows_the_stream_until_stopped(stack, consumer) -> None:
     # GIVEN a started mapping
-    mapping = stack.mapping(consumer, poll_interval_s=0.01).start()
+    mapping = stack.mapping(consumer).start()
     try:
         # WHEN a turn is written to the stream
         session_id, turn = write_turn(stack, ["live", " tokens"])
@@ -298,3 +302,108 @@ def test_records_older_than_the_maximum_age_are_skipped_to_the_dlq_without_an_in
         sequence_numbers[-1],
         3,
     )
+
+
+# ------------------------------------------------------------------------------- how records reach the mapping
+
+
+class VirtualClock:
+    """A monotonic clock that a poller's sleep advances at once; it stops the mapping at ``horizon_s``."""
+
+    def __init__(self, horizon_s: float) -> None:
+        self.t = 0.0
+        self.horizon_s = horizon_s
+        self.stopping: threading.Event | None = None
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        if self.t >= self.horizon_s and self.stopping is not None:
+            self.stopping.set()
+
+
+def polled_reads(stack: Stack, horizon_s: float, batch_size: int | None = None) -> list[tuple[float, int]]:
+    """Run the template's polling mapping on virtual time until ``horizon_s``: (time, records) of each GetRecords."""
+    clock = VirtualClock(horizon_s)
+    reads: list[tuple[float, int]] = []
+    stack.kinesis.meta.events.register(
+        "after-call.kinesis.GetRecords", lambda parsed, **_: reads.append((clock.t, len(parsed["Records"])))
+    )
+    mapping = stack.mapping(
+        lambda payload: Invoked(b"{}"),
+        template=Template.load(region=REGION, parameter_overrides={"EnhancedFanOut": "false"}),
+        monotonic=clock.monotonic,
+        sleep=clock.sleep,
+    )
+    if batch_size is not None:
+        mapping.settings = dataclasses.replace(mapping.settings, batch_size=batch_size)
+    clock.stopping = mapping.stopping
+    (reader,) = mapping.shards().values()
+    reader.run()  # returns when the virtual clock passes the horizon
+    return reads
+
+
+@pytest.mark.parametrize(
+    ("enhanced_fan_out", "mode"), [("false", ReadMode.POLLING), ("true", ReadMode.ENHANCED_FAN_OUT)]
+)
+def test_the_read_mode_follows_the_templates_enhanced_fan_out(stack, enhanced_fan_out, mode) -> None:
+    # GIVEN template.yaml resolved with EnhancedFanOut set
+    template = Template.load(region=REGION, parameter_overrides={"EnhancedFanOut": enhanced_fan_out})
+    # WHEN the mapping is built from it
+    mapping = stack.mapping(lambda payload: Invoked(b"{}"), template=template)
+    # THEN it reads the stream as that choice does (a consumer's ARN means enhanced fan-out), the same stream
+    stream = template.properties("ConsumerFunction")["Events"]["TokenStream"]["Properties"]["Stream"]
+    assert mapping.read_mode is mode and ReadMode.of_stream(stream) is mode
+    assert mapping.stream_name == stack.stream_name
+
+
+def test_polling_reads_an_idle_shard_once_a_second(stack) -> None:
+    # GIVEN an empty shard and a mapping on a standard iterator (EnhancedFanOut=false)
+    # WHEN it runs for ten seconds of virtual time
+    reads = polled_reads(stack, horizon_s=10.0)
+    # THEN it called GetRecords once a second: at 0, 1, …, 9 s, and found nothing
+    assert [t for t, _ in reads] == [float(second) for second in range(10)]
+    assert {records for _, records in reads} == {0}
+
+
+def test_polling_reads_back_to_back_while_batches_come_and_at_most_five_times_a_second(stack) -> None:
+    # GIVEN 23 records on the shard and batches of 2: twelve reads find records
+    for i in range(23):
+        stack.put(f"r{i}".encode(), "k")
+    # WHEN the polling mapping runs for six seconds of virtual time
+    reads = polled_reads(stack, horizon_s=6.0, batch_size=2)
+    times = [t for t, _ in reads]
+    # THEN while reads find records the next one comes at once, five in the shard's second, then the next second
+    assert [records for _, records in reads[:13]] == [2] * 11 + [1, 0]
+    assert times[:13] == [0.0] * 5 + [1.0] * 5 + [2.0] * 3
+    # AND never more than five reads in any one second, and once a second when the shard is empty again
+    limit = SHARD_READS_PER_SECOND
+    assert all(times[i + limit] - times[i] >= 1.0 for i in range(len(times) - limit))
+    assert times[13:] == [3.0, 4.0, 5.0]
+
+
+def test_enhanced_fan_out_delivers_a_put_to_the_read_already_waiting(stack) -> None:
+    # GIVEN a mapping through an enhanced fan-out consumer (EnhancedFanOut=true), its first GetRecords waiting
+    template = Template.load(region=REGION, parameter_overrides={"EnhancedFanOut": "true"})
+    recorder = Recorder(lambda event: Invoked(b"{}"))
+    waiting = threading.Event()
+    answers: list[int] = []
+    stack.kinesis.meta.events.register("before-call.kinesis.GetRecords", lambda **_: waiting.set())
+    stack.kinesis.meta.events.register(
+        "after-call.kinesis.GetRecords", lambda parsed, **_: answers.append(len(parsed["Records"]))
+    )
+    mapping = stack.mapping(recorder, template=template, push_wait_ms=4000).start()
+    try:
+        assert waiting.wait(10), "the mapping never called GetRecords"
+        # WHEN a record is put
+        sequence_number = stack.put(b"pushed", "k")
+        deadline = time.monotonic() + 20
+        while not recorder.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        mapping.stop(timeout=10)
+    # THEN the read that was waiting when it was put answered with it (pushed, not found by a later poll)
+    assert answers[0] == 1
+    assert recorder.sequence_numbers(0) == [sequence_number]

@@ -10,18 +10,24 @@ import pytest
 from chatstream.status import StopReason, TurnStatus
 from chatstream_client.api import ApiError, ChatClient
 from chatstream_local.bedrock.model import plan_reply
+from chatstream_local.event_sources.kinesis import ReadMode
+from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackSettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from chatstream_local.stack import LocalStack
+    from chatstream_local.template import Template
 
 pytestmark = pytest.mark.integration
 
 
-def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., LocalStack]) -> None:
-    # GIVEN the local stack
+def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., LocalStack], template: Template) -> None:
+    # GIVEN the local stack, reading the stream as template.yaml's default EnhancedFanOut deploys it
     stack = start_stack()
+    assert stack.esm is not None
+    default_mode = ReadMode.ENHANCED_FAN_OUT if template.parameter("EnhancedFanOut") == "true" else ReadMode.POLLING
+    assert stack.esm.read_mode is default_mode
     with ChatClient(stack.url) as client:
         # WHEN a user chats twice in one session
         first = client.chat("hello world")
@@ -60,3 +66,21 @@ def test_errors_before_the_stream_are_json(start_stack: Callable[..., LocalStack
     with ChatClient(stack.url) as client, pytest.raises(ApiError) as raised:
         client.history("0" * 32)
     assert raised.value.status == 404 and raised.value.code == "session_not_found"
+
+
+def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
+    start_stack: Callable[..., LocalStack], template: Template
+) -> None:
+    # GIVEN CHATSTREAM_ENHANCED_FAN_OUT set to what template.yaml does not default to
+    other = "false" if template.parameter("EnhancedFanOut") == "true" else "true"
+    settings = StackSettings.from_env({ENHANCED_FAN_OUT_ENV: other})
+    assert settings.parameter_overrides == {"FunctionUrlAuthType": "NONE", "EnhancedFanOut": other}
+    # WHEN the stack starts with it
+    stack = start_stack(parameter_overrides=settings.parameter_overrides)
+    # THEN its mapping reads the stream that way, and a reply streams exactly, ending with done
+    assert stack.esm is not None
+    assert stack.esm.read_mode is (ReadMode.ENHANCED_FAN_OUT if other == "true" else ReadMode.POLLING)
+    with ChatClient(stack.url) as client:
+        reply = client.chat("/long 40")
+    assert reply.text == plan_reply("/long 40").text and reply.done is not None
+    assert reply.ids == list(range(1, len(reply.ids) + 1))

@@ -30,28 +30,28 @@ RUN_KEYS = {
 }
 
 
+UNITS = cost.UnitCounts(
+    tokens=1000,
+    kinesis_ingest_kb=1024,
+    kinesis_put_payload_units=500,
+    dynamodb_write_units=2000,
+    dynamodb_read_units=4000,
+    lambda_requests=10,
+    lambda_gb_seconds=8,
+)
+MB_IN_GB = 1024 * 1024 / cost.GB
+
+
 def test_cost_per_million_tokens_applies_each_list_price_to_its_unit() -> None:
     # GIVEN a workload of 1,000 tokens: 1,024 KB into Kinesis, 2,000 write and 4,000 read units, 10 requests, 8 GB-s
-    units = cost.UnitCounts(
-        tokens=1000,
-        kinesis_ingest_kb=1024,
-        kinesis_put_payload_units=500,
-        dynamodb_write_units=2000,
-        dynamodb_read_units=4000,
-        lambda_requests=10,
-        lambda_gb_seconds=8,
-    )
-
-    # WHEN it is scaled to a million tokens
-    breakdown = cost.cost_per_million_tokens(units)
+    # WHEN it is scaled to a million tokens, for a consumer that polls the stream
+    breakdown = cost.cost_per_million_tokens(UNITS, enhanced_fan_out=False)
 
     # THEN every service is its units × 1,000 × its price
-    mb_in_gb = 1024 * 1024 / cost.GB
     in_out = cost.KINESIS_ON_DEMAND_PER_GB_IN + cost.KINESIS_ON_DEMAND_PER_GB_OUT
-    assert breakdown.kinesis == pytest.approx(1000 * mb_in_gb * in_out)
-    assert breakdown.kinesis_provisioned_put_units == pytest.approx(
-        0.5 * cost.KINESIS_PROVISIONED_PER_MILLION_PUT_UNITS
-    )
+    assert breakdown.kinesis == pytest.approx(1000 * MB_IN_GB * in_out)
+    # and a provisioned stream would bill its PUT payload units, the polling consumer's reads being in its shard-hours
+    assert breakdown.kinesis_provisioned == pytest.approx(0.5 * cost.KINESIS_PROVISIONED_PER_MILLION_PUT_UNITS)
     assert breakdown.dynamodb_writes == pytest.approx(2 * cost.DYNAMODB_PER_MILLION_WRITE_UNITS)
     assert breakdown.dynamodb_reads == pytest.approx(4 * cost.DYNAMODB_PER_MILLION_READ_UNITS)
     assert breakdown.lambda_requests == pytest.approx(0.01 * cost.LAMBDA_PER_MILLION_REQUESTS)
@@ -60,6 +60,42 @@ def test_cost_per_million_tokens_applies_each_list_price_to_its_unit() -> None:
     parts = [breakdown.kinesis, breakdown.dynamodb_writes, breakdown.dynamodb_reads]
     assert breakdown.total == pytest.approx(sum(parts) + breakdown.lambda_requests + breakdown.lambda_duration)
     assert breakdown.to_dict()["total"] == round(breakdown.total, 4)
+
+
+def test_enhanced_fan_out_prices_the_consumers_reads_at_its_own_rate() -> None:
+    # GIVEN the same workload read through enhanced fan-out
+    polling = cost.cost_per_million_tokens(UNITS, enhanced_fan_out=False)
+    # WHEN it is priced
+    fan_out = cost.cost_per_million_tokens(UNITS, enhanced_fan_out=True)
+    # THEN on demand the data out costs enhanced fan-out's rate instead of the shared consumer's
+    in_out = cost.KINESIS_ON_DEMAND_PER_GB_IN + cost.KINESIS_ON_DEMAND_EFO_PER_GB_OUT
+    assert fan_out.kinesis == pytest.approx(1000 * MB_IN_GB * in_out)
+    assert fan_out.kinesis > polling.kinesis
+    # and provisioned, its retrievals are billed per GB on top of the PUT payload units
+    efo_out = 1000 * MB_IN_GB * cost.KINESIS_PROVISIONED_EFO_PER_GB_OUT
+    assert fan_out.kinesis_provisioned == pytest.approx(polling.kinesis_provisioned + efo_out)
+    # and nothing else changes
+    assert (fan_out.dynamodb_writes, fan_out.lambda_duration) == (polling.dynamodb_writes, polling.lambda_duration)
+
+
+def test_fixed_monthly_charges_by_stream_mode_and_read_mode() -> None:
+    hours = cost.HOURS_PER_MONTH
+    # On demand: the stream-hour, and enhanced fan-out adds no hourly charge (it is billed per GB)
+    on_demand = cost.fixed_monthly(cost.ON_DEMAND, enhanced_fan_out=False)
+    assert on_demand == cost.fixed_monthly(cost.ON_DEMAND, enhanced_fan_out=True)
+    assert on_demand.total == pytest.approx(hours * cost.KINESIS_ON_DEMAND_PER_STREAM_HOUR)
+    # Provisioned: shard-hours, and with enhanced fan-out a consumer-shard hour per shard
+    polled = cost.fixed_monthly(cost.PROVISIONED, enhanced_fan_out=False, shards=2)
+    pushed = cost.fixed_monthly(cost.PROVISIONED, enhanced_fan_out=True, shards=2)
+    assert polled.total == pytest.approx(2 * hours * cost.KINESIS_PROVISIONED_PER_SHARD_HOUR)
+    assert pushed.enhanced_fan_out == pytest.approx(2 * hours * cost.KINESIS_PROVISIONED_EFO_PER_CONSUMER_SHARD_HOUR)
+    assert pushed.total == pytest.approx(polled.total + pushed.enhanced_fan_out)
+    assert pushed.to_dict()["total"] == round(pushed.total, 2)
+    # Bad input says what it takes
+    with pytest.raises(ValueError, match="ON_DEMAND or PROVISIONED"):
+        cost.fixed_monthly("SERVERLESS", enhanced_fan_out=False)
+    with pytest.raises(ValueError, match="at least one shard"):
+        cost.fixed_monthly(cost.PROVISIONED, enhanced_fan_out=True, shards=0)
 
 
 def test_unit_counts_add_up_and_no_tokens_has_no_cost_per_token() -> None:
@@ -75,7 +111,7 @@ def test_prices_are_dated_and_for_one_region() -> None:
     table = cost.price_table()
 
     assert table["region"] == "us-east-1"
-    assert str(table["as_of"])[:2] == "20"
+    assert str(table["as_of"])[:2] == "20" and str(table["kinesis_as_of"])[:2] == "20"
     assert set(table["sources"]) == {"kinesis", "dynamodb", "lambda"}  # type: ignore[arg-type]
 
 
@@ -105,10 +141,14 @@ def test_billed_units_of_calls() -> None:
 def test_committed_results_follow_the_issue_schema() -> None:
     results = json.loads(RESULTS.read_text())
 
-    assert {"environment", "runs", "cost_per_million_output_tokens"} <= set(results)
+    assert {"environment", "runs", "cost_per_million_output_tokens", "fixed_monthly_usd"} <= set(results)
     assert {"naive", "chatstream"} <= set(results["cost_per_million_output_tokens"])
     variants = {run["variant"] for run in results["runs"]}
     assert {"direct", "naive", "chatstream"} <= variants
+    # the pipeline ran in both ways of reading the stream (issue 14, item 3), each priced
+    read_modes = results["environment"]["settings"]["read_modes"]
+    assert set(read_modes.values()) == {"polling", "enhanced-fan-out"}
+    assert set(read_modes) <= variants and set(read_modes) <= set(results["cost_per_million_output_tokens"])
     for run in results["runs"]:
         assert set(run) >= RUN_KEYS, run["variant"]
         assert set(run["ttft_ms"]) == {"p50", "p95", "p99"}

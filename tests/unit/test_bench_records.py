@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cost import UnitCounts
+from bench.cost import GB, KINESIS_ON_DEMAND_EFO_PER_GB_OUT, KINESIS_ON_DEMAND_PER_GB_OUT, UnitCounts
 from bench.load import ChatSample
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, RunRecord, percentile
 from bench.report import run_table, time_goes
@@ -200,26 +200,39 @@ def test_the_committed_results_load_and_serialize_back_to_the_same_file() -> Non
 def test_the_committed_costs_are_recomputed_from_the_committed_runs() -> None:
     results = json.loads(RESULTS.read_text())
 
-    recomputed = costs([RunRecord.from_json(run) for run in results["runs"]], Workload())
+    read_modes = results["environment"]["settings"]["read_modes"]
+    recomputed = costs([RunRecord.from_json(run) for run in results["runs"]], Workload(), read_modes)
 
     assert recomputed == {key: results[key] for key in recomputed}
 
 
 def test_costs_come_from_the_pipeline_runs_at_one_chat_and_the_realistic_delay() -> None:
     # GIVEN two chatstream runs at one chat and 20 ms, and runs that must not count
-    one = UnitCounts(tokens=1000, dynamodb_write_units=100)
+    one = UnitCounts(tokens=1000, dynamodb_write_units=100, kinesis_ingest_kb=1024)
     runs = [
         record("chatstream", 20, 1, one),
         record("chatstream", 20, 1, one),
         record("chatstream", 0, 1, UnitCounts(tokens=1000, dynamodb_write_units=9999)),
         record("chatstream", 20, 10, UnitCounts(tokens=1000, dynamodb_write_units=9999)),
         record("direct", 20, 1, UnitCounts(tokens=1000, lambda_requests=9999)),
+        record("chatstream-polling", 20, 1, one),
     ]
 
-    entries = costs(runs, Workload())
+    entries = costs(runs, Workload(), {"chatstream": "enhanced-fan-out", "chatstream-polling": "polling"})
 
-    # THEN only the first two are summed: 200 write units for 2,000 tokens
-    assert list(entries["cost_per_million_output_tokens"]) == ["chatstream"]
-    breakdown = entries["cost_breakdown_per_million_output_tokens"]["chatstream"]
-    assert breakdown["dynamodb_writes"] == pytest.approx(0.0625)
+    # THEN only the first two are summed for chatstream: 200 write units for 2,000 tokens
+    assert list(entries["cost_per_million_output_tokens"]) == ["chatstream", "chatstream-polling"]
+    breakdowns = entries["cost_breakdown_per_million_output_tokens"]
+    assert breakdowns["chatstream"]["dynamodb_writes"] == pytest.approx(0.0625)
     assert "20 ms model delay runs at concurrency 1" in entries["cost_basis"]
+    # AND each is priced for the way its consumer reads the stream: enhanced fan-out's reads cost more per GB
+    gigabytes_per_million = 1000 * 1024 * 1024 / GB
+    fan_out, polling = breakdowns["chatstream"]["kinesis"], breakdowns["chatstream-polling"]["kinesis"]
+    assert fan_out - polling == pytest.approx(
+        gigabytes_per_million * (KINESIS_ON_DEMAND_EFO_PER_GB_OUT - KINESIS_ON_DEMAND_PER_GB_OUT), abs=1e-4
+    )
+    # AND the hourly charges are given for both stream modes and both read modes
+    fixed = entries["fixed_monthly_usd"]
+    assert fixed["ON_DEMAND"]["enhanced-fan-out"] == fixed["ON_DEMAND"]["polling"]
+    provisioned = next(value for key, value in fixed.items() if key.startswith("PROVISIONED"))
+    assert provisioned["enhanced-fan-out"]["total"] > provisioned["polling"]["total"]

@@ -19,10 +19,24 @@ function's Kinesis event in the template:
   ``version``, ``timestamp``, ``KinesisBatchInfo``).
 
 Each shard is processed by its own thread (``start``/``stop``), or deterministically, one batch per
-shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory. Delivery stands in for
-enhanced fan-out's push: with ``long_poll_ms`` (the local stack sets it), each ``GetRecords`` asks moto to
-hold an empty answer until a record is put (``chatstream_local.moto.kinesis_push``), so records arrive at once
-without polling; otherwise (or against a plain moto) the shard is polled every ``poll_interval_s``.
+shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory.
+
+How records reach the mapping follows the template's ``Stream`` (:class:`ReadMode`), as ``EnhancedFanOut``
+resolved it:
+
+- the stream's ARN, a **standard iterator** (``EnhancedFanOut=false``): each shard is polled with
+  ``GetRecords`` on Lambda's documented schedule (:class:`PollSchedule`). The Lambda developer guide
+  (with-kinesis.html, "Polling and batching streams"): "Lambda polls each shard in your Kinesis stream for
+  records at a base rate of once per second. When more records are available, Lambda keeps processing batches
+  until the function catches up with the stream. The event source mapping shares read throughput with other
+  consumers of the shard." The Kinesis developer guide (service-sizes-and-limits.html): "Each shard can
+  support up to five read transactions per second." So a shard is read once a second while it is empty, again
+  at once after a read that found records, and never more than five times in any second.
+- an **enhanced fan-out consumer**'s ARN (``EnhancedFanOut=true``): Kinesis pushes records to the consumer over
+  HTTP/2 (``SubscribeToShard``), "typically an average of 70 ms" after the put (Kinesis developer guide,
+  building-consumers.html). Locally each ``GetRecords`` asks moto to hold an empty answer until a record is
+  put (``push_wait_ms``, ``chatstream_local.moto.kinesis_push``), so records arrive at once without polling.
+
 ``ParallelizationFactor`` is not emulated: each shard is processed by one batch at a time, which
 keeps the same per-partition-key order.
 """
@@ -35,8 +49,10 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from chatstream_local.account import ACCOUNT_ID
@@ -55,6 +71,53 @@ logger = logging.getLogger(__name__)
 
 CONDITION_RETRIES_EXHAUSTED = "RetryAttemptsExhausted"
 CONDITION_RECORD_AGE = "RecordAgeExceeded"
+
+POLL_INTERVAL_IDLE_S = 1.0  # Lambda polls a shard "at a base rate of once per second"
+SHARD_READS_PER_SECOND = 5  # Kinesis: "up to five read transactions per second" per shard, shared by its readers
+PUSH_WAIT_MS = 500  # enhanced fan-out: how long one local GetRecords waits for a put before it is asked again
+
+
+class ReadMode(Enum):
+    """How Lambda reads the stream: what the event's ``Stream`` (template.yaml's ``EnhancedFanOut``) chose."""
+
+    POLLING = "polling"  # a standard iterator: Lambda polls each shard with GetRecords
+    ENHANCED_FAN_OUT = "enhanced-fan-out"  # a registered consumer: Kinesis pushes records (SubscribeToShard)
+
+    @classmethod
+    def of_stream(cls, stream: str) -> ReadMode:
+        """The mode of a mapping's ``EventSourceArn``: a stream consumer's ARN (``…/consumer/…``) is read through
+        enhanced fan-out, a stream's ARN with a standard iterator."""
+        return cls.ENHANCED_FAN_OUT if "/consumer/" in stream else cls.POLLING
+
+
+class PollSchedule:
+    """When a standard-iterator poller reads its shard next (the rates in the module docstring).
+
+    A read that found records is followed by another at once, one that found none by the next a second later
+    (Lambda's base rate), and no read comes sooner than a second after the fifth-last one (the shard's limit).
+    Times are any monotonic clock's, in seconds.
+    """
+
+    def __init__(
+        self, idle_interval_s: float = POLL_INTERVAL_IDLE_S, reads_per_second: int = SHARD_READS_PER_SECOND
+    ) -> None:
+        if reads_per_second < 1:
+            raise ValueError(f"a shard allows at least one read a second, got {reads_per_second}")
+        self.idle_interval_s = idle_interval_s
+        self._reads: deque[float] = deque(maxlen=reads_per_second)
+
+    def read(self, at: float) -> None:
+        """A ``GetRecords`` call was made at ``at``."""
+        self._reads.append(at)
+
+    def next_read(self, now: float, *, found_records: bool) -> float:
+        """The earliest time for the next read, after the last one found records (or none) and ended at ``now``."""
+        if not self._reads:
+            return now
+        earliest = now if found_records else self._reads[-1] + self.idle_interval_s
+        if len(self._reads) == self._reads.maxlen:
+            earliest = max(earliest, self._reads[0] + 1.0)
+        return earliest
 
 
 def _wait_header(wait_ms: int) -> Callable[..., None]:
@@ -127,13 +190,20 @@ class EventSourceMapping:
         sqs: SQSClient | None = None,
         region: str = "us-east-1",
         role_arn: str | None = None,
-        poll_interval_s: float = 0.02,
-        long_poll_ms: int = 0,
+        read_mode: ReadMode = ReadMode.POLLING,
+        push_wait_ms: int = PUSH_WAIT_MS,
+        push_pause_s: float = 0.02,
         retry_delay_s: float = 0.0,
         now: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
-        if long_poll_ms:
-            kinesis.meta.events.register("before-sign.kinesis.GetRecords", _wait_header(long_poll_ms))
+        """``read_mode`` decides how shards are read (see the module docstring). With enhanced fan-out each
+        ``GetRecords`` waits up to ``push_wait_ms`` for a put, and ``push_pause_s`` separates two empty answers (a
+        moto without the push patch answers at once). ``now`` is the wall clock of record ages and on-failure
+        records; ``monotonic`` and ``sleep`` (default: wait until :meth:`stop`) pace the polling."""
+        if read_mode is ReadMode.ENHANCED_FAN_OUT and push_wait_ms:
+            kinesis.meta.events.register("before-sign.kinesis.GetRecords", _wait_header(push_wait_ms))
         self.kinesis = kinesis
         self.stream_name = stream_name
         self.invoke = invoke
@@ -142,10 +212,13 @@ class EventSourceMapping:
         self.sqs = sqs
         self.region = region
         self.role_arn = role_arn or f"arn:aws:iam::{ACCOUNT_ID}:role/{stream_name}-consumer-role"
-        self.poll_interval_s = poll_interval_s
+        self.read_mode = read_mode
+        self.push_pause_s = push_pause_s
         self.retry_delay_s = retry_delay_s
         self.now = now
+        self.monotonic = monotonic
         self._stop = threading.Event()
+        self.sleep: Callable[[float], object] = sleep or self._stop.wait
         self._threads: list[threading.Thread] = []
         self._shards: dict[str, _ShardReader] | None = None
         self._lock = threading.Lock()
@@ -171,6 +244,7 @@ class EventSourceMapping:
             raise ValueError(f"{function_logical_id} has no Kinesis event in template.yaml")
         properties = kinesis_events[event_name or next(iter(kinesis_events))]["Properties"]
         stream_name = _stream_name(str(properties["Stream"]), template)
+        kwargs.setdefault("read_mode", ReadMode.of_stream(str(properties["Stream"])))
         return cls(
             kinesis=kinesis,
             stream_name=stream_name,
@@ -325,17 +399,44 @@ class _ShardReader:
         self._iterator: str | None = None
         self._buffer: list[_Record] = []
         self._lock = threading.Lock()
+        self.get_records_calls = 0
 
     def run(self) -> None:
-        stop = self.mapping.stopping
-        while not stop.is_set():
-            try:
-                read = self.poll_once()
-            except Exception:  # a poller survives a bad poll, as Lambda's does, and says why
-                logger.exception("event source mapping: polling %s failed", self.shard_id)
-                read = 0
-            if read == 0:
-                stop.wait(self.mapping.poll_interval_s)
+        """Read and deliver until the mapping stops, in the mapping's :class:`ReadMode`."""
+        if self.mapping.read_mode is ReadMode.POLLING:
+            self._run_polling()
+        else:
+            self._run_pushed()
+
+    def _run_polling(self) -> None:
+        """Poll on Lambda's schedule (:class:`PollSchedule`), counting only the polls that called ``GetRecords``."""
+        mapping = self.mapping
+        schedule = PollSchedule()
+        next_read = mapping.monotonic()
+        while not mapping.stopping.is_set():
+            wait = next_read - mapping.monotonic()
+            if wait > 0:
+                mapping.sleep(wait)
+                continue
+            calls, started = self.get_records_calls, mapping.monotonic()
+            read = self._poll_safely()
+            if self.get_records_calls != calls:
+                schedule.read(started)
+            next_read = schedule.next_read(mapping.monotonic(), found_records=read > 0)
+
+    def _run_pushed(self) -> None:
+        """Read as records are pushed: each ``GetRecords`` waits for a put (``push_wait_ms``)."""
+        mapping = self.mapping
+        while not mapping.stopping.is_set():
+            if self._poll_safely() == 0:
+                mapping.sleep(mapping.push_pause_s)
+
+    def _poll_safely(self) -> int:
+        try:
+            return self.poll_once()
+        except Exception:  # a poller survives a bad poll, as Lambda's does, and says why
+            logger.exception("event source mapping: polling %s failed", self.shard_id)
+            return 0
 
     def poll_once(self) -> int:
         with self._lock:
@@ -364,6 +465,7 @@ class _ShardReader:
             else:
                 kwargs.update(ShardIteratorType=self.mapping.settings.starting_position)
             self._iterator = kinesis.get_shard_iterator(**kwargs)["ShardIterator"]
+        self.get_records_calls += 1
         try:
             response = kinesis.get_records(ShardIterator=self._iterator, Limit=max(1, min(limit, 10_000)))
         except Exception:
