@@ -113,6 +113,13 @@ def test_the_built_layer_ships_the_chat_page(built: Built, built_relay: str) -> 
     assert {path.name for path in shipped.iterdir()} == {path.name for path in (static / "vendor").iterdir()}
 
 
+def test_the_built_layer_ships_the_openapi_document(built_relay: str) -> None:
+    # WHEN the built relay is asked for its OpenAPI document THEN it is the repository's, byte for byte
+    served = httpx.get(f"{built_relay}/openapi.json", timeout=30)
+    assert served.status_code == 200 and served.headers["content-type"] == "application/json"
+    assert served.content == (REPO_ROOT / "layers/chatstream/chatstream/relay/openapi.json").read_bytes()
+
+
 def test_the_built_artifacts_ship_no_bytecode(built: Built) -> None:
     # GIVEN the layers and the function as `sam build` builds them (pip installs Powertools and its dependencies)
     assert (built.folders["ChatstreamLayer"] / "python" / "aws_lambda_powertools").is_dir()
