@@ -1,8 +1,14 @@
-"""Property-based requests through the local Function URL front end of a running stack (one per module).
+"""The HTTP API fuzzed through the local Function URL front end of a running stack (one per module).
 
-Whatever the method, path, headers or body, the answer is a JSON error from HTTP_API.md (its status
-and code in the table) or a valid response of the route (an SSE stream that ends with ``done`` or
-``error``; a JSON document): never a 5xx, a hang, or a traceback.
+Two fuzzers, one contract (the OpenAPI document the relay serves, ``GET /openapi.json``):
+
+- schemathesis generates requests from the document, valid and invalid, for every operation, and checks every
+  answer against it: a documented status, content type, headers and body (each SSE event's name, id and data
+  too), never a 5xx; what the document calls valid is accepted, what it calls invalid refused.
+- a hand-written hypothesis strategy sends what no document describes: other paths and methods, bodies that are
+  not JSON or nested without end, huge headers. The answer is an error the document lists (or the router's
+  ``404 not_found``/``405 method_not_allowed``) or a valid response of the route: never a 5xx, a hang, or a
+  traceback.
 """
 
 from __future__ import annotations
@@ -12,9 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+from schemathesis.config import SchemathesisConfig
 
+from chatstream.relay.openapi import DOCUMENT_PATH
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:
@@ -22,17 +34,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-ERRORS = {
-    (400, "invalid_json"),
-    (400, "invalid_request"),
-    (404, "not_found"),
-    (404, "session_not_found"),
-    (404, "turn_not_found"),
-    (405, "method_not_allowed"),
-    (409, "turn_in_progress"),
-    (409, "turn_finished"),
-    (413, "payload_too_large"),
-}
+ROUTER_ERRORS = {(404, "not_found"), (405, "method_not_allowed")}  # a path or method no operation has
 ASCII = st.characters(min_codepoint=32, max_codepoint=126)
 SEGMENT = st.sampled_from(["0", "1", "-1", "99999999999999999999", "a" * 129, "%00", "..", "x y"]) | st.text(
     ASCII.filter(lambda c: c not in "/?#%"), min_size=1, max_size=20
@@ -60,6 +62,112 @@ def session(stack: LocalStack) -> dict[str, Any]:
         text = http.post("/chat", json={"message": "hello"}).text
     meta = json.loads(text.split("event: meta\ndata: ", 1)[1].split("\n", 1)[0])
     return dict(meta)
+
+
+@pytest.fixture(scope="module")
+def document(stack: LocalStack) -> dict[str, Any]:
+    """The OpenAPI document as the running relay serves it."""
+    response = httpx.get(f"{stack.url}/openapi.json", timeout=30)
+    assert response.status_code == 200, response.text[:300]
+    return dict(response.json())
+
+
+# --------------------------------------------------------------------------------- schemathesis, from the document
+
+EXAMPLES_PER_OPERATION = 100
+SCHEMA = schemathesis.openapi.from_path(
+    DOCUMENT_PATH,
+    config=SchemathesisConfig.from_dict(
+        {
+            "request-timeout": 30,
+            "max-stream-events": 100_000,  # read every stream to its end
+            "generation": {"max-examples": EXAMPLES_PER_OPERATION, "mode": "all"},
+            "phases": {"stateful": {"enabled": False}},  # the streams' ids are not links a document can follow
+        }
+    ),
+)
+REAL_SESSION: dict[str, Any] = {}  # the module's real session (the `session` fixture's), once it exists
+
+
+@SCHEMA.hook
+def flatmap_case(context: schemathesis.HookContext, case: schemathesis.Case) -> st.SearchStrategy[schemathesis.Case]:
+    """A valid case that names a session names the real one half the time, so fuzzing reaches existing turns too."""
+    names_a_session = "session_id" in case.path_parameters or (
+        isinstance(case.body, dict) and case.body.get("session_id") is not None
+    )
+    if not REAL_SESSION or not names_a_session or case.meta is None or case.meta.generation.mode.is_negative:
+        return st.just(case)
+    return st.booleans().map(lambda real: _name_the_real_session(case) if real else case)
+
+
+def _name_the_real_session(case: schemathesis.Case) -> schemathesis.Case:
+    if "session_id" in case.path_parameters:
+        case.path_parameters["session_id"] = REAL_SESSION["session_id"]
+        if "turn" in case.path_parameters:
+            case.path_parameters["turn"] = str(REAL_SESSION["turn"])
+    else:
+        case.body["session_id"] = REAL_SESSION["session_id"]
+    return case
+
+
+@SCHEMA.parametrize()
+def test_every_answer_conforms_to_the_document(
+    case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
+) -> None:
+    # GIVEN a request schemathesis generated from the document, valid or not
+    REAL_SESSION.update(session)
+    # WHEN it is sent THEN every check holds: no 5xx, a documented status, content type, headers and body, valid
+    # data accepted and invalid refused; and a stream's events carry the data the document gives them, in order
+    response = case.call_and_validate(base_url=stack.url)
+    if response.headers.get("content-type", [""])[0].startswith("text/event-stream"):
+        operation = document["paths"][case.operation.path][case.method.lower()]
+        stream = operation["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"]
+        check_stream(document, stream, response.content.decode("utf-8"))
+
+
+def check_stream(document: dict[str, Any], stream_ref: str, text: str) -> None:
+    """Each event's data has the shape its ``contentSchema`` gives; the stream ends as HTTP_API.md says."""
+    _check_sse(text)
+    registry: Registry[Any] = Registry().with_resource("urn:openapi", Resource(document, DRAFT202012))
+    schemas = event_data_schemas(document, stream_ref)
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
+        if "event" not in fields:
+            continue
+        assert fields["event"] in schemas, (fields["event"], sorted(schemas))
+        validator = Draft202012Validator({"$ref": "urn:openapi" + schemas[fields["event"]]}, registry=registry)
+        errors = [error.message for error in validator.iter_errors(json.loads(fields["data"]))]
+        assert errors == [], (fields, errors)
+
+
+def event_data_schemas(document: dict[str, Any], stream_ref: str) -> dict[str, str]:
+    """Event name → the ``$ref`` of its data's schema, for a stream schema (a ``oneOf`` of events, or of streams)."""
+    found: dict[str, str] = {}
+    for option in document["components"]["schemas"][stream_ref.rsplit("/", 1)[1]]["oneOf"]:
+        if "$ref" in option:
+            found.update(event_data_schemas(document, option["$ref"]))
+        else:
+            found[option["properties"]["event"]["const"]] = option["properties"]["data"]["contentSchema"]["$ref"]
+    return found
+
+
+# ------------------------------------------------------------------- hypothesis, what no document describes
+
+
+def documented_errors(document: dict[str, Any]) -> set[tuple[int, str]]:
+    """Every (status, code) an operation of the document lists."""
+    errors = set()
+    for item in document["paths"].values():
+        for operation in item.values():
+            for status, answer in operation["responses"].items():
+                while "$ref" in answer:
+                    answer = document["components"]["responses"][answer["$ref"].rsplit("/", 1)[1]]
+                if int(status) >= 400:
+                    schema = answer["content"]["application/json"]["schema"]
+                    errors.update(
+                        (int(status), code) for code in schema["properties"]["error"]["properties"]["code"]["enum"]
+                    )
+    return errors
 
 
 def _sized_message(total: int) -> bytes:
@@ -152,7 +260,10 @@ def _check_sse(text: str) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(request=requests())
 def test_any_request_gets_a_documented_error_or_a_valid_answer(
-    stack: LocalStack, session: dict[str, Any], request: tuple[str, str, dict[str, str], bytes]
+    stack: LocalStack,
+    session: dict[str, Any],
+    document: dict[str, Any],
+    request: tuple[str, str, dict[str, str], bytes],
 ) -> None:
     # GIVEN any request
     method, path, headers, body = request
@@ -169,7 +280,8 @@ def test_any_request_gets_a_documented_error_or_a_valid_answer(
     content_type = response.headers.get("content-type", "")
     if response.status_code >= 400:
         error = response.json()["error"]
-        assert (response.status_code, error["code"]) in ERRORS, (method, path, response.status_code, error)
+        allowed = documented_errors(document) | ROUTER_ERRORS
+        assert (response.status_code, error["code"]) in allowed, (method, path, response.status_code, error)
         assert isinstance(error["message"], str) and error["message"]
         if response.status_code == 405:
             assert response.headers.get("allow")

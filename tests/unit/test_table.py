@@ -131,6 +131,17 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
 
 
+@pytest.mark.parametrize(("asked", "stored"), [(1.57e-176, 0.0), (1e-130, 1e-130), (0.0, 0.0), (1.0, 1.0)])
+def test_a_temperature_closer_to_zero_than_dynamodb_numbers_go_is_stored_as_zero(
+    chat_table: ChatTable, asked: float, stored: float
+) -> None:
+    # GIVEN a turn asked with a temperature (DynamoDB's smallest non-zero magnitude is 1E-130)
+    session_id = chat_table.start_session(OWNER, "hi", temperature=asked)
+    # THEN the turn is stored, with the nearest temperature DynamoDB can hold
+    (turn,) = chat_table.list_turns(session_id)
+    assert turn.temperature == stored
+
+
 def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> None:
     # GIVEN a terminal record replayed for a turn the table no longer has
     session_id = chat_table.create_session(OWNER)

@@ -16,13 +16,15 @@ from referencing.jsonschema import DRAFT202012
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.relay.follow import error_event, render
 from chatstream.relay.http import Request
-from chatstream.relay.openapi import DOCUMENT_PATH
+from chatstream.relay.openapi import DOCUMENT, DOCUMENT_PATH
 from chatstream.relay.service import ROUTES, RelayService
 from chatstream.status import StopReason
+from chatstream_local.template import Template
 from tests.support import load_event
 from tests.unit.relay.relay_support import FAST, FakeClock, relay_config
 
 if TYPE_CHECKING:
+    from chatstream.relay.http import Response
     from tests.unit.relay.conftest import SharedTable
 
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -73,17 +75,40 @@ def service(shared_table: SharedTable) -> RelayService:
     return RelayService(shared_table.table, None, config, clock=FakeClock().as_clock(), settings=FAST)  # type: ignore[arg-type]
 
 
-def test_the_relay_serves_the_document_as_it_is_in_the_repository(service: RelayService) -> None:
-    # GIVEN a real-shaped Function URL event for GET /openapi.json
+def get_document(service: RelayService) -> Response:
+    """GET /openapi.json as a real-shaped Function URL event."""
     raw = copy.deepcopy(load_event("relay-health.json"))
     raw["rawPath"] = "/openapi.json"
     raw["requestContext"]["http"]["path"] = "/openapi.json"
-    # WHEN the relay answers it
-    response = service.handle(Request.from_event(raw))
-    # THEN it is the file, byte for byte, as JSON
+    return service.handle(Request.from_event(raw))
+
+
+def test_the_relay_serves_the_document_as_it_is_in_the_repository(service: RelayService) -> None:
+    # GIVEN a relay with the template's default MaxTokensLimit WHEN asked for GET /openapi.json
+    response = get_document(service)
+    # THEN it answers the file, byte for byte, as JSON
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "application/json"
     assert "".join(response.body) == DOCUMENT_PATH.read_text(encoding="utf-8")
+
+
+def test_the_document_names_the_templates_default_max_tokens_limit(document: dict[str, Any]) -> None:
+    default = Template.load().raw["Parameters"]["MaxTokensLimit"]["Default"]
+    assert document["components"]["schemas"]["ChatRequest"]["properties"]["max_tokens"]["maximum"] == default
+
+
+def test_a_relay_with_its_own_max_tokens_limit_serves_it_in_the_document(
+    shared_table: SharedTable, document: dict[str, Any]
+) -> None:
+    # GIVEN a relay configured with MAX_TOKENS_LIMIT=100
+    config = relay_config(shared_table.name, MAX_TOKENS_LIMIT="100")
+    service = RelayService(shared_table.table, None, config, clock=FakeClock().as_clock(), settings=FAST)  # type: ignore[arg-type]
+    # WHEN asked for its document
+    served = json.loads("".join(get_document(service).body))
+    # THEN that is the largest max_tokens it names, and the rest is the file's
+    assert served["components"]["schemas"]["ChatRequest"]["properties"]["max_tokens"]["maximum"] == 100
+    served["components"]["schemas"]["ChatRequest"]["properties"]["max_tokens"]["maximum"] = DOCUMENT.max_tokens_limit
+    assert served == document
 
 
 def validator(document: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:

@@ -151,7 +151,7 @@ class _Exchange:
         return json_response(200, {"status": "ok"})
 
     def openapi(self, params: Mapping[str, str]) -> Response:
-        return DOCUMENT.response()
+        return DOCUMENT.response(self.config.max_tokens_limit)
 
     def page(self, params: Mapping[str, str]) -> Response:
         return SITE.index()
