@@ -268,7 +268,12 @@ def test_each_error_family_raises_the_sdks_exception(client: openai.OpenAI, stac
                 model=ALIAS, messages=[{"role": "user", "content": "/error-after 2"}], stream=True
             )
         )
-    # AND the native routes keep their own error shape
+    # AND an unknown /v1 path or method is answered in OpenAI's shape too, while the native routes keep theirs
+    unknown_path = httpx.get(f"{stack.url}/v1/assistants", timeout=30)
+    assert unknown_path.status_code == 404 and unknown_path.json()["error"]["type"] == "invalid_request_error"
+    wrong_method = httpx.get(f"{stack.url}/v1/chat/completions", timeout=30)
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
     native = httpx.post(f"{stack.url}/chat", json={"message": "hi", "max_token": 1}, timeout=30)
     assert set(json.loads(native.content)["error"]) == {"code", "message"}
 

@@ -389,5 +389,6 @@ ROUTES: Router[_Exchange] = Router(
         Route("GET", "/v1/responses/{response_id}", openai.get_response),
         Route("POST", "/v1/responses/{response_id}/cancel", openai.cancel_response),
         Route("POST", "/v1/chat/completions", openai.create_chat_completion),
-    )
+    ),
+    render_error=openai.render_error,
 )
