@@ -74,7 +74,7 @@ def document(stack: LocalStack) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------- schemathesis, from the document
 
-EXAMPLES_PER_OPERATION = 100
+EXAMPLES_PER_OPERATION = 50
 SCHEMA = schemathesis.openapi.from_path(
     DOCUMENT_PATH,
     config=SchemathesisConfig.from_dict(
@@ -92,8 +92,9 @@ REAL_SESSION: dict[str, Any] = {}  # the module's real session (the `session` fi
 @SCHEMA.hook
 def flatmap_case(context: schemathesis.HookContext, case: schemathesis.Case) -> st.SearchStrategy[schemathesis.Case]:
     """A valid case that names a session names the real one half the time, so fuzzing reaches existing turns too."""
-    names_a_session = "session_id" in case.path_parameters or (
-        isinstance(case.body, dict) and case.body.get("session_id") is not None
+    names_a_session = bool({"session_id", "response_id"} & set(case.path_parameters)) or (
+        isinstance(case.body, dict)
+        and (case.body.get("session_id") is not None or case.body.get("previous_response_id") is not None)
     )
     if not REAL_SESSION or not names_a_session or case.meta is None or case.meta.generation.mode.is_negative:
         return st.just(case)
@@ -101,12 +102,19 @@ def flatmap_case(context: schemathesis.HookContext, case: schemathesis.Case) -> 
 
 
 def _name_the_real_session(case: schemathesis.Case) -> schemathesis.Case:
+    session_id, turn = REAL_SESSION["session_id"], REAL_SESSION["turn"]
     if "session_id" in case.path_parameters:
-        case.path_parameters["session_id"] = REAL_SESSION["session_id"]
+        case.path_parameters["session_id"] = session_id
         if "turn" in case.path_parameters:
-            case.path_parameters["turn"] = str(REAL_SESSION["turn"])
+            case.path_parameters["turn"] = str(turn)
+    elif "response_id" in case.path_parameters:
+        case.path_parameters["response_id"] = f"resp_{session_id}_{turn}"
+    elif "previous_response_id" in case.body:
+        # A new response continues the conversation's latest (the relay refuses an older one: it does not branch)
+        history = httpx.get(f"{REAL_SESSION['url']}/sessions/{session_id}", timeout=30).json()
+        case.body["previous_response_id"] = f"resp_{session_id}_{history['turns'][-1]['turn']}"
     else:
-        case.body["session_id"] = REAL_SESSION["session_id"]
+        case.body["session_id"] = session_id
     return case
 
 
@@ -115,7 +123,9 @@ def test_every_answer_conforms_to_the_document(
     case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
 ) -> None:
     # GIVEN a request schemathesis generated from the document, valid or not
-    REAL_SESSION.update(session)
+    REAL_SESSION.update(session, url=stack.url)
+    if case.meta is not None and not case.meta.generation.mode.is_negative:
+        start_and_end_with_the_user(case)
     # WHEN it is sent THEN every check holds: no 5xx, a documented status, content type, headers and body, valid
     # data accepted and invalid refused; and a stream's events carry the data the document gives them, in order
     response = case.call_and_validate(base_url=stack.url)
@@ -125,29 +135,62 @@ def test_every_answer_conforms_to_the_document(
         check_stream(document, stream, response.content.decode("utf-8"))
 
 
+CONVERSATIONS = {"/v1/responses": ("input", "input_text"), "/v1/chat/completions": ("messages", "text")}
+
+
+def start_and_end_with_the_user(case: schemathesis.Case) -> None:
+    """The one rule of a valid request JSON Schema cannot state (the document states it in prose, and the relay
+    answers 400): a conversation starts and ends with the user's message. A valid case is made to follow it."""
+    field, user_part = CONVERSATIONS.get(case.operation.path, ("", ""))
+    messages = case.body.get(field) if isinstance(case.body, dict) else None
+    if not isinstance(messages, list):
+        return
+    conversation = [message for message in messages if message.get("role") not in ("system", "developer")]
+    if not conversation:
+        messages.append({"role": "user", "content": "hello"})
+    for message in conversation[:1] + conversation[-1:]:
+        message["role"] = "user"
+        for part in message["content"] if isinstance(message["content"], list) else []:
+            part["type"] = user_part
+
+
 def check_stream(document: dict[str, Any], stream_ref: str, text: str) -> None:
-    """Each event's data has the shape its ``contentSchema`` gives; the stream ends as HTTP_API.md says."""
-    _check_sse(text)
+    """Each event is one the stream's schema describes, with the data its ``contentSchema`` (or ``const``) gives; a
+    native stream also ends as HTTP_API.md says."""
+    if stream_ref.endswith(("/ChatStreamEvent", "/TurnStreamEvent")):
+        _check_sse(text)
     registry: Registry[Any] = Registry().with_resource("urn:openapi", Resource(document, DRAFT202012))
-    schemas = event_data_schemas(document, stream_ref)
+    options = stream_events(document, stream_ref)
     for block in text.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
-        if "event" not in fields:
-            continue
-        assert fields["event"] in schemas, (fields["event"], sorted(schemas))
-        validator = Draft202012Validator({"$ref": "urn:openapi" + schemas[fields["event"]]}, registry=registry)
-        errors = [error.message for error in validator.iter_errors(json.loads(fields["data"]))]
-        assert errors == [], (fields, errors)
+        if "data" not in fields:
+            continue  # the `retry:` prelude
+        event = fields.get("event", "message")
+        problems = []
+        for name, data in options:
+            if name != event:
+                continue
+            if "const" in data:
+                problems.append([] if fields["data"] == data["const"] else [f"not {data['const']!r}"])
+                continue
+            try:
+                value = json.loads(fields["data"])
+            except ValueError:
+                problems.append(["not JSON"])
+                continue
+            validator = Draft202012Validator({"$ref": "urn:openapi" + data["contentSchema"]["$ref"]}, registry=registry)
+            problems.append([error.message for error in validator.iter_errors(value)])
+        assert problems and [] in problems, (fields, problems)
 
 
-def event_data_schemas(document: dict[str, Any], stream_ref: str) -> dict[str, str]:
-    """Event name → the ``$ref`` of its data's schema, for a stream schema (a ``oneOf`` of events, or of streams)."""
-    found: dict[str, str] = {}
+def stream_events(document: dict[str, Any], stream_ref: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event name, data schema) of each event a stream's schema describes (a ``oneOf`` of events, or of streams)."""
+    found: list[tuple[str, dict[str, Any]]] = []
     for option in document["components"]["schemas"][stream_ref.rsplit("/", 1)[1]]["oneOf"]:
         if "$ref" in option:
-            found.update(event_data_schemas(document, option["$ref"]))
+            found.extend(stream_events(document, option["$ref"]))
         else:
-            found[option["properties"]["event"]["const"]] = option["properties"]["data"]["contentSchema"]["$ref"]
+            found.append((option["properties"]["event"]["const"], option["properties"]["data"]))
     return found
 
 
@@ -163,10 +206,8 @@ def documented_errors(document: dict[str, Any]) -> set[tuple[int, str]]:
                 while "$ref" in answer:
                     answer = document["components"]["responses"][answer["$ref"].rsplit("/", 1)[1]]
                 if int(status) >= 400:
-                    schema = answer["content"]["application/json"]["schema"]
-                    errors.update(
-                        (int(status), code) for code in schema["properties"]["error"]["properties"]["code"]["enum"]
-                    )
+                    code = answer["content"]["application/json"]["schema"]["properties"]["error"]["properties"]["code"]
+                    errors.update((int(status), name) for name in code.get("enum", []))
     return errors
 
 

@@ -139,6 +139,7 @@ class RelayConfig:
     auth_type: str
     max_turns_per_session: int
     stale_turn_s: int
+    model_id: str = ""  # what /v1 serves (GET /v1/models); empty: no model
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RelayConfig:
@@ -161,4 +162,5 @@ class RelayConfig:
             auth_type=auth_type,
             max_turns_per_session=env.integer(MAX_TURNS_PER_SESSION, 1000, minimum=1, maximum=999_999),
             stale_turn_s=env.integer(STALE_TURN_S, 960, minimum=1, maximum=86_400),
+            model_id=env.optional(MODEL_ID, "").strip(),
         )

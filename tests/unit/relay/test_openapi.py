@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,8 +17,10 @@ from referencing.jsonschema import DRAFT202012
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.relay.follow import error_event, render
 from chatstream.relay.http import Request
+from chatstream.relay.openai.endpoints import MODEL_ALIAS
 from chatstream.relay.openapi import DOCUMENT, DOCUMENT_PATH
 from chatstream.relay.service import ROUTES, RelayService
+from chatstream.relay.validation import is_blank
 from chatstream.status import StopReason
 from chatstream_local.template import Template
 from tests.support import load_event
@@ -58,56 +61,70 @@ def test_the_document_and_the_route_table_name_the_same_operations(document: dic
 
 
 def test_every_operation_names_an_id_and_its_error_codes(document: dict[str, Any]) -> None:
-    # GIVEN every operation THEN it has an operationId, and each error answer lists the codes it can carry
+    # GIVEN every operation THEN it has an operationId, and each error answer lists the codes it can carry (a 500
+    # may carry a failed generation's own code)
     for path, item in document["paths"].items():
         for method, operation in item.items():
             assert operation.get("operationId"), (method, path)
             for status, answer in operation["responses"].items():
                 answer = resolve(document, answer)
                 if int(status) >= 400:
-                    schema = answer["content"]["application/json"]["schema"]
-                    assert schema["properties"]["error"]["properties"]["code"]["enum"], (method, path, status)
+                    code = answer["content"]["application/json"]["schema"]["properties"]["error"]["properties"]["code"]
+                    assert code.get("enum") or (status == "500" and code == {"type": "string"}), (method, path, status)
 
 
-@pytest.fixture
-def service(shared_table: SharedTable) -> RelayService:
-    config = relay_config(shared_table.name)
-    return RelayService(shared_table.table, None, config, clock=FakeClock().as_clock(), settings=FAST)  # type: ignore[arg-type]
+def template_defaults() -> tuple[int, str]:
+    parameters = Template.load().raw["Parameters"]
+    return int(parameters["MaxTokensLimit"]["Default"]), str(parameters["ModelId"]["Default"])
 
 
-def get_document(service: RelayService) -> Response:
-    """GET /openapi.json as a real-shaped Function URL event."""
+def get_document(shared_table: SharedTable, **config: str) -> Response:
+    """GET /openapi.json, as a real-shaped Function URL event, from a relay configured with ``config``."""
+    service = RelayService(
+        shared_table.table,
+        None,  # type: ignore[arg-type]
+        relay_config(shared_table.name, **config),
+        clock=FakeClock().as_clock(),
+        settings=FAST,
+    )
     raw = copy.deepcopy(load_event("relay-health.json"))
     raw["rawPath"] = "/openapi.json"
     raw["requestContext"]["http"]["path"] = "/openapi.json"
     return service.handle(Request.from_event(raw))
 
 
-def test_the_relay_serves_the_document_as_it_is_in_the_repository(service: RelayService) -> None:
-    # GIVEN a relay with the template's default MaxTokensLimit WHEN asked for GET /openapi.json
-    response = get_document(service)
+def test_the_document_holds_the_templates_defaults() -> None:
+    max_tokens_limit, model_id = template_defaults()
+    assert DOCUMENT.defaults() == (max_tokens_limit, (model_id, MODEL_ALIAS))
+
+
+def test_a_relay_with_the_templates_defaults_serves_the_file_byte_for_byte(shared_table: SharedTable) -> None:
+    # GIVEN a relay configured as the template's defaults WHEN asked for GET /openapi.json
+    max_tokens_limit, model_id = template_defaults()
+    response = get_document(shared_table, MAX_TOKENS_LIMIT=str(max_tokens_limit), MODEL_ID=model_id)
     # THEN it answers the file, byte for byte, as JSON
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "application/json"
     assert "".join(response.body) == DOCUMENT_PATH.read_text(encoding="utf-8")
 
 
-def test_the_document_names_the_templates_default_max_tokens_limit(document: dict[str, Any]) -> None:
-    default = Template.load().raw["Parameters"]["MaxTokensLimit"]["Default"]
-    assert document["components"]["schemas"]["ChatRequest"]["properties"]["max_tokens"]["maximum"] == default
-
-
-def test_a_relay_with_its_own_max_tokens_limit_serves_it_in_the_document(
+def test_a_relay_serves_its_own_deployment_values_in_the_document(
     shared_table: SharedTable, document: dict[str, Any]
 ) -> None:
-    # GIVEN a relay configured with MAX_TOKENS_LIMIT=100
-    config = relay_config(shared_table.name, MAX_TOKENS_LIMIT="100")
-    service = RelayService(shared_table.table, None, config, clock=FakeClock().as_clock(), settings=FAST)  # type: ignore[arg-type]
-    # WHEN asked for its document
-    served = json.loads("".join(get_document(service).body))
-    # THEN that is the largest max_tokens it names, and the rest is the file's
-    assert served["components"]["schemas"]["ChatRequest"]["properties"]["max_tokens"]["maximum"] == 100
-    served["components"]["schemas"]["ChatRequest"]["properties"]["max_tokens"]["maximum"] = DOCUMENT.max_tokens_limit
+    # GIVEN a relay with its own MaxTokensLimit and model
+    response = get_document(shared_table, MAX_TOKENS_LIMIT="100", MODEL_ID="anthropic.claude-x")
+    served = json.loads("".join(response.body))
+    # THEN every schema marked with a deployment value holds the relay's, and nothing else differs from the file
+    schemas = served["components"]["schemas"]
+    assert schemas["ChatRequest"]["properties"]["max_tokens"]["maximum"] == 100
+    assert schemas["ChatCompletionRequest"]["properties"]["max_completion_tokens"]["maximum"] == 100
+    assert schemas["ModelId"]["enum"] == ["anthropic.claude-x", MODEL_ALIAS]
+    assert served != document
+    for name in ("ChatRequest", "ResponsesRequest", "ChatCompletionRequest"):
+        for field in schemas[name]["properties"].values():
+            if field.get("x-deployment") == "MaxTokensLimit":
+                field["maximum"] = DOCUMENT.defaults()[0]
+    schemas["ModelId"]["enum"] = list(DOCUMENT.defaults()[1])
     assert served == document
 
 
@@ -182,3 +199,16 @@ def resolve(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
             target = target[part]
         node = target
     return node
+
+
+def test_the_documents_patterns_and_the_relays_checks_agree_on_whitespace(document: dict[str, Any]) -> None:
+    # GIVEN the document's "not only whitespace" pattern (JSON Schema's regular expressions are ECMA-262's)
+    pattern = re.compile(document["components"]["schemas"]["ChatRequest"]["properties"]["message"]["pattern"])
+    # THEN for every code point, the pattern finds it exactly when the relay does not call it blank
+    disagree = [
+        hex(code)
+        for code in range(0x110000)
+        if not 0xD800 <= code <= 0xDFFF and bool(pattern.search(chr(code))) == is_blank(chr(code))
+    ]
+    assert disagree == []
+    assert is_blank(" \u3000\ufeff") and not is_blank("\x1d")

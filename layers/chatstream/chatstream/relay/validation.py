@@ -33,6 +33,11 @@ from typing import Any
 from chatstream.records import MAX_SEQ
 from chatstream.relay.http import HttpError
 
+# Whitespace as JSON Schema's ``\s`` (ECMA-262's) has it, so the OpenAPI document's patterns and these checks agree on
+# what is blank; Python's own (``str.isspace``) would also count U+001C to U+001F and U+0085, and not U+FEFF.
+WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 MAX_BODY_BYTES = 64 * 1024
 MAX_MESSAGE_CHARS = 32_000
 _MAX_SEQ_DIGITS = len(str(MAX_SEQ))
@@ -107,7 +112,7 @@ def _message(value: object) -> str:
         raise invalid_request("message is required: the text to send to the model")
     if not isinstance(value, str):
         raise invalid_request(f"message must be a string, not {_json_type(value)}")
-    if not value.strip():
+    if is_blank(value):
         raise invalid_request("message must not be empty or only whitespace")
     if len(value) > MAX_MESSAGE_CHARS:
         raise invalid_request(f"message is {len(value)} characters; the limit is {MAX_MESSAGE_CHARS}")
@@ -157,12 +162,17 @@ def parse_position(value: str | None, name: str, *, blank_is_absent: bool = Fals
     """
     if value is None:
         return None
-    text = value.strip()
+    text = value.strip(WHITESPACE)
     if not text and blank_is_absent:
         return None
     if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > _MAX_SEQ_DIGITS:
         raise invalid_request(f"{name} must be a non-negative integer (an event id) of at most {MAX_SEQ}")
     return int(text)
+
+
+def is_blank(text: str) -> bool:
+    """Empty, or only :data:`WHITESPACE`."""
+    return not text.strip(WHITESPACE)
 
 
 def _json_type(value: object) -> str:
