@@ -73,3 +73,11 @@ def test_a_turn_without_options_sends_none(chat_table: ChatTable) -> None:
 def test_options_bedrock_would_refuse_cannot_be_made(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TurnOptions(**options)
+
+
+def test_history_text_is_blank_as_the_api_says_so() -> None:
+    # GIVEN history whose text the API accepts as not blank (a control character, not whitespace in JSON Schema's
+    # sense) THEN the options can be made; whitespace alone still cannot
+    assert TurnOptions(history=(HistoryMessage("user", "\x1d"), HistoryMessage("assistant", "\x85"))).history
+    with pytest.raises(ValueError, match="history"):
+        TurnOptions(history=(HistoryMessage("user", "\u3000\ufeff"), HistoryMessage("assistant", "y")))

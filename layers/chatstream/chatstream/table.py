@@ -292,7 +292,12 @@ class ChatTable:
         if temperature is not None:
             item["temperature"] = _decimal(temperature)
         if options is not None:
-            item.update(options.to_item())
+            item.update(
+                {
+                    key: _decimal(value) if isinstance(value, float) else value
+                    for key, value in options.to_item().items()
+                }
+            )
         return item
 
     def delete_session(self, session_id: str) -> int:

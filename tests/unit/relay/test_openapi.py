@@ -20,8 +20,8 @@ from chatstream.relay.http import Request
 from chatstream.relay.openai.endpoints import MODEL_ALIAS
 from chatstream.relay.openapi import DOCUMENT, DOCUMENT_PATH
 from chatstream.relay.service import ROUTES, RelayService
-from chatstream.relay.validation import is_blank
 from chatstream.status import StopReason
+from chatstream.text import is_blank
 from chatstream_local.template import Template
 from tests.support import load_event
 from tests.unit.relay.relay_support import FAST, FakeClock, relay_config

@@ -32,12 +32,8 @@ from typing import Any
 
 from chatstream.records import MAX_SEQ
 from chatstream.relay.http import HttpError
+from chatstream.text import WHITESPACE, is_blank
 
-# Whitespace as JSON Schema's ``\s`` (ECMA-262's) has it, so the OpenAPI document's patterns and these checks agree on
-# what is blank; Python's own (``str.isspace``) would also count U+001C to U+001F and U+0085, and not U+FEFF.
-WHITESPACE = (
-    "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
 MAX_BODY_BYTES = 64 * 1024
 MAX_MESSAGE_CHARS = 32_000
 _MAX_SEQ_DIGITS = len(str(MAX_SEQ))
@@ -168,11 +164,6 @@ def parse_position(value: str | None, name: str, *, blank_is_absent: bool = Fals
     if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > _MAX_SEQ_DIGITS:
         raise invalid_request(f"{name} must be a non-negative integer (an event id) of at most {MAX_SEQ}")
     return int(text)
-
-
-def is_blank(text: str) -> bool:
-    """Empty, or only :data:`WHITESPACE`."""
-    return not text.strip(WHITESPACE)
 
 
 def _json_type(value: object) -> str:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatstream.relay.openai.errors import OpenAIError, invalid, unsupported
-from chatstream.relay.validation import MAX_MESSAGE_CHARS, is_blank, parse_json_object
+from chatstream.relay.validation import MAX_MESSAGE_CHARS, parse_json_object
+from chatstream.text import is_blank
 from chatstream.turn_options import MAX_STOP_SEQUENCES, HistoryMessage, TurnOptions
 
 if TYPE_CHECKING:
