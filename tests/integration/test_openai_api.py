@@ -147,6 +147,14 @@ def test_instructions_and_input_messages_reach_the_model(client: openai.OpenAI) 
         ],
     )
     assert history.output_text == "3 messages: user: one | assistant: two | user: /history"
+    # AND a response that continues it is sent that history again, but not its system prompt (as OpenAI's
+    # instructions, a turn's own)
+    again = client.responses.create(model=ALIAS, input="/history", previous_response_id=history.id)
+    earlier = f"user: one | assistant: two | user: /history | assistant: {history.output_text}"
+    assert again.output_text == f"5 messages: {earlier} | user: /history"
+    assert client.responses.create(model=ALIAS, input="/system", previous_response_id=again.id).output_text == (
+        "System: none"
+    )
 
 
 def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -> None:
