@@ -64,7 +64,7 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
             yield KeepAlive()
             continue
         name, event_id, data = _fields(chunk)
-        seq = None if event_id is None else int(event_id)
+        seq = None if event_id is None else int(event_id.split(".")[0])  # "<seq>" or "<seq>.<offset>" (a piece)
         if name in ("token", "reasoning"):
             assert seq is not None
             yield Token(seq, str(data["text"]), name)
