@@ -9,6 +9,9 @@ import httpx
 import openai
 import pytest
 from botocore.credentials import Credentials
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note_event
+from hypothesis import strategies as st
 
 from chatstream.status import TurnStatus
 from chatstream_client.api import ChatClient
@@ -332,3 +335,67 @@ def test_under_aws_iam_the_sdk_signs_with_sigv4_and_responses_belong_to_their_si
                 anonymous.models.list()
     finally:
         iam.stop()
+
+
+# ------------------------------------------------------------------------------ any body
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 200) | st.floats(-1, 3) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "developer", "tool", "x"])},
+    optional={
+        "content": st.text(max_size=8)
+        | st.lists(
+            st.fixed_dictionaries({"type": st.sampled_from(["text", "input_text", "image_url"]), "text": JSON_VALUES})
+        ),
+        "name": JSON_VALUES,
+    },
+)
+FIELDS = ["model", "messages", "input", "stream", "stream_options", "max_tokens", "max_completion_tokens"]
+FIELDS += ["max_output_tokens", "temperature", "top_p", "stop", "instructions", "store", "n", "tools", "background"]
+FIELDS += ["previous_response_id", "reasoning", "zzz"]
+BODY = st.dictionaries(
+    st.sampled_from(FIELDS),
+    JSON_VALUES | st.lists(MESSAGE, max_size=4) | st.sampled_from([ALIAS, "gpt-4o", "/long 3", ["END"]]),
+    max_size=6,
+).map(lambda body: {"model": ALIAS, "stream": False, **body})
+
+
+WORDS = st.text(st.sampled_from("ab /\n"), min_size=1, max_size=6).filter(str.strip)
+OPTIONS = st.dictionaries(
+    st.sampled_from(["temperature", "top_p", "max_tokens", "max_output_tokens", "stop", "instructions", "stream"]),
+    st.floats(0, 1) | st.integers(1, 5) | WORDS | st.lists(WORDS, max_size=5) | st.booleans(),
+    max_size=3,
+)
+NEAR_VALID = st.builds(
+    lambda middle, texts, options: {
+        "model": ALIAS,
+        "messages": [
+            {"role": role, "content": text} for role, text in zip(["user", *middle, "user"], texts, strict=False)
+        ],
+        **options,
+    },
+    st.lists(st.sampled_from(["user", "assistant", "system", "developer"]), max_size=3),
+    st.lists(WORDS, min_size=5, max_size=5),
+    OPTIONS | st.just({}),
+)
+PATHS = {"messages": "/v1/chat/completions", "input": "/v1/responses"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=BODY | NEAR_VALID | NEAR_VALID.map(lambda body: {"input": body.pop("messages"), **body}))
+def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: LocalStack, body: dict) -> None:
+    path = PATHS["input" if "input" in body else "messages"]
+    response = httpx.post(f"{stack.url}{path}", json=body, timeout=60)
+    note_event(f"status {response.status_code}")
+    assert response.status_code in (200, 400, 404, 409, 413), response.text
+    if response.status_code != 200:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    elif response.headers["content-type"].startswith("text/event-stream"):
+        assert response.text.rstrip().endswith(("data: [DONE]", '"response.completed"', "}")), response.text[-300:]
+    else:
+        assert response.json()["object"] in ("chat.completion", "response")
