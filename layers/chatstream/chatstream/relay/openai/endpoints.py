@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import TurnFinished, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
+from chatstream.records import RecordType
 from chatstream.relay.follow import FollowStats
 from chatstream.relay.http import SSE_HEADERS, HttpError, Request, Response, StreamInfo, StreamKind, json_response
 from chatstream.relay.openai.chat import ChunkStream, completion_object
@@ -23,7 +24,6 @@ from chatstream.relay.openai.responses import (
     ResponseStream,
     output_of,
     parse_response_id,
-    record_events,
     response_id,
     response_object,
 )
@@ -32,7 +32,7 @@ from chatstream.relay.validation import parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
     from chatstream.relay.service import _Exchange
     from chatstream.table import Turn
@@ -158,13 +158,9 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 def _response_stream(exchange: _Exchange, turn: Turn, after: int, headers: Mapping[str, str]) -> Response:
     events = ResponseStream(exchange.table, turn, exchange.config.model_id, after)
     stats = FollowStats()
-    source: Iterable[Any]
     # The events are computed from the turn's start whatever `after` is (what the client has is skipped), so their
-    # numbers are the same in every request.
-    if turn.finished:
-        source = record_events(exchange.table.query_records(turn.session_id, turn.turn))
-    else:
-        source = turn_events(exchange.follower(turn.session_id, turn.turn, -1, stats).events())
+    # numbers are the same in every request; the follower replays a finished turn, waiting for its last records.
+    source = turn_events(exchange.follower(turn.session_id, turn.turn, -1, stats).events())
     info = StreamInfo(
         StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
     )
@@ -174,7 +170,15 @@ def _response_stream(exchange: _Exchange, turn: Turn, after: int, headers: Mappi
 def _object(exchange: _Exchange, turn: Turn) -> dict[str, Any]:
     """The response object of ``turn`` as stored now (its output from its records)."""
     records = exchange.table.query_records(turn.session_id, turn.turn)
-    output = output_of(turn.session_id, turn.turn, records, finished=turn.finished)
+    if turn.finished and not (records and records[-1].is_terminal):
+        # The consumer ends the turn item before it writes the turn's last records: the item has the whole reply.
+        records = [record for record in records if record.type is not RecordType.DELTA]
+        output = output_of(turn.session_id, turn.turn, records, finished=False)
+        if turn.assistant:
+            output.add("token", turn.assistant)
+        output.close()
+    else:
+        output = output_of(turn.session_id, turn.turn, records, finished=turn.finished)
     return response_object(turn, exchange.config.model_id, output)
 
 
@@ -201,7 +205,12 @@ def _owned_response(exchange: _Exchange, value: str) -> Turn:
     if parsed is None:
         raise _response_not_found(value)
     session_id, turn_number = parsed
-    exchange.owned({"session_id": session_id})  # 403 without a caller; 404 for another principal's
+    try:
+        exchange.owned({"session_id": session_id})  # 403 without a caller
+    except HttpError as err:
+        if err.status != 404:
+            raise
+        raise _response_not_found(value) from None  # another principal's, or no such session
     turn = exchange.table.get_turn(session_id, turn_number)
     if turn is None:
         raise _response_not_found(value)
