@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import TYPE_CHECKING
 
 import httpx
@@ -399,3 +400,39 @@ def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: Loc
         assert response.text.rstrip().endswith(("data: [DONE]", '"response.completed"', "}")), response.text[-300:]
     else:
         assert response.json()["object"] in ("chat.completion", "response")
+
+
+# ------------------------------------------------------------------------------ shapes, strictly
+
+
+def sse_datas(response: httpx.Response) -> list[str]:
+    return [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+
+
+def test_every_object_and_event_validates_strictly_against_the_sdks_types(stack: LocalStack) -> None:
+    # The SDK builds its objects without validating them; pydantic's validation proves the shapes are OpenAI's
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    union = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+    event_types = {typing.get_args(kind.model_fields["type"].annotation)[0]: kind for kind in union}
+    with httpx.Client(base_url=f"{stack.url}/v1", timeout=60) as http:
+        for body in ({"input": "hello"}, {"input": "/long 20", "max_output_tokens": 3}):
+            with http.stream("POST", "/responses", json={"model": ALIAS, "stream": True, **body}) as response:
+                datas = sse_datas(response)
+            assert len(datas) >= 9
+            for data in datas:
+                event_types[json.loads(data)["type"]].model_validate_json(data)
+            response_id = json.loads(datas[0])["response"]["id"]
+            Response.model_validate_json(http.get(f"/responses/{response_id}").text)
+        Response.model_validate_json(http.post("/responses", json={"model": ALIAS, "input": "hi"}).text)
+        messages = [{"role": "user", "content": "hello"}]
+        ChatCompletion.model_validate_json(
+            http.post("/chat/completions", json={"model": ALIAS, "messages": messages}).text
+        )
+        stream = {"model": ALIAS, "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+        with http.stream("POST", "/chat/completions", json=stream) as response:
+            datas = sse_datas(response)
+        assert datas[-1] == "[DONE]"
+        for data in datas[:-1]:
+            ChatCompletionChunk.model_validate_json(data)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from openai.types.responses import ResponseStreamEvent
 
 from chatstream.records import ErrorInfo
 from chatstream.relay.http import HttpError
@@ -182,12 +184,23 @@ def test_a_response_id_names_a_session_and_a_turn() -> None:
         assert parse_response_id(bad) is None
 
 
+_UNION = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+SDK_EVENTS = {typing.get_args(kind.model_fields["type"].annotation)[0]: kind for kind in _UNION}
+
+
+def validated(chunks: list[str]) -> list[dict[str, Any]]:
+    """The events' data, each validated against the openai SDK's type for it (the SDK itself does not validate)."""
+    events = [json.loads(chunk.split("data: ", 1)[1]) for chunk in chunks]
+    for event in events:
+        SDK_EVENTS[event["type"]].model_validate(event)
+    return events
+
+
 def events_of(table: ChatTable, session_id: str, after: int) -> list[dict[str, Any]]:
     turn = table.get_turn(session_id, 1)
     assert turn is not None
     stream = ResponseStream(table, turn, "model-x", after)
-    chunks = [*stream.prelude(), *stream.events(record_events(table.query_records(session_id, 1)))]
-    return [json.loads(chunk.split("data: ", 1)[1]) for chunk in chunks]
+    return validated([*stream.prelude(), *stream.events(record_events(table.query_records(session_id, 1)))])
 
 
 @pytest.mark.parametrize(
@@ -231,8 +244,7 @@ def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_conten
     ]
     # WHEN it is spelt as a response
     stream = ResponseStream(chat_table, turn, "model-x")
-    chunks = [*stream.prelude(), *stream.events(turn_events(native))]
-    events = [json.loads(chunk.split("data: ", 1)[1]) for chunk in chunks]
+    events = validated([*stream.prelude(), *stream.events(turn_events(native))])
     # THEN the reasoning is a reasoning item (output 0), the reply a message item (output 1), in OpenAI's events
     assert [event["type"] for event in events] == [
         "response.created",

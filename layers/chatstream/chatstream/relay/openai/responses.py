@@ -141,7 +141,7 @@ def response_object(turn: Turn, model: str, output: Output, *, status: str | Non
         input_tokens, output_tokens = int(turn.usage.get("input_tokens", 0)), int(turn.usage.get("output_tokens", 0))
         usage = {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,
