@@ -8,6 +8,7 @@ import pytest
 
 from chatstream.generation import Generation, GenerationSettings
 from chatstream.turn_options import HistoryMessage, TurnOptions
+from tests.unit.relay.relay_support import write_turn
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
@@ -73,6 +74,26 @@ def test_a_turn_without_options_sends_none(chat_table: ChatTable) -> None:
 def test_options_bedrock_would_refuse_cannot_be_made(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TurnOptions(**options)
+
+
+def test_a_later_turn_replays_the_history_an_earlier_turn_was_sent_with(chat_table: ChatTable) -> None:
+    # GIVEN turn 1 sent with a history, and answered
+    session_id = chat_table.start_session("me", "three", options=TurnOptions(history=OPTIONS.history))
+    write_turn(chat_table, session_id, 1, ["four"])
+    # WHEN turn 2 follows it
+    turn = chat_table.start_turn(session_id, "me", "/history")
+    # THEN the model is sent turn 1's history, turn 1, then turn 2
+    texts = [
+        (message["role"], message["content"][0]["text"])
+        for message in converse_params(chat_table, session_id, turn)["messages"]
+    ]
+    assert texts == [
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("user", "three"),
+        ("assistant", "four"),
+        ("user", "/history"),
+    ]
 
 
 def test_history_text_is_blank_as_the_api_says_so() -> None:

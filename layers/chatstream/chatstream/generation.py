@@ -140,20 +140,24 @@ def turn_to_generate(table: ChatTable, request: GenerateRequest) -> Turn:
 
 
 def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
-    """The Converse ``messages``: earlier turns that produced text, the history the client sent with the turn
-    (``TurnOptions.history``), then the turn's user message."""
+    """The Converse ``messages``: earlier turns that produced text, then the turn's user message; each turn preceded by
+    the history the client sent with it (``TurnOptions.history``)."""
     messages: list[dict[str, Any]] = []
     earlier = table.list_turns(current.session_id) if current.turn > 1 else []  # turn 1 has no history
     for turn in earlier:
         if turn.turn >= current.turn:
             break
         if turn.status in _REPLAYED_STATUSES and turn.assistant:
+            messages += _sent_history(turn)
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
-    for message in current.options.history:
-        messages.append({"role": message.role, "content": [{"text": message.text}]})
+    messages += _sent_history(current)
     messages.append({"role": "user", "content": [{"text": current.user}]})
     return messages
+
+
+def _sent_history(turn: Turn) -> list[dict[str, Any]]:
+    return [{"role": message.role, "content": [{"text": message.text}]} for message in turn.options.history]
 
 
 def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
