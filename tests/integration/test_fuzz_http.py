@@ -80,6 +80,8 @@ SCHEMA = schemathesis.openapi.from_path(
     config=SchemathesisConfig.from_dict(
         {
             "request-timeout": 30,
+            # A failure's curl line shows every value (schemathesis hides fields such as max_tokens as secrets)
+            "output": {"sanitization": {"enabled": False}},
             # How fast examples are generated depends on the machine's load, not on the API
             "suppress-health-check": ["too_slow", "filter_too_much"],
             "max-stream-events": 100_000,  # read every stream to its end
