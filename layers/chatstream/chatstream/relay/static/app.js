@@ -1,6 +1,6 @@
 // The chat page: POST /chat streamed through fetch() and a ReadableStream, resumed through the turn's
-// events_url with Last-Event-ID after a dropped connection (token ids at or below the last one seen
-// are skipped, so no text is ever doubled), Stop through POST …/cancel, history from GET /sessions/{id}
+// events_url with Last-Event-ID after a dropped connection (token ids at or before the last one seen
+// are skipped, so no text is ever doubled; ids are "<seq>" or, for a paced piece of a record, "<seq>.<offset>"), Stop through POST …/cancel, history from GET /sessions/{id}
 // with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
 // text nodes (textContent), never as HTML.
 //
@@ -15,7 +15,7 @@
 "use strict";
 
 (function () {
-  const { SseParser } = window.ChatstreamSse;
+  const { SseParser, isAfter } = window.ChatstreamSse;
   const Retry = window.ChatstreamRetry;
   const { StreamingMarkdown } = window.ChatstreamMarkdown;
 
@@ -199,7 +199,7 @@
       view,
       turn: null,
       eventsUrl: null,
-      lastId: -1, // the highest token id shown; a resume asks for what comes after it
+      lastId: null, // the furthest token id shown; a resume asks for what comes after it
       retryAfter: null, // ms the last failed answer asked the page to wait, if it did
       controller: new AbortController(),
       ended: false,
@@ -234,8 +234,8 @@
         el.stop.disabled = false;
         return null;
       case "token": {
-        const id = event.lastEventId === "" ? null : Number(event.lastEventId);
-        if (id !== null && id <= r.lastId) {
+        const id = event.lastEventId === "" ? null : event.lastEventId;
+        if (id !== null && !isAfter(id, r.lastId)) {
           r.view.count("repeated"); // already shown: the relay sent it again
           return null;
         }
@@ -307,7 +307,7 @@
           failures = 0;
         } else {
           if (r.eventsUrl) r.view.count("resumes");
-          failures = r.lastId > shown ? 1 : failures + 1;
+          failures = r.lastId !== shown ? 1 : failures + 1;
         }
       } else {
         failures += 1;
@@ -333,7 +333,7 @@
   // One resume request; null when it should be tried again (after a 429/5xx it is counted as a retry).
   async function resume(r) {
     const headers = { Accept: "text/event-stream" };
-    if (r.lastId >= 0) headers["Last-Event-ID"] = String(r.lastId);
+    if (r.lastId !== null) headers["Last-Event-ID"] = r.lastId;
     let response;
     try {
       response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: r.controller.signal });
