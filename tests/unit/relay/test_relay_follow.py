@@ -58,6 +58,21 @@ def test_a_finished_turn_is_replayed_with_exact_ids_and_text(chat_table: ChatTab
     }
 
 
+def test_reasoning_is_its_own_event_before_the_reply_with_resumable_ids(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that reasoned in two records, then replied
+    write_turn(chat_table, session_id, 1, ["You", " said: hi"], reasoning=["r1", " r2"])
+    # WHEN a client follows it from the start
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN reasoning events come first, in order, with ids like tokens, and the reply holds no reasoning
+    assert stream.kinds == ["reasoning", "reasoning", "token", "token", "done"]
+    assert stream.ids == [1, 2, 3, 4, 5]
+    assert (stream.reasoning, stream.text) == ("r1 r2", "You said: hi")
+    # WHEN a client resumes from the first reasoning event's id THEN it gets exactly what follows it
+    resumed = read_stream(follow(chat_table, session_id, FakeClock(), after=1).events())
+    assert resumed.kinds == ["reasoning", "token", "token", "done"]
+    assert (resumed.reasoning, resumed.text) == (" r2", "You said: hi")
+
+
 def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn whose records appear one after another
     records = turn_records(session_id, 1, ["One", " two"])

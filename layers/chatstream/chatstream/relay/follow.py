@@ -6,6 +6,7 @@ may become visible out of order). What the client sees:
 
 - ``start`` (seq 0) marks the turn as started and is not an event;
 - ``delta`` → ``id: <seq>`` / ``event: token`` / ``{"text"}``;
+- ``reasoning`` → ``id: <seq>`` / ``event: reasoning`` / ``{"text"}`` (the model's reasoning, not the reply);
 - ``stop`` → ``id: <seq>`` / ``event: done`` / ``{"stop_reason", "usage": {"input_tokens", "output_tokens"}}``;
 - ``error`` → ``id: <seq>`` / ``event: error`` / ``{"code", "message", "retryable"}``;
 
@@ -143,6 +144,8 @@ def render(record: TokenRecord) -> str:
     """The SSE event of a token record (``start`` has none)."""
     if record.type is RecordType.DELTA:
         return sse.json_message({"text": record.text}, event="token", id=record.seq)
+    if record.type is RecordType.REASONING:
+        return sse.json_message({"text": record.text}, event="reasoning", id=record.seq)
     if record.type is RecordType.STOP:
         usage = record.usage
         payload: dict[str, Any] = {
