@@ -1,7 +1,7 @@
 // The chat page: POST /chat streamed through fetch() and a ReadableStream, resumed through the turn's
-// events_url with Last-Event-ID after a dropped connection (token ids at or below the last one seen
-// are skipped, so no text is ever doubled), Stop through POST …/cancel, history from GET /sessions/{id}
-// with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
+// events_url with Last-Event-ID after a dropped connection (text event ids at or before the last one seen,
+// compared by their place in the turn, are skipped, so no text is ever doubled), Stop through POST …/cancel,
+// history from GET /sessions/{id} with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
 // text nodes (textContent), never as HTML.
 //
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
@@ -239,7 +239,8 @@
       view,
       turn: null,
       eventsUrl: null,
-      lastId: -1, // the highest token id shown; a resume asks for what comes after it
+      lastId: null, // the id of the last text event shown (null: none yet); a resume asks for what comes after it
+      lastPosition: [-1, Infinity], // that id's place in the turn (position())
       retryAfter: null, // ms the last failed answer asked the page to wait, if it did
       controller: new AbortController(),
       ended: false,
@@ -257,14 +258,24 @@
     }
   }
 
+  // An event id's place in its turn (docs/HTTP_API.md, "Event ids"): [seq, offset], a whole record ("7") after
+  // every piece of it ("7.12"); null for an id that is neither.
+  function position(id) {
+    const match = /^([0-9]+)(?:\.([0-9]+))?$/.exec(id);
+    return match ? [Number(match[1]), match[2] === undefined ? Infinity : Number(match[2])] : null;
+  }
+
   // Whether a text event (token or reasoning: one sequence of ids) is new; notes its id as the last one shown.
   function fresh(r, event) {
-    const id = event.lastEventId === "" ? null : Number(event.lastEventId);
-    if (id !== null && id <= r.lastId) {
+    const at = event.lastEventId === "" ? null : position(event.lastEventId);
+    if (at === null) return true;
+    const [seq, offset] = r.lastPosition;
+    if (at[0] < seq || (at[0] === seq && at[1] <= offset)) {
       r.view.count("repeated"); // already shown: the relay sent it again
       return false;
     }
-    if (id !== null) r.lastId = id;
+    r.lastId = event.lastEventId;
+    r.lastPosition = at;
     return true;
   }
 
@@ -357,7 +368,7 @@
           failures = 0;
         } else {
           if (r.eventsUrl) r.view.count("resumes");
-          failures = r.lastId > shown ? 1 : failures + 1;
+          failures = r.lastId !== shown ? 1 : failures + 1;
         }
       } else {
         failures += 1;
@@ -383,7 +394,7 @@
   // One resume request; null when it should be tried again (after a 429/5xx it is counted as a retry).
   async function resume(r) {
     const headers = { Accept: "text/event-stream" };
-    if (r.lastId >= 0) headers["Last-Event-ID"] = String(r.lastId);
+    if (r.lastId !== null) headers["Last-Event-ID"] = r.lastId;
     let response;
     try {
       response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: r.controller.signal });
