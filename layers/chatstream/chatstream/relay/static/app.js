@@ -1,8 +1,8 @@
 // The chat page: POST /chat streamed through fetch() and a ReadableStream, resumed through the turn's
-// events_url with Last-Event-ID after a dropped connection (text event ids at or before the last one seen,
-// compared by their place in the turn, are skipped, so no text is ever doubled), Stop through POST …/cancel,
-// history from GET /sessions/{id} with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
-// text nodes (textContent), never as HTML.
+// events_url with Last-Event-ID after a dropped connection (text event ids at or before the last one seen
+// are skipped, so no text is ever doubled; ids are "<seq>" or, for a paced piece of a record, "<seq>.<offset>"),
+// Stop through POST …/cancel, history from GET /sessions/{id} with the session id kept in the URL (#session=…).
+// Model and user text only ever reach the page as text nodes (textContent), never as HTML.
 //
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
 // "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
@@ -17,7 +17,7 @@
 "use strict";
 
 (function () {
-  const { SseParser } = window.ChatstreamSse;
+  const { SseParser, isAfter } = window.ChatstreamSse;
   const Retry = window.ChatstreamRetry;
   const { StreamingMarkdown } = window.ChatstreamMarkdown;
 
@@ -239,8 +239,7 @@
       view,
       turn: null,
       eventsUrl: null,
-      lastId: null, // the id of the last text event shown (null: none yet); a resume asks for what comes after it
-      lastPosition: [-1, Infinity], // that id's place in the turn (position())
+      lastId: null, // the furthest text event id shown (token or reasoning); a resume asks for what comes after it
       retryAfter: null, // ms the last failed answer asked the page to wait, if it did
       controller: new AbortController(),
       ended: false,
@@ -258,24 +257,14 @@
     }
   }
 
-  // An event id's place in its turn (docs/HTTP_API.md, "Event ids"): [seq, offset], a whole record ("7") after
-  // every piece of it ("7.12"); null for an id that is neither.
-  function position(id) {
-    const match = /^([0-9]+)(?:\.([0-9]+))?$/.exec(id);
-    return match ? [Number(match[1]), match[2] === undefined ? Infinity : Number(match[2])] : null;
-  }
-
-  // Whether a text event (token or reasoning: one sequence of ids) is new; notes its id as the last one shown.
+  // Whether a text event (token or reasoning: one sequence of ids) is new; notes its id as the furthest shown.
   function fresh(r, event) {
-    const at = event.lastEventId === "" ? null : position(event.lastEventId);
-    if (at === null) return true;
-    const [seq, offset] = r.lastPosition;
-    if (at[0] < seq || (at[0] === seq && at[1] <= offset)) {
+    const id = event.lastEventId === "" ? null : event.lastEventId;
+    if (id !== null && !isAfter(id, r.lastId)) {
       r.view.count("repeated"); // already shown: the relay sent it again
       return false;
     }
-    r.lastId = event.lastEventId;
-    r.lastPosition = at;
+    if (id !== null) r.lastId = id;
     return true;
   }
 
