@@ -13,7 +13,7 @@
 // The reply's text is Markdown, drawn as it grows by markdown.js (elements built from markdown-it's tokens,
 // text in text nodes); the user's message is shown as typed. A reasoning model's reasoning (`reasoning`
 // events, and `reasoning` in the history) is shown as plain text in a collapsed <details> block before the
-// answer, apart from it; its summary says "Thinking…" while it grows and the answer has not begun.
+// answer, apart from it; its summary says "Thinking… (N words)" while it grows and the answer has not begun.
 "use strict";
 
 (function () {
@@ -143,29 +143,52 @@
   }
 
   // The reply's reasoning: a collapsed block before the answer, made when the first reasoning arrives. Plain
-  // text (a text node that grows), never Markdown or HTML.
+  // text (a text node that grows), never Markdown or HTML. Its summary counts the words as they come, so the
+  // block shows the model at work while it stays closed.
   function reasoningBlock(reply) {
     const details = document.createElement("details");
     details.className = "reasoning";
     const summary = document.createElement("summary");
-    summary.textContent = "Thinking…";
     const text = document.createElement("p");
     text.className = "reasoning-text";
     const node = document.createTextNode("");
     text.append(node);
     details.append(summary, text);
     reply.box.insertBefore(details, reply.answerElement);
+    let words = 0;
+    let inWord = false; // the text so far ends inside a word
+    let settled = false;
+    const count = (more) => {
+      for (const ch of more) {
+        const space = /\s/.test(ch);
+        if (!space && !inWord) words += 1;
+        inWord = !space;
+      }
+    };
+    const label = () => {
+      summary.textContent = `${settled ? "Reasoning" : "Thinking…"} (${words} ${words === 1 ? "word" : "words"})`;
+    };
+    label();
     return {
       append(more) {
-        drawAtBottom(() => node.appendData(more));
+        count(more);
+        drawAtBottom(() => {
+          node.appendData(more);
+          label();
+        });
       },
       set(all) {
+        words = 0;
+        inWord = false;
+        count(all);
         node.data = all;
+        label();
       },
       // The answer began, or the turn ended: the thinking is over.
       settle() {
-        summary.textContent = "Reasoning";
+        settled = true;
         details.dataset.settled = "true";
+        label();
       },
     };
   }
