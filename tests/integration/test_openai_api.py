@@ -168,6 +168,29 @@ def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -
     assert response.output_text == plan_reply("/long 20", 5).text
 
 
+def test_reasoning_is_a_reasoning_item_before_the_message_and_never_chat_content(client: openai.OpenAI) -> None:
+    # GIVEN a reply the local model reasons before (/think N: N reasoning words, then the reply to the rest)
+    events = list(client.responses.create(model=ALIAS, input="/think 5 hello", stream=True))
+    reasoning = "".join(event.delta for event in events if event.type == "response.reasoning_text.delta")
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    # THEN the reasoning streams as a reasoning item, the reply as the message after it
+    assert reasoning == "r1 r2 r3 r4 r5" and text == plan_reply("hello").text
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["reasoning", "message"] and final.output_text == text
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    # AND a resume from inside the reasoning is exact
+    rest = list(client.responses.retrieve(final.id, stream=True, starting_after=5))
+    assert [event.model_dump() for event in rest] == [event.model_dump() for event in events[6:]]
+    # AND a chat completion's content is the reply alone, streamed or not
+    messages = [{"role": "user", "content": "/think 5 hello"}]
+    completion = client.chat.completions.create(model=ALIAS, messages=messages)
+    assert completion.choices[0].message.content == plan_reply("hello").text
+    chunks = list(client.chat.completions.create(model=ALIAS, messages=messages, stream=True))
+    assert (
+        "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices) == plan_reply("hello").text
+    )
+
+
 # ------------------------------------------------------------------------------ chat completions
 
 

@@ -54,7 +54,7 @@ from chatstream.relay.http import (
 from chatstream.relay.openai import endpoints as openai
 from chatstream.relay.openapi import DOCUMENT
 from chatstream.relay.page import SITE, VENDOR
-from chatstream.relay.validation import parse_chat_request, parse_position
+from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
 
     from chatstream.config import RelayConfig
+    from chatstream.relay.pace import Position
     from chatstream.table import ChatTable, Turn
     from chatstream.turn_options import TurnOptions
 
@@ -165,6 +166,7 @@ class _Exchange:
         return SITE.asset(f"{VENDOR}/{params['name']}")
 
     def chat(self, params: Mapping[str, str]) -> Response:
+        pace = parse_pace(self.request.query.get("pace"))
         chat = parse_chat_request(
             self.request.body,
             max_tokens_limit=self.config.max_tokens_limit,
@@ -182,12 +184,13 @@ class _Exchange:
         )
         if failure is not None:
             return sse_response(self._failed_stream(meta, failure, stats), info)
-        follower = self.follower(session_id, turn, -1, stats)
+        follower = self.follower(session_id, turn, None, stats, pace)
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
         header = parse_position(self.request.header("last-event-id"), "Last-Event-ID", blank_is_absent=True)
         query = parse_position(self.request.query.get("after"), "after")
+        pace = parse_pace(self.request.query.get("pace"))
         after = header if header is not None else query
         owned = self.owned(params)
         turn = self.table.get_turn(owned.session_id, owned.turn)
@@ -195,7 +198,7 @@ class _Exchange:
             raise _turn_not_found(owned.session_id, owned.turn)
         stats = FollowStats()
         info = StreamInfo(StreamKind.EVENTS, owned.session_id, turn.turn, stats, self.started_at)
-        follower = self.follower(owned.session_id, turn.turn, -1 if after is None else after, stats)
+        follower = self.follower(owned.session_id, turn.turn, after, stats, pace)
         return sse_response(self._stream(None, follower), info)
 
     def cancel(self, params: Mapping[str, str]) -> Response:
@@ -277,11 +280,15 @@ class _Exchange:
             raise _session_not_found(session_id) from None
         return _Owned(session_id, turn)
 
-    def follower(self, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
-        assert self.service.settings is not None
-        return Follower(
-            self.table, session_id, turn, after=after, settings=self.service.settings, clock=self.clock, stats=stats
-        )
+    def follower(
+        self, session_id: str, turn: int, after: Position | None, stats: FollowStats, pace: bool | None
+    ) -> Follower:
+        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``)."""
+        settings = self.service.settings
+        assert settings is not None
+        if pace is not None and pace is not settings.pace:
+            settings = replace(settings, pace=pace)
+        return Follower(self.table, session_id, turn, after=after, settings=settings, clock=self.clock, stats=stats)
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
         """Start the generation; on failure end the turn in the table and return its error record."""
@@ -336,9 +343,9 @@ class _Exchange:
         yield render(failure)
 
     def _turn_view(self, turn: Turn) -> dict[str, Any]:
-        assistant = turn.assistant
+        assistant, reasoning = turn.assistant, turn.reasoning
         if turn.status is TurnStatus.IN_PROGRESS:
-            assistant = self.table.assemble_text(turn.session_id, turn.turn)
+            assistant, reasoning = self.table.assemble_texts(turn.session_id, turn.turn)
         view: dict[str, Any] = {
             "turn": turn.turn,
             "status": turn.status,
@@ -347,6 +354,8 @@ class _Exchange:
             "stop_reason": turn.stop_reason,
             "usage": dict(turn.usage) if turn.usage is not None else None,
         }
+        if reasoning:
+            view["reasoning"] = reasoning  # apart from the reply; absent when the model showed none
         if turn.error is not None:
             view["error"] = dict(turn.error)
         return view

@@ -28,12 +28,14 @@ from chatstream.relay.openai.responses import (
     response_object,
 )
 from chatstream.relay.openai.turn_events import turn_events
+from chatstream.relay.pace import Position
 from chatstream.relay.validation import parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from chatstream.relay.follow import Follower
     from chatstream.relay.service import _Exchange
     from chatstream.table import Turn
 
@@ -127,7 +129,7 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
         raise invalid("stream must be true or false", "stream")
     if stream == "false":
         return json_response(200, _object(exchange, turn), _session_headers(turn.session_id, turn.turn))
-    after = parse_position(query.get("starting_after"), "starting_after")
+    after = _sequence_number(query.get("starting_after"), "starting_after")
     return _response_stream(
         exchange, turn, -1 if after is None else after, _session_headers(turn.session_id, turn.turn)
     )
@@ -160,7 +162,7 @@ def _response_stream(exchange: _Exchange, turn: Turn, after: int, headers: Mappi
     stats = FollowStats()
     # The events are computed from the turn's start whatever `after` is (what the client has is skipped), so their
     # numbers are the same in every request; the follower replays a finished turn, waiting for its last records.
-    source = turn_events(exchange.follower(turn.session_id, turn.turn, -1, stats).events())
+    source = turn_events(_follower(exchange, turn.session_id, turn.turn, -1, stats).events())
     info = StreamInfo(
         StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
     )
@@ -242,7 +244,7 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
     if request.stream:
         chunks = ChunkStream(session_id, model, created, request.include_usage)
         stats = FollowStats()
-        follower = exchange.follower(session_id, turn_number, -1, stats)
+        follower = _follower(exchange, session_id, turn_number, -1, stats)
         info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
         stream = chain([chunks.first()], chunks.chunks(turn_events(follower.events())))
         return Response(200, {**SSE_HEADERS, **headers}, stream, info)
@@ -262,6 +264,20 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
 # ------------------------------------------------------------------------------ helpers
 
 
+def _follower(exchange: _Exchange, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
+    """A follower of the turn from after record ``after`` (-1: its start), one event a record: a ``/v1`` stream's
+    sequence numbers are computed from the records (responses.py), so its text is not paced."""
+    return exchange.follower(session_id, turn, None if after < 0 else Position(after), stats, pace=False)
+
+
+def _sequence_number(value: str | None, name: str) -> int | None:
+    """``starting_after``: a sequence number the stream sent (``None`` when not given)."""
+    position = parse_position(value, name)
+    if position is not None and position.offset is not None:
+        raise invalid(f"{name} must be a sequence number (a non-negative integer), got {value!r}", name)
+    return None if position is None else position.seq
+
+
 def _session_headers(session_id: str, turn: int) -> dict[str, str]:
     return {SESSION_HEADER: session_id, TURN_HEADER: str(turn)}
 
@@ -275,5 +291,5 @@ def _turn(exchange: _Exchange, session_id: str, turn_number: int) -> Turn:
 
 def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
     """Follow the turn to its end (or the relay's time limit), for an answer that is not streamed."""
-    for _ in exchange.follower(session_id, turn_number, -1, FollowStats()).events():
+    for _ in _follower(exchange, session_id, turn_number, -1, FollowStats()).events():
         pass

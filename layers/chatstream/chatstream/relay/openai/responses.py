@@ -182,7 +182,7 @@ def response_object(turn: Turn, model: str, output: Output, *, status: str | Non
 def record_events(records: Iterable[TokenRecord]) -> Iterator[TurnEvent]:
     """The events a turn's stored records make (what a follower would send)."""
     for record in records:
-        if record.type is RecordType.DELTA or record.type == "reasoning":
+        if record.type in (RecordType.DELTA, RecordType.REASONING):
             yield Token(record.seq, record.text or "", "token" if record.type is RecordType.DELTA else "reasoning")
         elif record.type is RecordType.STOP:
             usage = record.usage
