@@ -141,7 +141,7 @@ class FollowStats:
     """What one stream sent, for metrics."""
 
     events_sent: int = 0
-    tokens_sent: int = 0
+    tokens_sent: int = 0  # token events (paced pieces, or whole records)
     first_token_at: float | None = None  # Clock.monotonic() when the first token event was produced
     outcome: StreamOutcome = StreamOutcome.OPEN
     error_code: str | None = None
