@@ -310,3 +310,42 @@ def test_a_corrupted_frame_fails_botocores_crc_check() -> None:
     # THEN the message CRC does not match (so the encoder's CRCs are really being checked)
     with pytest.raises(ChecksumMismatch):
         list(buffer)
+
+
+# --- what the request carries: history, system prompt, stop sequences -------------------------
+
+
+def test_history_spells_every_message_the_model_was_sent() -> None:
+    # GIVEN a request with two earlier messages and a system prompt
+    request = parse_request("m", _body("hi", "hello", "/history", system="be brief"))
+    # WHEN the model answers /history THEN it lists the messages in order, the last included
+    reply = plan_reply(request.user_text, system=request.system, messages=request.messages)
+    assert reply.text == "3 messages: user: hi | assistant: hello | user: /history"
+    assert reply.stop_reason == "end_turn"
+
+
+def test_system_echoes_the_system_prompt() -> None:
+    request = parse_request("m", _body("/system", system="Answer in French."))
+    assert plan_reply(request.user_text, system=request.system).text == "System: Answer in French."
+    assert plan_reply("/system").text == "System: none"
+
+
+def test_a_stop_sequence_cuts_the_reply_before_it_and_max_tokens_applies_after() -> None:
+    body = json.loads(_body("/long 10"))
+    body["inferenceConfig"] = {"stopSequences": [" w5", "absent"]}
+    request = parse_request("m", json.dumps(body).encode())
+    assert request.stop_sequences == (" w5", "absent")
+    stopped = plan_reply(request.user_text, stop=request.stop_sequences)
+    assert stopped.text == "w1 w2 w3 w4" and stopped.stop_reason == "stop_sequence"
+    cut = plan_reply("/long 10", 2, stop=[" w5"])
+    assert cut.text == "w1 w2" and cut.stop_reason == "max_tokens"
+    # AND a stop sequence that never occurs changes nothing
+    assert plan_reply("/long 3", stop=["zzz"]) == plan_reply("/long 3")
+
+
+@pytest.mark.parametrize("stop", [["a"] * 5, [""], "w1", [1]])
+def test_stop_sequences_bedrock_would_refuse_are_a_validation_error(stop: object) -> None:
+    body = json.loads(_body("hi"))
+    body["inferenceConfig"] = {"stopSequences": stop}
+    with pytest.raises(InvalidRequest, match="stopSequences"):
+        parse_request("m", json.dumps(body).encode())

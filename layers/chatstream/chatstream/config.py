@@ -149,6 +149,7 @@ class RelayConfig:
     max_turns_per_session: int
     stale_turn_s: int
     pace_text: bool  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
+    model_id: str = ""  # what /v1 serves (GET /v1/models); empty: no model
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RelayConfig:
@@ -172,4 +173,5 @@ class RelayConfig:
             max_turns_per_session=env.integer(MAX_TURNS_PER_SESSION, 1000, minimum=1, maximum=999_999),
             stale_turn_s=env.integer(STALE_TURN_S, 960, minimum=1, maximum=86_400),
             pace_text=env.boolean(PACE_TEXT, True),
+            model_id=env.optional(MODEL_ID, "").strip(),
         )

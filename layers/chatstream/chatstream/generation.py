@@ -140,17 +140,24 @@ def turn_to_generate(table: ChatTable, request: GenerateRequest) -> Turn:
 
 
 def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
-    """The Converse ``messages``: earlier turns that produced text, then the turn's user message."""
+    """The Converse ``messages``: earlier turns that produced text, then the turn's user message; each turn preceded by
+    the history the client sent with it (``TurnOptions.history``)."""
     messages: list[dict[str, Any]] = []
     earlier = table.list_turns(current.session_id) if current.turn > 1 else []  # turn 1 has no history
     for turn in earlier:
         if turn.turn >= current.turn:
             break
         if turn.status in _REPLAYED_STATUSES and turn.assistant:
+            messages += _sent_history(turn)
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
+    messages += _sent_history(current)
     messages.append({"role": "user", "content": [{"text": current.user}]})
     return messages
+
+
+def _sent_history(turn: Turn) -> list[dict[str, Any]]:
+    return [{"role": message.role, "content": [{"text": message.text}]} for message in turn.options.history]
 
 
 def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
@@ -282,13 +289,19 @@ class Generation:
     def _converse_params(self) -> dict[str, Any]:
         settings = self.settings
         params: dict[str, Any] = {"modelId": settings.model_id, "messages": build_messages(self.table, self.turn)}
-        if settings.system_prompt:
-            params["system"] = [{"text": settings.system_prompt}]
+        options = self.turn.options
+        system = [text for text in (settings.system_prompt, options.system) if text]
+        if system:
+            params["system"] = [{"text": text} for text in system]
         inference: dict[str, Any] = {}
         if self.turn.max_tokens is not None:
             inference["maxTokens"] = self.turn.max_tokens
         if self.turn.temperature is not None:
             inference["temperature"] = self.turn.temperature
+        if options.top_p is not None:
+            inference["topP"] = options.top_p
+        if options.stop:
+            inference["stopSequences"] = list(options.stop)
         if inference:
             params["inferenceConfig"] = inference
         return params

@@ -9,7 +9,8 @@ session                     ``S#<session_id>`` / ``SESSION``  owner, turn_count,
                                                             turn generates), active_since, created_at
 turn                        ``S#<id>`` / ``T#<turn:06d>``     user, status, cancel_requested, stop_reason,
                                                             usage, error, assistant, max_tokens,
-                                                            temperature, created_at, updated_at
+                                                            temperature, system, top_p, stop, history
+                                                            (``TurnOptions``), created_at, updated_at
 token record                ``S#<id>`` / ``R#<turn:06d>#<seq:08d>``  record (the record's JSON), ts
 ==========================  ==============================  =====================================
 
@@ -33,6 +34,7 @@ from chatstream.backoff import Backoff
 from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import MAX_SEQ, TokenRecord, assistant_text
 from chatstream.status import StopReason, TurnStatus
+from chatstream.turn_options import TurnOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -96,6 +98,7 @@ class Turn:
     max_tokens: int | None = None
     temperature: float | None = None
     created_at: int = 0
+    options: TurnOptions = field(default_factory=TurnOptions)
 
     @property
     def finished(self) -> bool:
@@ -162,6 +165,7 @@ class ChatTable:
         temperature: float | None = None,
         stale_after_ms: int | None = None,
         max_turns: int | None = None,
+        options: TurnOptions | None = None,
     ) -> int:
         """Allocate the session's next turn; one generating turn per session.
 
@@ -187,7 +191,7 @@ class ChatTable:
         values: dict[str, Any] = {":prev": session.turn_count, ":n": turn, ":now": now}
         if stale:
             values[":stale"] = session.active_turn
-        turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature)
+        turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature, options)
         try:
             self._call(
                 self.client.transact_write_items,
@@ -224,6 +228,7 @@ class ChatTable:
         max_tokens: int | None = None,
         temperature: float | None = None,
         session_id: str | None = None,
+        options: TurnOptions | None = None,
     ) -> str:
         """A new session with its turn 1 in progress, in one transaction (a new chat's fast path).
 
@@ -232,7 +237,7 @@ class ChatTable:
         session_id = session_id or new_session_id()
         now = self.now_ms()
         session = self._session_item(session_id, owner, now, active_turn=1)
-        turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature)
+        turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature, options)
         self._call(
             self.client.transact_write_items,
             TransactItems=[
@@ -262,7 +267,14 @@ class ChatTable:
         return item
 
     def _turn_item(
-        self, session_id: str, turn: int, message: str, now: int, max_tokens: int | None, temperature: float | None
+        self,
+        session_id: str,
+        turn: int,
+        message: str,
+        now: int,
+        max_tokens: int | None,
+        temperature: float | None,
+        options: TurnOptions | None = None,
     ) -> dict[str, Any]:
         item: dict[str, Any] = {
             "pk": _pk(session_id),
@@ -279,6 +291,8 @@ class ChatTable:
             item["max_tokens"] = max_tokens
         if temperature is not None:
             item["temperature"] = _decimal(temperature)
+        if options is not None:
+            item.update(options.to_item())
         return item
 
     def delete_session(self, session_id: str) -> int:
@@ -504,4 +518,5 @@ def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
         max_tokens=None if max_tokens is None else int(max_tokens),
         temperature=None if temperature is None else float(temperature),
         created_at=int(item.get("created_at", 0)),
+        options=TurnOptions.from_item(dict(item)),
     )

@@ -9,7 +9,7 @@ ARN is accepted). The request is validated as Bedrock does (:mod:`chatstream_loc
 is the local model's (:mod:`chatstream_local.bedrock.model`).
 
 Events, in Bedrock's order: ``messageStart``, ``contentBlockDelta``…, ``contentBlockStop``, ``messageStop``
-(``end_turn`` or ``max_tokens``), ``metadata`` (usage, latency; ``outputTokens`` = deltas sent).
+(``end_turn``, ``max_tokens`` or ``stop_sequence``), ``metadata`` (usage, latency; ``outputTokens`` = deltas sent).
 
 Deltas are spaced by ``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` milliseconds (default 20; 0 = as fast as possible), or
 the ``delay_ms`` constructor argument. Each event is written as its own HTTP chunk and flushed, so a client sees
@@ -133,7 +133,13 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         try:
             request = parse_request(unquote(match["model_id"]), raw_body)
-            reply = plan_reply(request.user_text, request.max_tokens)
+            reply = plan_reply(
+                request.user_text,
+                request.max_tokens,
+                system=request.system,
+                messages=request.messages,
+                stop=request.stop_sequences,
+            )
         except InvalidRequest as err:
             self._send_error(400, "ValidationException", str(err))
             return

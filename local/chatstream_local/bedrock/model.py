@@ -10,12 +10,16 @@ anything else          ``You said: <message>``, one delta per word (see :func:`s
 ``/error-after N``     the first N deltas of ``/long N`` (0 ≤ N ≤ 100,000), then a mid-stream
                        ``modelStreamErrorException``
 ``/throttle``          ``ThrottlingException`` (HTTP 429) before the stream starts
+``/history``           ``N messages: user: <text> | assistant: <text> | …``: every message of the
+                       request, in order, the last (``/history``) included
+``/system``            ``System: <text>`` (system blocks joined by `` | ``), or ``System: none``
 =====================  ======================================================================
 
 A command word (``/long``, ``/error-after``, ``/throttle``) with a missing, extra or out-of-range argument is a
 ``ValidationException``. ``inferenceConfig.maxTokens`` cuts the reply after that many deltas
-(``stopReason: max_tokens``). Tests, the chaos run and the benchmark compute the reply they expect with
-:func:`plan_reply`.
+(``stopReason: max_tokens``); ``inferenceConfig.stopSequences`` cut the reply's text before the first
+occurrence of any of them (``stopReason: stop_sequence``), before ``maxTokens`` applies. Tests, the chaos run and
+the benchmark compute the reply they expect with :func:`plan_reply`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ _DIGITS = re.compile(r"[0-9]+")
 # text rides on the last delta. Consecutive matches tile the text, so "".join(deltas) == text.
 _DELTA = re.compile(r"\s*\S+(?:\s+\Z)?")
 
-Ending = Literal["end_turn", "max_tokens", "model_stream_error", "throttled"]
+Ending = Literal["end_turn", "max_tokens", "stop_sequence", "model_stream_error", "throttled"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class Reply:
     @property
     def stop_reason(self) -> str | None:
         """The ``messageStop`` stop reason, or ``None`` when the reply ends in an error."""
-        return self.ending if self.ending in ("end_turn", "max_tokens") else None
+        return self.ending if self.ending in ("end_turn", "max_tokens", "stop_sequence") else None
 
 
 def split_deltas(text: str) -> tuple[str, ...]:
@@ -89,16 +93,29 @@ def _command_argument(words: Sequence[str], lowest: int) -> int:
     return value
 
 
-def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None) -> Reply:
+def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None, stop: Sequence[str] = ()) -> Reply:
+    text = "".join(deltas)
+    found = [index for index in (text.find(sequence) for sequence in stop) if index >= 0]
+    if found:
+        deltas, ending = split_deltas(text[: min(found)]), "stop_sequence"
     if max_tokens is not None and max_tokens < len(deltas):
         return Reply(deltas[:max_tokens], "max_tokens")
     return Reply(deltas, ending)
 
 
-def plan_reply(message: str, max_tokens: int | None = None) -> Reply:
+def plan_reply(
+    message: str,
+    max_tokens: int | None = None,
+    *,
+    system: Sequence[str] = (),
+    messages: Sequence[tuple[str, str]] = (),
+    stop: Sequence[str] = (),
+) -> Reply:
     """The reply to the user's ``message`` (the last user message's text), without any HTTP.
 
-    Raises :class:`InvalidRequest` for a malformed command or a ``max_tokens`` below 1.
+    ``system``: the request's system texts; ``messages``: its (role, text) messages (``/history`` spells them;
+    default: ``message`` alone); ``stop``: its stop sequences. Raises :class:`InvalidRequest` for a malformed
+    command or a ``max_tokens`` below 1.
     """
     if max_tokens is not None and max_tokens < 1:
         raise InvalidRequest(f"maxTokens must be at least 1, got {max_tokens}")
@@ -109,7 +126,13 @@ def plan_reply(message: str, max_tokens: int | None = None) -> Reply:
             raise InvalidRequest("/throttle takes no argument")
         return Reply((), "throttled")
     if command == "/long":
-        return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens)
+        return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens, stop)
     if command == "/error-after":
-        return _cut(_long_deltas(_command_argument(words, 0)), "model_stream_error", max_tokens)
-    return _cut(split_deltas(f"You said: {message}"), "end_turn", max_tokens)
+        return _cut(_long_deltas(_command_argument(words, 0)), "model_stream_error", max_tokens, stop)
+    if command == "/history" and len(words) == 1:
+        seen = messages or (("user", message),)
+        digest = " | ".join(f"{role}: {text}" for role, text in seen)
+        return _cut(split_deltas(f"{len(seen)} messages: {digest}"), "end_turn", max_tokens, stop)
+    if command == "/system" and len(words) == 1:
+        return _cut(split_deltas(f"System: {' | '.join(system) or 'none'}"), "end_turn", max_tokens, stop)
+    return _cut(split_deltas(f"You said: {message}"), "end_turn", max_tokens, stop)

@@ -50,6 +50,7 @@ from chatstream.relay.http import (
     json_response,
     sse_response,
 )
+from chatstream.relay.openai import endpoints as openai
 from chatstream.relay.page import SITE, VENDOR
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from chatstream.config import RelayConfig
     from chatstream.relay.pace import Position
     from chatstream.table import ChatTable, Turn
+    from chatstream.turn_options import TurnOptions
 
 logger = logging.getLogger(__name__)
 
@@ -165,31 +167,9 @@ class _Exchange:
             max_tokens_limit=self.config.max_tokens_limit,
             valid_base64=self.request.body_is_valid_base64,
         )
-        owner = self.owner()
-        try:
-            if chat.session_id is None:
-                turn = 1
-                session_id = self.table.start_session(
-                    owner, chat.message, max_tokens=chat.max_tokens, temperature=chat.temperature
-                )
-            else:
-                session_id = _session_param(chat.session_id)
-                # The table checks ownership in the same read that allocates the turn.
-                turn = self.table.start_turn(
-                    session_id,
-                    owner,
-                    chat.message,
-                    max_tokens=chat.max_tokens,
-                    temperature=chat.temperature,
-                    stale_after_ms=self.config.stale_turn_s * 1000,
-                    max_turns=self.config.max_turns_per_session,
-                )
-        except SessionNotFound:
-            raise _session_not_found(session_id) from None
-        except TurnInProgress as err:
-            raise HttpError(
-                409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
-            ) from None
+        session_id, turn = self.begin_turn(
+            chat.session_id, chat.message, max_tokens=chat.max_tokens, temperature=chat.temperature
+        )
         request = GenerateRequest(session_id, turn)
         failure = self.invoke_proxy(request)
         stats = FollowStats()
@@ -235,6 +215,43 @@ class _Exchange:
         return json_response(200, {"session_id": session_id, "turns": turns})
 
     # ---------------------------------------------------------------------------- helpers
+
+    def begin_turn(
+        self,
+        session_id: str | None,
+        message: str,
+        *,
+        max_tokens: int | None,
+        temperature: float | None,
+        options: TurnOptions | None = None,
+    ) -> tuple[str, int]:
+        """Allocate the caller's next turn: turn 1 of a new session (``session_id`` None), or the session's next."""
+        owner = self.owner()
+        try:
+            if session_id is None:
+                session_id = self.table.start_session(
+                    owner, message, max_tokens=max_tokens, temperature=temperature, options=options
+                )
+                return session_id, 1
+            session_id = _session_param(session_id)
+            # The table checks ownership in the same read that allocates the turn.
+            turn = self.table.start_turn(
+                session_id,
+                owner,
+                message,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stale_after_ms=self.config.stale_turn_s * 1000,
+                max_turns=self.config.max_turns_per_session,
+                options=options,
+            )
+        except SessionNotFound:
+            raise _session_not_found(str(session_id)) from None
+        except TurnInProgress as err:
+            raise HttpError(
+                409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
+            ) from None
+        return session_id, turn
 
     def owner(self) -> str:
         """Who is asking (see the module docstring); ``403 forbidden`` when IAM auth found nobody."""
@@ -373,5 +390,12 @@ ROUTES: Router[_Exchange] = Router(
         Route("GET", "/sessions/{session_id}", _Exchange.history),
         Route("GET", "/sessions/{session_id}/turns/{turn}/events", _Exchange.events),
         Route("POST", "/sessions/{session_id}/turns/{turn}/cancel", _Exchange.cancel),
-    )
+        Route("GET", "/v1/models", openai.list_models),
+        Route("GET", "/v1/models/{model}", openai.get_model),
+        Route("POST", "/v1/responses", openai.create_response),
+        Route("GET", "/v1/responses/{response_id}", openai.get_response),
+        Route("POST", "/v1/responses/{response_id}/cancel", openai.cancel_response),
+        Route("POST", "/v1/chat/completions", openai.create_chat_completion),
+    ),
+    render_error=openai.render_error,
 )
