@@ -599,3 +599,22 @@ def test_a_reconnect_names_where_the_paced_client_is(chat_table: ChatTable, sess
     assert stream.events[-1].at is not None and stream.events[-1].at < 0.2
     assert stream.events[-1].at == stream.events[-2].at
     assert stream.kinds[-1] == "reconnect" and stream.events[-1].json()["last_event_id"] == 2
+
+
+def test_a_reconnect_before_a_resumed_record_is_read_names_the_piece(
+    chat_table: ChatTable, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a client resuming from inside record 2 ("2.4"), a table that throttles every read, and an invocation
+    # whose time is already within the reconnect margin
+    write_turn(chat_table, session_id, 1, CHUNKS)
+
+    def throttled(*args: object, **kwargs: object) -> list[TokenRecord]:
+        raise Throttled("DynamoDB ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(chat_table, "query_records", throttled)
+    clock = FakeClock(deadline_s=FAST.reconnect_margin_s - 1)
+    # WHEN it follows the turn
+    stream = read_stream(follow(chat_table, session_id, clock, after=Position(2, 4)).events())
+    # THEN reconnect names exactly where the client is: inside record 2, as the piece's id (a string)
+    assert stream.kinds == ["reconnect"]
+    assert stream.events[0].json()["last_event_id"] == "2.4"
