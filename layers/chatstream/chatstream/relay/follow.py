@@ -29,7 +29,8 @@ once before the stream's ending event. Besides the records, the follower ends a 
 
 Polling is adaptive. After a poll that brought records (no wait when the page was full) the follower
 waits ``CADENCE_FRACTION`` of the turn's cadence, the smoothed interval between records (the time
-between the polls that brought records, divided by the records each brought; at most ``poll_max_s``):
+between the polls that brought records, divided by the records each brought, counting only records after the
+first delta, which is written at once with the start record; the wait is at most ``poll_max_s``):
 the proxy flushes on a timer, so the next records are not due before then. Each idle poll after that
 doubles the wait from ``poll_min_s`` up to ``poll_max_s`` (ARCHITECTURE.md, "How the relay polls", says
 what this saves). Until the first token, and until the cadence is known (for at most
