@@ -278,6 +278,38 @@ def test_a_turn_still_generating_is_followed_after_a_reload(chat: ChatPage) -> N
     assert chat.history()["turns"][-1]["status"] == "complete"
 
 
+def test_reasoning_streams_into_a_collapsed_block_apart_from_the_answer(chat: ChatPage) -> None:
+    # GIVEN the page WHEN the user asks the model to reason in 200 words first (6 s at 30 ms a word)
+    chat.open()
+    chat.send("/think 200 hello")
+    block = chat.reply().locator("details.reasoning")
+    # THEN the reasoning shows as it streams, in a collapsed block that says the model is thinking, and the
+    # answer has not begun
+    expect(block.locator(".reasoning-text")).to_contain_text("r5", use_inner_text=False)
+    expect(block).not_to_have_attribute("open", "")
+    expect(block.locator("summary")).to_contain_text("Thinking… (")
+    assert chat.reply().locator(".text").text_content() == ""
+    # THEN the answer is exactly the reply to "hello", the reasoning is all there and still collapsed, and looks
+    # unlike the answer
+    assert chat.wait_status("complete") == "You said: hello"
+    reasoning = " ".join(f"r{i}" for i in range(1, 201))
+    expect(block.locator(".reasoning-text")).to_have_text(reasoning, use_inner_text=False)
+    expect(block.locator("summary")).to_have_text("Reasoning (200 words)")
+    expect(block).not_to_have_attribute("open", "")
+    styles = "(el) => getComputedStyle(el).fontStyle + ' ' + getComputedStyle(el).color"
+    assert block.locator(".reasoning-text").evaluate(styles) != chat.reply().locator(".text p").evaluate(styles)
+    # WHEN the user opens it THEN the reasoning is visible
+    block.locator("summary").click()
+    expect(block.locator(".reasoning-text")).to_be_visible()
+    # AND the history keeps it apart from the answer, and a reload shows it the same way, collapsed
+    turn = chat.history()["turns"][-1]
+    assert (turn["assistant"], turn["reasoning"]) == ("You said: hello", reasoning)
+    chat.page.reload()
+    expect(chat.reply().locator(".text")).to_have_text("You said: hello")
+    expect(block.locator(".reasoning-text")).to_have_text(reasoning, use_inner_text=False)
+    expect(block).not_to_have_attribute("open", "")
+
+
 # ---------------------------------------------------------------------------------- safety
 
 

@@ -39,6 +39,10 @@ def token(seq: int | str, text: str) -> str:
     return f"id: {seq}\nevent: token\ndata: {json.dumps({'text': text})}\n\n"
 
 
+def reasoning(seq: int | str, text: str) -> str:
+    return f"id: {seq}\nevent: reasoning\ndata: {json.dumps({'text': text})}\n\n"
+
+
 def done(seq: int) -> str:
     return f'id: {seq}\nevent: done\ndata: {{"stop_reason":"end_turn"}}\n\n'
 
@@ -196,6 +200,24 @@ def test_a_cut_inside_a_record_resumes_from_the_pieces_id(relay: FakeRelay, clie
     # THEN it resumed from the piece's id, skipped the repeated piece and reports it, and the text is exact
     assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["2.4"]
     assert (result.text, result.ids, result.repeated_ids) == ("a b c d e", ["1", "2.2", "2.4", "2", "3"], ["2.4"])
+
+
+def test_reasoning_is_kept_apart_and_resumes_in_the_same_id_sequence(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN reasoning pieces, cut inside record 1, then a resume that repeats a piece before the reply
+    relay.script("POST /chat", stream(meta(), reasoning("1.2", "r1"), reasoning("1.5", " r2"), cut=True))
+    relay.script(f"GET {EVENTS}", stream(reasoning("1.5", " r2"), reasoning(1, " r3"), token(2, "Hi"), done(3)))
+    shown: list[tuple[str, str]] = []
+
+    # WHEN the client follows the turn, told of each piece of reply and reasoning
+    result = client.chat(
+        "hi", on_token=lambda t: shown.append(("token", t)), on_reasoning=lambda t: shown.append(("reasoning", t))
+    )
+
+    # THEN it resumed from the reasoning piece's id, showed each piece once, in order, and keeps reasoning apart
+    assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["1.5"]
+    assert shown == [("reasoning", "r1"), ("reasoning", " r2"), ("reasoning", " r3"), ("token", "Hi")]
+    assert (result.reasoning, result.text) == ("r1 r2 r3", "Hi")
+    assert (result.ids, result.repeated_ids) == (["1.2", "1.5", "1", "2"], ["1.5"])
 
 
 def test_a_cut_connection_is_an_unplanned_resume(relay: FakeRelay, client: ChatClient) -> None:

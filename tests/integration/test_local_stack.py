@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from httpx_sse import EventSource
 
 from chatstream.status import StopReason, TurnStatus
 from chatstream_client.api import ApiError, ChatClient, ids_in_order
@@ -46,6 +48,47 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
             (1, TurnStatus.COMPLETE, "You said: hello world"),
             (2, TurnStatus.COMPLETE, plan_reply("/long 300").text),
         ]
+
+
+def sse_events(response: httpx.Response) -> list[tuple[str, str, dict]]:
+    """Every event of an SSE response as (event, id, data); the ``retry:`` line alone is no event."""
+    return [(event.event, event.id, json.loads(event.data)) for event in EventSource(response).iter_sse() if event.data]
+
+
+def joined(events: list[tuple[str, str, dict]], kind: str) -> str:
+    return "".join(data["text"] for event, _, data in events if event == kind)
+
+
+def test_reasoning_streams_before_the_reply_and_resumes_from_inside_it(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack
+    stack = start_stack()
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        # WHEN a user asks the model to reason in three words, over a plain SSE client
+        with http.stream("POST", "/chat", json={"message": "/think 3 hello"}) as response:
+            assert response.status_code == 200
+            events = sse_events(response)
+        kinds = [event for event, _, _ in events]
+        # THEN the reasoning comes first, as reasoning events, exactly three words; then exactly the reply
+        assert kinds[0] == "meta" and kinds[-1] == "done"
+        body = kinds[1:-1]
+        assert body == sorted(body, key=lambda kind: kind == "token") and body[0] == "reasoning"
+        assert joined(events, "reasoning") == "r1 r2 r3"
+        assert joined(events, "token") == "You said: hello"
+        # THEN done's usage is the model's count, its reasoning included
+        assert events[-1][2]["usage"]["output_tokens"] == 3 + 3
+        # WHEN a client resumes from the id of each reasoning event (a word-sized piece inside a record, or a whole one)
+        events_url = events[0][2]["events_url"]
+        for index, (kind, event_id, _) in enumerate(events):
+            if kind != "reasoning":
+                continue
+            with http.stream("GET", events_url, headers={"Last-Event-ID": event_id}) as response:
+                resumed = sse_events(response)
+            # THEN it gets exactly what came after that event: the rest of the reasoning, then the reply
+            assert joined(events[: index + 1], "reasoning") + joined(resumed, "reasoning") == "r1 r2 r3"
+            assert joined(resumed, "token") == "You said: hello" and resumed[-1][0] == "done"
+        # AND the history keeps the reasoning apart from the reply
+        turn = http.get(f"/sessions/{events[0][2]['session_id']}").json()["turns"][0]
+        assert (turn["assistant"], turn["reasoning"]) == ("You said: hello", "r1 r2 r3")
 
 
 def test_model_errors_reach_the_client(start_stack: Callable[..., LocalStack]) -> None:

@@ -13,13 +13,16 @@ anything else          ``You said: <message>``, one delta per word (see :func:`s
 ``/history``           ``N messages: user: <text> | assistant: <text> | …``: every message of the
                        request, in order, the last (``/history``) included
 ``/system``            ``System: <text>`` (system blocks joined by `` | ``), or ``System: none``
+``/think N <rest>``    N reasoning words (``r1 r2 … rN``, one ``reasoningContent`` delta per word,
+                       then its signature), then exactly the reply to ``<rest>``; 1 ≤ N ≤ 100,000
 =====================  ======================================================================
 
-A command word (``/long``, ``/error-after``, ``/throttle``) with a missing, extra or out-of-range argument is a
-``ValidationException``. ``inferenceConfig.maxTokens`` cuts the reply after that many deltas
-(``stopReason: max_tokens``); ``inferenceConfig.stopSequences`` cut the reply's text before the first
-occurrence of any of them (``stopReason: stop_sequence``), before ``maxTokens`` applies. Tests, the chaos run and
-the benchmark compute the reply they expect with :func:`plan_reply`.
+A command word (``/long``, ``/error-after``, ``/throttle``, ``/think``) with a missing, extra or out-of-range
+argument is a ``ValidationException`` (``/think`` needs N and a message that is not itself ``/think``).
+``inferenceConfig.maxTokens`` cuts the reply after that many deltas, reasoning deltas included, as a reasoning
+model's budget counts its thinking (``stopReason: max_tokens``); ``inferenceConfig.stopSequences`` cut the reply's
+text before the first occurrence of any of them (``stopReason: stop_sequence``), before ``maxTokens`` applies.
+Tests, the chaos run and the benchmark compute the reply they expect with :func:`plan_reply`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 MAX_LONG = 100_000
 
 _DIGITS = re.compile(r"[0-9]+")
+_THINK = re.compile(r"\s*/think(?:\s+(?P<count>\S+))?(?:\s+(?P<rest>\S.*))?", re.DOTALL)
 # A delta is a run of whitespace followed by a run of non-whitespace; whitespace that ends the
 # text rides on the last delta. Consecutive matches tile the text, so "".join(deltas) == text.
 _DELTA = re.compile(r"\s*\S+(?:\s+\Z)?")
@@ -49,15 +53,22 @@ class Reply:
 
     ``ending`` is ``end_turn`` or ``max_tokens`` (a normal ``messageStop``), ``model_stream_error``
     (a ``modelStreamErrorException`` frame after the deltas) or ``throttled`` (HTTP 429 before
-    the stream; ``deltas`` is empty).
+    the stream; ``deltas`` is empty). ``reasoning``: the reasoning deltas streamed before the reply's
+    (``/think``); ``signed``: whether the reasoning ends with its signature (it was not cut short).
     """
 
     deltas: tuple[str, ...]
     ending: Ending
+    reasoning: tuple[str, ...] = ()
+    signed: bool = False
 
     @property
     def text(self) -> str:
         return "".join(self.deltas)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self.reasoning)
 
     @property
     def stop_reason(self) -> str | None:
@@ -79,8 +90,8 @@ def split_deltas(text: str) -> tuple[str, ...]:
     return deltas
 
 
-def _long_deltas(count: int) -> tuple[str, ...]:
-    return tuple(f"w{i}" if i == 1 else f" w{i}" for i in range(1, count + 1))
+def _long_deltas(count: int, word: str = "w") -> tuple[str, ...]:
+    return tuple(f"{word}{i}" if i == 1 else f" {word}{i}" for i in range(1, count + 1))
 
 
 def _command_argument(words: Sequence[str], lowest: int) -> int:
@@ -101,6 +112,32 @@ def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None, stop: 
     if max_tokens is not None and max_tokens < len(deltas):
         return Reply(deltas[:max_tokens], "max_tokens")
     return Reply(deltas, ending)
+
+
+def _think(
+    message: str,
+    max_tokens: int | None,
+    system: Sequence[str],
+    messages: Sequence[tuple[str, str]],
+    stop: Sequence[str],
+) -> Reply:
+    """``/think N <rest>``: N reasoning words, signed, then the reply to ``<rest>``; ``max_tokens`` counts both."""
+    match = _THINK.fullmatch(message)
+    count, rest = (match["count"], match["rest"]) if match else (None, None)
+    if count is None or rest is None or not _DIGITS.fullmatch(count):
+        raise InvalidRequest(f"/think takes one whole number N, 1 <= N <= {MAX_LONG}, then a message")
+    if not 1 <= int(count) <= MAX_LONG:
+        raise InvalidRequest(f"/think N must be between 1 and {MAX_LONG}, got {int(count)}")
+    if rest.split()[0] == "/think":
+        raise InvalidRequest("/think takes a message that is not itself /think")
+    reasoning = _long_deltas(int(count), "r")
+    if max_tokens is not None and max_tokens <= len(reasoning):
+        return Reply((), "max_tokens", reasoning[:max_tokens], signed=max_tokens == len(reasoning))
+    remaining = None if max_tokens is None else max_tokens - len(reasoning)
+    answer = plan_reply(rest, remaining, system=system, messages=messages, stop=stop)
+    if answer.ending == "throttled":
+        return answer
+    return Reply(answer.deltas, answer.ending, reasoning, signed=True)
 
 
 def plan_reply(
@@ -125,6 +162,8 @@ def plan_reply(
         if len(words) != 1:
             raise InvalidRequest("/throttle takes no argument")
         return Reply((), "throttled")
+    if command == "/think":
+        return _think(message, max_tokens, system, messages, stop)
     if command == "/long":
         return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens, stop)
     if command == "/error-after":

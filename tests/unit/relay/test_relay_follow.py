@@ -59,6 +59,27 @@ def test_a_finished_turn_is_replayed_with_exact_ids_and_text(chat_table: ChatTab
     }
 
 
+def test_reasoning_is_its_own_event_before_the_reply_with_resumable_ids(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that reasoned in two records, then replied
+    write_turn(chat_table, session_id, 1, ["You said:", " hi"], reasoning=["Let me", " think it over"])
+    # WHEN a client follows it from the start
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN reasoning events come first, paced like tokens, with ids in the same sequence; the reply holds no
+    # reasoning
+    kinds = stream.kinds
+    assert kinds[-1] == "done" and kinds[:-1] == sorted(kinds[:-1], key=lambda kind: kind == "token")
+    assert kinds.count("reasoning") > 2  # record 2's text went out in word-sized pieces
+    assert (stream.reasoning, stream.text) == ("Let me think it over", "You said: hi")
+    ids = [event.id for event in stream.events]
+    assert ids[:5] == ["1.3", "1", "2.6", "2.9", "2"]
+    # WHEN a client resumes from a piece inside the reasoning THEN it gets exactly what follows it
+    for position in ("1.3", "2.6", "2"):
+        resumed = read_stream(follow(chat_table, session_id, FakeClock(), after=Position.parse(position)).events())
+        have = "".join(e.json()["text"] for e in stream.events[: ids.index(position) + 1] if e.event == "reasoning")
+        assert (have + resumed.reasoning, resumed.text) == ("Let me think it over", "You said: hi")
+        assert resumed.kinds[-1] == "done" and position not in [event.id for event in resumed.events]
+
+
 def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn whose records appear one after another
     records = turn_records(session_id, 1, ["One", " two"])

@@ -525,6 +525,18 @@ def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) 
     }
 
 
+def test_history_keeps_reasoning_apart_from_the_reply(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a finished turn that reasoned, and a generating one that is reasoning now
+    session_id = finished_session(service, chat_table, ["Hi"])
+    write_turn(chat_table, session_id, 1, ["Hi"], reasoning=["Hmm", " yes"])
+    meta_of(chat(service, "two", session_id=session_id))
+    chat_table.put_records(turn_records(session_id, 2, ["So"], reasoning=["Well"])[:3])
+    # WHEN the client reads the history
+    turns = json_body(service.handle(request("GET", f"/sessions/{session_id}")))["turns"]
+    # THEN each turn's reply is the answer alone, its reasoning beside it
+    assert [(t["assistant"], t["reasoning"]) for t in turns] == [("Hi", "Hmm yes"), ("So", "Well")]
+
+
 def test_history_of_an_unknown_session_is_404(service: RelayService) -> None:
     # WHEN the session does not exist THEN 404 session_not_found
     assert_error(service.handle(request("GET", "/sessions/nope")), 404, "session_not_found")

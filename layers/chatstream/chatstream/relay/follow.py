@@ -8,6 +8,8 @@ may become visible out of order). What the client sees:
 - ``delta`` → ``event: token`` / ``{"text"}``, its text released in word-sized pieces over the turn's cadence
   (:mod:`chatstream.relay.pace`), each with its id: ``<seq>.<offset>`` inside the record, ``<seq>`` for its last
   piece (a whole record when pacing is off);
+- ``reasoning`` → ``event: reasoning`` / ``{"text"}``: the model's reasoning, never the reply, paced and with ids
+  exactly as ``delta``'s text (one record holds one kind of text, so its pieces are all of that kind);
 - ``stop`` → ``id: <seq>`` / ``event: done`` / ``{"stop_reason", "usage": {"input_tokens", "output_tokens"}}``;
 - ``error`` → ``id: <seq>`` / ``event: error`` / ``{"code", "message", "retryable"}``;
 
@@ -153,6 +155,8 @@ def text_event(record: TokenRecord) -> TextEvent | None:
     """The text a record carries, as a typed event (``None``: it carries none). One record, one kind of text."""
     if record.type is RecordType.DELTA:
         return TextEvent("token", record.seq, record.text or "")
+    if record.type is RecordType.REASONING:
+        return TextEvent("reasoning", record.seq, record.text or "")
     return None
 
 

@@ -17,8 +17,8 @@ pieces should last until then), so the client sees text at a rhythm close to the
 Positions (the events' ids, HTTP_API.md "Event ids"): a record that goes out whole, and the last piece of a record,
 carry the record's ``seq`` (``7``); any other piece carries ``<seq>.<offset>`` (``7.12``), the number of characters
 (Unicode code points) of the record's text the client has once it has the piece. Resuming from either gives
-exactly the text after it. One record holds one kind of text (``token`` today), so an offset is always an offset
-into one text.
+exactly the text after it. One record holds one kind of text (``token`` or ``reasoning``), so an offset is always
+an offset into one text.
 """
 
 from __future__ import annotations

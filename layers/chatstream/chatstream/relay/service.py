@@ -338,9 +338,9 @@ class _Exchange:
         yield render(failure)
 
     def _turn_view(self, turn: Turn) -> dict[str, Any]:
-        assistant = turn.assistant
+        assistant, reasoning = turn.assistant, turn.reasoning
         if turn.status is TurnStatus.IN_PROGRESS:
-            assistant = self.table.assemble_text(turn.session_id, turn.turn)
+            assistant, reasoning = self.table.assemble_texts(turn.session_id, turn.turn)
         view: dict[str, Any] = {
             "turn": turn.turn,
             "status": turn.status,
@@ -349,6 +349,8 @@ class _Exchange:
             "stop_reason": turn.stop_reason,
             "usage": dict(turn.usage) if turn.usage is not None else None,
         }
+        if reasoning:
+            view["reasoning"] = reasoning  # apart from the reply; absent when the model showed none
         if turn.error is not None:
             view["error"] = dict(turn.error)
         return view

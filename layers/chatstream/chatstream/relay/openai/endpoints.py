@@ -124,7 +124,7 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     if stream not in ("true", "false"):
         raise invalid("stream must be true or false", "stream")
     if stream == "false":
-        text = None if turn.finished else exchange.table.assemble_text(turn.session_id, turn.turn)
+        text = None if turn.finished else exchange.table.assemble_texts(turn.session_id, turn.turn)[0]
         headers = _session_headers(turn.session_id, turn.turn)
         return json_response(200, response_object(turn, exchange.config.model_id, text), headers)
     after = _sequence_number(query.get("starting_after"), "starting_after")
@@ -153,7 +153,7 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     while not turn.finished and clock.monotonic() < deadline:
         clock.sleep(_CANCEL_POLL_S)
         turn = _turn(exchange, turn.session_id, turn.turn)
-    text = None if turn.finished else exchange.table.assemble_text(turn.session_id, turn.turn)
+    text = None if turn.finished else exchange.table.assemble_texts(turn.session_id, turn.turn)[0]
     return json_response(200, response_object(turn, model, text))
 
 
