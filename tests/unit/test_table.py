@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
+from chatstream.turn_options import TurnOptions
 from tests.builders import turn_records
 
 if TYPE_CHECKING:
@@ -129,6 +130,17 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     assert turns[0].usage == {"input_tokens": 1, "output_tokens": 1}
     assert turns[0].max_tokens == 10 and turns[0].temperature == 0.5
     assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
+
+
+@pytest.mark.parametrize(("asked", "stored"), [(1.57e-176, 0.0), (1e-130, 1e-130), (0.0, 0.0), (1.0, 1.0)])
+def test_a_number_closer_to_zero_than_dynamodb_numbers_go_is_stored_as_zero(
+    chat_table: ChatTable, asked: float, stored: float
+) -> None:
+    # GIVEN a turn asked with a temperature and a top_p (DynamoDB's smallest non-zero magnitude is 1E-130)
+    session_id = chat_table.start_session(OWNER, "hi", temperature=asked, options=TurnOptions(top_p=asked))
+    # THEN the turn is stored, with the nearest values DynamoDB can hold
+    (turn,) = chat_table.list_turns(session_id)
+    assert (turn.temperature, turn.options.top_p) == (stored, stored)
 
 
 def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> None:

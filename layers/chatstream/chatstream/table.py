@@ -294,7 +294,12 @@ class ChatTable:
         if temperature is not None:
             item["temperature"] = _decimal(temperature)
         if options is not None:
-            item.update(options.to_item())
+            item.update(
+                {
+                    key: _decimal(value) if isinstance(value, float) else value
+                    for key, value in options.to_item().items()
+                }
+            )
         return item
 
     def delete_session(self, session_id: str) -> int:
@@ -493,9 +498,12 @@ class ChatTable:
 
 
 def _decimal(value: float) -> Any:
+    """``value`` as a DynamoDB number. DynamoDB's smallest non-zero magnitude is 1E-130: anything closer to zero (a
+    temperature of 1e-176, which a model reads as 0 anyway) is stored as 0, where boto3 would refuse the item."""
     from decimal import Decimal
 
-    return Decimal(str(value))
+    number = Decimal(str(value))
+    return number if abs(number) >= Decimal("1E-130") else Decimal(0)
 
 
 def _ser(item: Mapping[str, Any]) -> dict[str, Any]:
