@@ -275,6 +275,47 @@ def fixed_table(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+ROLES = ("relay", "proxy", "consumer")
+
+
+def first_token_table(results: dict[str, Any]) -> list[str]:
+    """Per pipeline variant: CPU per function on the first token's path and per 1,000 tokens, and the AWS calls
+    made before the first token (bench/firsttoken.py)."""
+    paths = results.get("first_token_path") or []
+    if not paths:
+        return []
+    index = _index(results)
+    delay = max(r["model_delay_ms"] for r in results["runs"])
+    lines = [
+        "## The first token's path, per function",
+        "",
+        f"Chats of two model deltas {paths[0]['model_delay_ms']} ms apart, one after another ({paths[0]['chats']}; "
+        "CPU as means, `/proc` counts it in 10 ms ticks; the rest medians): CPU each function's execution "
+        "environments spent from the request to the client's first `token` event, and to the chat's end; the AWS "
+        "calls made before the first token (moto's timeline, plus the relay's `Invoke` and the proxy's "
+        "`ConverseStream`), the relay's polls apart; `sequential` is the chain's length. CPU per 1,000 tokens: "
+        f"the same variant's run at {delay} ms a token, 1 chat at once.",
+        "",
+        "| variant | TTFT p50 ms | CPU ms to first token: relay / proxy / consumer / **product** "
+        "| CPU ms whole chat (product) | CPU ms /1k tokens: relay / proxy / consumer | calls before first token "
+        "| relay polls | sequential |",
+        "|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for path in sorted(paths, key=lambda p: _order(p["variant"])):
+        first, whole = path["cpu_ms_to_first_token"], path["cpu_ms_whole_chat"]
+        run = index.get((path["variant"], delay, 1))
+        by_function = (run or {}).get("cpu_ms_per_1k_tokens_by_function") or {}
+        per_1k = " / ".join(_cpu(by_function.get(role)) for role in ROLES) if by_function else "–"
+        calls = ", ".join(f"{name} {count:g}" for name, count in path["calls_before_first_token"].items())
+        lines.append(
+            f"| {path['variant']} | {_cell(path['ttft_ms_p50'])} "
+            f"| {' / '.join(_cpu(first.get(role)) for role in ROLES)} / **{_cpu(first.get('product'))}** "
+            f"| {_cpu(whole.get('product'))} | {per_1k} | {calls} | {path['relay_polls_before_first_token']:g} "
+            f"| {path['sequential_calls_before_first_token']:g} |"
+        )
+    return [*lines, ""]
+
+
 COLD_START_CASES = {
     "relay": "the relay (`functions/relay`)",
     "proxy": "the proxy (`functions/proxy`)",
@@ -380,6 +421,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         )
     lines += ["", f"Basis: {results.get('cost_basis', '')}.", "", *fixed_table(results)]
     lines += cold_start_table(cold)
+    lines += first_token_table(results)
     lines += candidates_table(results)
     lines += ["## Where the time goes", "", *time_goes(results), ""]
     path.write_text("\n".join(lines))
