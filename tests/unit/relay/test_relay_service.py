@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo
-from chatstream.relay.follow import StreamOutcome
+from chatstream.relay.follow import FIRST_POLL_FRACTION, StreamOutcome
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
 from chatstream.status import StopReason, TurnStatus
@@ -620,3 +620,50 @@ def test_no_chat_body_produces_a_server_error(service: RelayService, fields: dic
     # WHEN any JSON object is posted THEN the answer is a stream or a client error, never a 5xx
     response = service.handle(request("POST", "/chat", body=json.dumps(fields)))
     assert response.status_code in (200, 400, 404)
+
+
+def test_a_new_turns_first_poll_waits_most_of_the_quickest_recent_first_token(
+    service: RelayService, chat_table: ChatTable, clock: FakeClock
+) -> None:
+    queried_at: list[float] = []
+    query_records = chat_table.query_records
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        queried_at.append(clock.t)
+        return query_records(*args, **kwargs)
+
+    chat_table.query_records = counted  # type: ignore[method-assign]
+
+    def first_token_after(delay_s: float) -> float:
+        queried_at.clear()
+        response = chat(service, "hello")
+        session_id = meta_of(response)["session_id"]
+        records = turn_records(session_id, 1, ["Hi"])
+        clock.at(clock.t + delay_s, lambda: chat_table.put_records(records))
+        started = clock.t
+        stream = rest_of(response, clock)
+        assert stream.text == "Hi"
+        return queried_at[0] - started
+
+    # GIVEN a relay that has followed no new turn yet
+    # WHEN a client starts a chat, THEN the first read comes after the quickest poll interval, not at once
+    assert first_token_after(0.3) == pytest.approx(FAST.poll_min_s)
+    # WHEN it has seen a first token come after 0.3 s, and then one after 1.2 s (a slow start)
+    first_token_after(1.2)
+    # THEN the next chat's first read waits most of the quickest of them: the slow one does not delay it
+    assert first_token_after(0.3) == pytest.approx(FIRST_POLL_FRACTION * service.first_tokens.recent[0], abs=1e-6)
+    assert min(service.first_tokens.recent) < 0.3 + 4 * FAST.poll_min_s
+
+
+def test_a_resumed_turn_is_read_at_once_and_teaches_nothing(
+    service: RelayService, chat_table: ChatTable, clock: FakeClock
+) -> None:
+    # GIVEN a turn that is generating
+    session_id = meta_of(chat(service, "hello"))["session_id"]
+    write_turn(chat_table, session_id, 1, ["Hi"])
+    # WHEN a client resumes it
+    response = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", caller=ALICE))
+    stream = rest_of(response, clock)
+    # THEN it is read without a wait, and the relay's first-token times are not changed by it
+    assert stream.text == "Hi" and clock.sleeps == []
+    assert list(service.first_tokens.recent) == []

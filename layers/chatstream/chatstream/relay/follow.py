@@ -31,8 +31,10 @@ what this saves). Until the first token, and until the cadence is known (for at 
 ``FIRST_TOKEN_FAST_S``), the wait grows only by a
 quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
 what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
-rate for seconds. A wait is never shorter than the last Query took: when the table answers slowly,
-followers ask less often instead of queueing more work on it. The turn item is read only after
+rate for seconds. A turn the request itself started is not read at once: its first poll waits most of the
+quickest recent first token (:class:`FirstTokenTimes`). A wait is never shorter than the last Query took:
+when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
+read only after
 ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new follower
 first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
 comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
@@ -47,6 +49,7 @@ is still there follows the ``reconnect`` and pays one new request for it.
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -71,6 +74,29 @@ FIRST_TOKEN_GROWTH = 1.25  # the interval's growth per idle poll before the firs
 FIRST_TOKEN_MAX_FACTOR = 4.0  # … up to this many times poll_min_s
 CADENCE_FRACTION = 0.8  # after records came, wait this share of the interval at which they have been coming
 CADENCE_WEIGHT = 0.3  # the weight of the latest interval in the smoothed cadence
+FIRST_POLL_FRACTION = 0.8  # a new turn's first poll waits this share of the quickest recent first token …
+FIRST_POLL_MAX_S = 1.0  # … at most this long
+FIRST_TOKEN_MEMORY = 8  # … among this many recent new turns
+
+
+@dataclass
+class FirstTokenTimes:
+    """How long the new turns one execution environment followed took to show their first token (from the
+    follower's start to the poll that found it), so that the next new turn's first poll comes when a token can be
+    there instead of from the first millisecond: a new turn has no record until the proxy has read the turn, called
+    the model, written the record and the consumer has materialized it. The quickest of the recent ones, so one slow
+    start (a cold proxy, a busy moment) does not delay the next chats' first tokens."""
+
+    recent: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=FIRST_TOKEN_MEMORY))
+
+    def observe(self, seconds: float) -> None:
+        self.recent.append(seconds)
+
+    def first_poll_after(self, poll_min_s: float) -> float:
+        """How long a new turn's follower waits before its first poll (``poll_min_s`` until one was seen)."""
+        if not self.recent:
+            return poll_min_s
+        return min(FIRST_POLL_MAX_S, max(poll_min_s, FIRST_POLL_FRACTION * min(self.recent)))
 
 
 def events_url(session_id: str, turn: int) -> str:
@@ -228,6 +254,11 @@ class Follower:
     settings: FollowSettings = field(default_factory=FollowSettings)
     clock: Clock = field(default_factory=Clock)
     stats: FollowStats = field(default_factory=FollowStats)
+    # A new turn (POST /chat): nothing can be there at once, so the first poll waits this long; the time to the
+    # first token is reported to ``first_tokens``.
+    first_poll_after_s: float = 0.0
+    first_tokens: FirstTokenTimes | None = None
+    _begin: float = field(default=0.0, init=False, repr=False)
 
     def events(self) -> Iterator[str]:
         """The stream's events after the client's position, ending with exactly one ending event."""
@@ -241,7 +272,7 @@ class Follower:
             raise
 
     def _events(self) -> Iterator[str]:
-        begin = self.clock.monotonic()
+        begin = self._begin = self.clock.monotonic()
         cursor = _Cursor(
             # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
             last=self.after if self.after >= 1 else -1,
@@ -253,6 +284,8 @@ class Follower:
             # of a turn that has ended); a resuming one reads it at once.
             next_status_check=begin + self.settings.status_check_s if self.after < 0 else begin,
         )
+        if self.first_poll_after_s > 0:
+            self.clock.sleep(self.first_poll_after_s)
         try:
             while True:
                 yield from self._poll(cursor)
@@ -397,6 +430,8 @@ class Follower:
             self.stats.tokens_sent += 1
             if self.stats.first_token_at is None:
                 self.stats.first_token_at = self.clock.monotonic()
+                if self.first_tokens is not None and self.after < 0:
+                    self.first_tokens.observe(self.stats.first_token_at - self._begin)
         elif record.type is RecordType.STOP:
             self.stats.outcome = StreamOutcome.DONE
         elif record.type is RecordType.ERROR:

@@ -37,7 +37,16 @@ from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInPr
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord
 from chatstream.relay import sse
-from chatstream.relay.follow import Clock, Follower, FollowSettings, FollowStats, StreamOutcome, events_url, render
+from chatstream.relay.follow import (
+    Clock,
+    FirstTokenTimes,
+    Follower,
+    FollowSettings,
+    FollowStats,
+    StreamOutcome,
+    events_url,
+    render,
+)
 from chatstream.relay.http import (
     HttpError,
     Request,
@@ -92,6 +101,7 @@ class RelayService:
     config: RelayConfig
     clock: Clock = field(default_factory=Clock)
     settings: FollowSettings | None = None
+    first_tokens: FirstTokenTimes = field(default_factory=FirstTokenTimes)  # this environment's new turns
 
     def __post_init__(self) -> None:
         if self.settings is None:
@@ -197,7 +207,7 @@ class _Exchange:
         )
         if failure is not None:
             return sse_response(self._failed_stream(meta, failure, stats), info)
-        follower = self.follower(session_id, turn, -1, stats)
+        follower = self.follower(session_id, turn, -1, stats, new_turn=True)
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
@@ -255,10 +265,24 @@ class _Exchange:
             raise _session_not_found(session_id) from None
         return _Owned(session_id, turn)
 
-    def follower(self, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
-        assert self.service.settings is not None
+    def follower(
+        self, session_id: str, turn: int, after: int, stats: FollowStats, *, new_turn: bool = False
+    ) -> Follower:
+        """A follower of the turn; for a turn this request started, its first poll waits until a token can be there
+        (:class:`~chatstream.relay.follow.FirstTokenTimes`)."""
+        settings = self.service.settings
+        assert settings is not None
+        first_tokens = self.service.first_tokens if new_turn else None
         return Follower(
-            self.table, session_id, turn, after=after, settings=self.service.settings, clock=self.clock, stats=stats
+            self.table,
+            session_id,
+            turn,
+            after=after,
+            settings=settings,
+            clock=self.clock,
+            stats=stats,
+            first_poll_after_s=first_tokens.first_poll_after(settings.poll_min_s) if first_tokens else 0.0,
+            first_tokens=first_tokens,
         )
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
