@@ -34,11 +34,10 @@ what users feel most; a reply that is slow to start (a busy pipeline) is still n
 rate for seconds. A turn the request itself started is not read at once: its first poll waits most of the
 quickest recent first token (:class:`FirstTokenTimes`). A wait is never shorter than the last Query took:
 when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
-read only after
-``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new follower
-first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
-comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
-other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
+read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a
+new follower first reads it after ``status_check_s``: its first polls find the records of a turn that has
+ended). A ``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an
+idle poll; any other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 
 The follower never learns that its client went away: on Lambda a Function URL client that disconnects does not
 interrupt a streamed response, and the invocation runs on, billed ("streamed responses are not interrupted or
