@@ -634,25 +634,29 @@ def test_a_new_turns_first_poll_waits_most_of_the_quickest_recent_first_token(
 
     chat_table.query_records = counted  # type: ignore[method-assign]
 
-    def first_token_after(delay_s: float) -> float:
+    def first_read_after(written_after_s: float, visible_after_s: float) -> float:
+        """A chat whose first delta the proxy writes ``written_after_s`` into it (its ts), visible a bit later;
+        returns when the relay first read the table."""
         queried_at.clear()
         response = chat(service, "hello")
         session_id = meta_of(response)["session_id"]
-        records = turn_records(session_id, 1, ["Hi"])
-        clock.at(clock.t + delay_s, lambda: chat_table.put_records(records))
         started = clock.t
-        stream = rest_of(response, clock)
-        assert stream.text == "Hi"
+        records = turn_records(session_id, 1, ["Hi"], ts=clock.now_ms() + int(written_after_s * 1000))
+        clock.at(started + visible_after_s, lambda: chat_table.put_records(records))
+        assert rest_of(response, clock).text == "Hi"
         return queried_at[0] - started
 
     # GIVEN a relay that has followed no new turn yet
     # WHEN a client starts a chat, THEN the first read comes after the quickest poll interval, not at once
-    assert first_token_after(0.3) == pytest.approx(FAST.poll_min_s)
-    # WHEN it has seen a first token come after 0.3 s, and then one after 1.2 s (a slow start)
-    first_token_after(1.2)
+    assert first_read_after(0.3, 0.35) == pytest.approx(FAST.poll_min_s)
+    # WHEN it has seen a first token written 0.3 s into a chat, and then one written after 1.2 s (a slow start)
+    first_read_after(1.2, 1.25)
     # THEN the next chat's first read waits most of the quickest of them: the slow one does not delay it
-    assert first_token_after(0.3) == pytest.approx(FIRST_POLL_FRACTION * service.first_tokens.recent[0], abs=1e-6)
-    assert min(service.first_tokens.recent) < 0.3 + 4 * FAST.poll_min_s
+    assert list(service.first_tokens.recent) == pytest.approx([0.3, 1.2], abs=0.002)
+    assert first_read_after(0.2, 0.25) == pytest.approx(FIRST_POLL_FRACTION * 0.3, abs=0.002)
+    # AND what it learns is when the proxy wrote the token, not when a read found it: a quicker one counts in full
+    assert min(service.first_tokens.recent) == pytest.approx(0.2, abs=0.002)
+    assert first_read_after(0.2, 0.25) == pytest.approx(FIRST_POLL_FRACTION * 0.2, abs=0.002)
 
 
 def test_a_resumed_turn_is_read_at_once_and_teaches_nothing(

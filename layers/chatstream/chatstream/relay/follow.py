@@ -80,11 +80,13 @@ FIRST_TOKEN_MEMORY = 8  # … among this many recent new turns
 
 @dataclass
 class FirstTokenTimes:
-    """How long the new turns one execution environment followed took to show their first token (from the
-    follower's start to the poll that found it), so that the next new turn's first poll comes when a token can be
-    there instead of from the first millisecond: a new turn has no record until the proxy has read the turn, called
-    the model, written the record and the consumer has materialized it. The quickest of the recent ones, so one slow
-    start (a cold proxy, a busy moment) does not delay the next chats' first tokens."""
+    """How long the new turns one execution environment followed took to produce their first token (from the
+    follower's start to the first delta record's ``ts``, when the proxy wrote it), so that the next new turn's first
+    poll comes when a token can be there instead of from the first millisecond: a new turn has no record until the
+    proxy has read the turn, called the model and written the record, and the consumer has materialized it. The
+    quickest of the recent ones, so one slow start (a cold proxy, a busy moment) does not delay the next chats' first
+    tokens. ``ts`` comes from the proxy's clock, another host's: an offset between the two clocks moves the first
+    poll by as much (earlier costs a Query, later costs latency); the fraction of the wait absorbs small ones."""
 
     recent: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=FIRST_TOKEN_MEMORY))
 
@@ -257,7 +259,7 @@ class Follower:
     # first token is reported to ``first_tokens``.
     first_poll_after_s: float = 0.0
     first_tokens: FirstTokenTimes | None = None
-    _begin: float = field(default=0.0, init=False, repr=False)
+    _begin_ms: int = field(default=0, init=False, repr=False)  # the wall clock when following began
 
     def events(self) -> Iterator[str]:
         """The stream's events after the client's position, ending with exactly one ending event."""
@@ -271,7 +273,8 @@ class Follower:
             raise
 
     def _events(self) -> Iterator[str]:
-        begin = self._begin = self.clock.monotonic()
+        begin = self.clock.monotonic()
+        self._begin_ms = self.clock.now_ms()
         cursor = _Cursor(
             # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
             last=self.after if self.after >= 1 else -1,
@@ -430,7 +433,9 @@ class Follower:
             if self.stats.first_token_at is None:
                 self.stats.first_token_at = self.clock.monotonic()
                 if self.first_tokens is not None and self.after < 0:
-                    self.first_tokens.observe(self.stats.first_token_at - self._begin)
+                    # When the proxy wrote it (its ``ts``), not when a poll found it: a time found by polling
+                    # would be no shorter than the wait before the first poll, and the waits could only grow.
+                    self.first_tokens.observe(max(record.ts - self._begin_ms, 0) / 1000)
         elif record.type is RecordType.STOP:
             self.stats.outcome = StreamOutcome.DONE
         elif record.type is RecordType.ERROR:
