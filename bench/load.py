@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from chatstream_client.api import ChatClient, TurnResult
+from chatstream_client.api import ChatClient, TurnResult, ids_in_order
 
 
 @dataclass
@@ -54,7 +54,7 @@ def _one_chat(
     out[index] = ChatSample(
         ok=result.done is not None and result.error is None,
         text=result.text,
-        ids_contiguous=result.ids == list(range(1, len(result.ids) + 1)),
+        ids_contiguous=ids_in_order(result.ids),
         repeated_ids=len(result.repeated_ids),
         unplanned_resumes=result.unplanned_resumes,
         retries=result.retries,

@@ -106,6 +106,7 @@ class ChatCounts:
     model_errors: int = 0
     drops: int = 0
     resumes: int = 0
+    mid_record_resumes: int = 0  # resumes from a piece's id, inside a record
     relay_retries: int = 0
     http_retries: int = 0
     problems: tuple[str, ...] = ()
@@ -189,7 +190,11 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
     """
     label = f"chat {plan.index} ({plan.message[:24]!r}, session {seen.session_id or '-'})"
     activity = ChatCounts(
-        drops=seen.drops, resumes=seen.resumes, relay_retries=seen.relay_retries, http_retries=seen.http_retries
+        drops=seen.drops,
+        resumes=seen.resumes,
+        mid_record_resumes=seen.mid_record_resumes,
+        relay_retries=seen.relay_retries,
+        http_retries=seen.http_retries,
     )
     if not seen.session_id:
         return activity + ChatCounts(failed_chats=1, problems=(f"{label}: no stream: {seen.failure}",))
@@ -318,7 +323,8 @@ class ChaosResult:
             f"unfinished_turns={t.unfinished_turns} failed_chats={t.failed_chats} "
             f"exact_streams={t.exact_streams}/{self.possible_exact} "
             f"generator_lost=killed:{t.killed_generations},other:{t.other_lost_generations} "
-            f"model_errors={t.model_errors} drops={t.drops} resumes={t.resumes} relay_retries={t.relay_retries} "
+            f"model_errors={t.model_errors} drops={t.drops} resumes={t.resumes} "
+            f"mid_record_resumes={t.mid_record_resumes} relay_retries={t.relay_retries} "
             f"http_retries={t.http_retries} poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
             f"unexpected_dlq={dlq.unexpected_dlq} redriven_onfailure={dlq.onfailure_redriven} "
             f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} faults={fault_summary(self.faults)}"

@@ -2,7 +2,9 @@
 
 It sends ``POST /chat``, reads the stream, and, as its :class:`~chaos.plan.ChatPlan` says, closes the
 connection after a few token events; then it resumes from the events URL with ``Last-Event-ID`` until the
-turn's ``done`` or ``error``. It retries as a user's client would, with exponential backoff and full jitter
+turn's ``done`` or ``error``. The relay paces text in word-sized pieces, so a planned drop usually falls inside a
+record and the resume starts from a piece's id (``<seq>.<offset>``): :attr:`StreamSeen.mid_record_resumes`
+counts those. It retries as a user's client would, with exponential backoff and full jitter
 (:class:`chatstream.backoff.Backoff`):
 
 - an answer ``429``, ``502`` or ``503`` (throttled, the function failed before its first byte, the service is
@@ -26,6 +28,7 @@ import httpx
 from httpx_sse import EventSource
 
 from chatstream.backoff import Backoff
+from chatstream_client.api import event_position
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -47,10 +50,11 @@ class StreamSeen:
     session_id: str = ""
     turn: int = 0
     events_url: str = ""
-    tokens: list[tuple[int, str]] = field(default_factory=list)
+    tokens: list[tuple[str, str]] = field(default_factory=list)  # (event id, text), every token event received
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     resumes: int = 0  # GET …/events requests after the first stream
+    mid_record_resumes: int = 0  # of those, the ones from a piece's id: inside a record
     drops: int = 0  # connections it closed on purpose mid-stream (as its plan says)
     relay_retries: int = 0  # resumes after a retryable error the relay raised itself (no id: not the turn's record)
     http_retries: int = 0  # requests sent again after a 429/502/503 answer or no answer
@@ -58,8 +62,9 @@ class StreamSeen:
     failure: str = ""  # why the client gave up (no stream at all when ``session_id`` is empty)
 
     @property
-    def last_id(self) -> int:
-        return max((seq for seq, _ in self.tokens), default=0)
+    def last_id(self) -> str:
+        """The furthest token id received ("0": none), what a resume sends as ``Last-Event-ID``."""
+        return max((event_id for event_id, _ in self.tokens), key=event_position, default="0")
 
     @property
     def finished(self) -> bool:
@@ -78,7 +83,7 @@ def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int
         if event.event == "meta":
             seen.session_id, seen.turn, seen.events_url = data["session_id"], int(data["turn"]), data["events_url"]
         elif event.event == "token":
-            seen.tokens.append((int(event.id), data["text"]))
+            seen.tokens.append((event.id, data["text"]))
             tokens_here += 1
         elif event.event == "done":
             seen.done = data
@@ -87,7 +92,7 @@ def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int
             seen.error = data
             # The turn's own error record has an id past every token; SSE carries the last id over to events
             # without one, so an error the relay raised itself arrives with (at most) the last token's id.
-            seen.error_from_record = event.id.isdigit() and int(event.id) > seen.last_id
+            seen.error_from_record = event.id.isdigit() and event_position(event.id) > event_position(seen.last_id)
             return False
         elif event.event == "reconnect":
             seen.events_url = data.get("events_url", seen.events_url)
@@ -163,8 +168,9 @@ class Failed:
 def _resume(http: httpx.Client, seen: StreamSeen) -> Failed | None:
     """One ``GET`` of the events URL from the last id, read to its end; what went wrong, or None."""
     seen.resumes += 1
+    seen.mid_record_resumes += int("." in seen.last_id)
     try:
-        with http.stream("GET", seen.events_url, headers={**HEADERS, "Last-Event-ID": str(seen.last_id)}) as response:
+        with http.stream("GET", seen.events_url, headers={**HEADERS, "Last-Event-ID": seen.last_id}) as response:
             if response.status_code != 200:
                 response.read()
                 what = f"GET events {response.status_code}: {response.text[:200]}"

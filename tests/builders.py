@@ -11,10 +11,15 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-def opening_records(session_id: str, turn: int, words: Sequence[str], *, ts: int = 1) -> list[TokenRecord]:
-    """A turn still generating: its start record (seq 0), then one delta per word (seq 1, 2, …)."""
+def opening_records(
+    session_id: str, turn: int, words: Sequence[str], *, ts: int = 1, reasoning: Sequence[str] = ()
+) -> list[TokenRecord]:
+    """A turn still generating: its start record (seq 0), then one reasoning record per ``reasoning`` word,
+    then one delta per word (seq 1, 2, …)."""
     records = [TokenRecord.start(session_id, turn, ts)]
-    records += [TokenRecord.delta(session_id, turn, seq, word, ts + seq) for seq, word in enumerate(words, start=1)]
+    records += [TokenRecord.reasoning(session_id, turn, seq, word, ts + seq) for seq, word in enumerate(reasoning, 1)]
+    first = len(records)
+    records += [TokenRecord.delta(session_id, turn, seq, word, ts + seq) for seq, word in enumerate(words, first)]
     return records
 
 
@@ -27,14 +32,15 @@ def turn_records(
     error: ErrorInfo | None = None,
     input_tokens: int = 1,
     ts: int = 1,
+    reasoning: Sequence[str] = (),
 ) -> list[TokenRecord]:
-    """A whole turn: start, one delta per word, then a stop record (usage: ``input_tokens`` in, one token a
-    word out), or an error record when ``error`` is given."""
-    records = opening_records(session_id, turn, words, ts=ts)
-    end = len(words) + 1
+    """A whole turn: start, one reasoning record per ``reasoning`` word, one delta per word, then a stop record
+    (usage: ``input_tokens`` in, one token a word out), or an error record when ``error`` is given."""
+    records = opening_records(session_id, turn, words, ts=ts, reasoning=reasoning)
+    end = len(records)
     if error is not None:
         records.append(TokenRecord.failure(session_id, turn, end, error, ts + end))
     else:
-        usage = Usage(input_tokens, len(words))
+        usage = Usage(input_tokens, len(reasoning) + len(words))
         records.append(TokenRecord.stop(session_id, turn, end, stop_reason, usage, ts + end))
     return records

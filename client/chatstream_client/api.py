@@ -8,7 +8,8 @@ client (:mod:`chatstream_client.cli`), the end-to-end tests and the benchmark us
 
 It never hides what it worked around: a :class:`TurnResult` counts the resumes nobody asked for, the token ids
 the relay sent twice (skipped, never shown twice) and the requests sent again, so a caller that expects a clean
-stream can check :attr:`TurnResult.clean`.
+stream can check :attr:`TurnResult.clean`. Event ids are ``<seq>`` or ``<seq>.<offset>`` (HTTP_API.md, "Event
+ids"): the client only compares them (:func:`event_position`) and sends the last one back.
 
 Errors: a JSON error response is an :class:`ApiError`; a connection that cannot be made raises httpx's own
 ``httpx.TransportError`` once the retries are spent (a stream that drops after the turn started is resumed).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,24 @@ SSE = {"Accept": "text/event-stream"}
 # After these, a POST /chat may have started its turn (the relay failed after allocating it, before its first
 # byte): the client looks for the turn before it sends anything again.
 OUTCOME_UNKNOWN = frozenset({500, 502, 504})
+
+
+def event_position(event_id: str | int) -> tuple[int, float]:
+    """An event id's place in its turn, for ordering: ``<seq>`` (a whole record) after every ``<seq>.<offset>``."""
+    seq, dot, offset = str(event_id).strip().partition(".")
+    return int(seq), float(offset) if dot else math.inf
+
+
+def ids_in_order(ids: list[str], first_seq: int = 1) -> bool:
+    """Token ids as a whole turn's should be: each after the one before, and records ``first_seq``, ``first_seq``
+    + 1, … each completed (its last piece, or the whole record, carries its seq) with none missing."""
+    positions = [event_position(i) for i in ids]
+    if any(b <= a for a, b in zip(positions, positions[1:], strict=False)):
+        return False
+    whole = [seq for seq, offset in positions if offset == math.inf]
+    return whole == list(range(first_seq, first_seq + len(whole))) and all(seq in whole for seq, _ in positions)
+
+
 RECONNECT = "reconnect"  # the relay ended the stream and named where to resume: a resume the protocol plans
 FINISHED = "finished"
 ENDED_EARLY = "the stream ended without done, error or reconnect"
@@ -60,14 +80,15 @@ class TurnResult:
     turn: int = 0
     events_url: str = ""
     text: str = ""
-    last_event_id: int = 0
-    ids: list[int] = field(default_factory=list)
-    chunks: list[str] = field(default_factory=list)  # each token event's text, parallel to ids
+    last_event_id: str = "0"  # the id to resume from: "0" is before the first token
+    reasoning: str = ""  # the model's reasoning, apart from the reply (``text``)
+    ids: list[str] = field(default_factory=list)  # every text event's id (token and reasoning: one sequence)
+    chunks: list[str] = field(default_factory=list)  # each text event's text, parallel to ids
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     resumes: int = 0  # every GET of events_url after the first stream, the relay's `reconnect` included
     unplanned_resumes: int = 0  # of those, the ones nobody asked for: the stream ended early or the connection broke
-    repeated_ids: list[int] = field(default_factory=list)  # token ids received again (skipped, not shown twice)
+    repeated_ids: list[str] = field(default_factory=list)  # token ids received again (skipped, not shown twice)
     retries: int = 0  # requests sent again after 429/5xx or a failed connection, and turns found after one
     incidents: list[str] = field(default_factory=list)  # one line for each unplanned resume and each retry
     first_token_at: float | None = None
@@ -81,6 +102,14 @@ class TurnResult:
     def clean(self) -> bool:
         """The relay sent each token once, on streams that ended only where the protocol says they end."""
         return not self.repeated_ids and self.unplanned_resumes == 0
+
+
+@dataclass(frozen=True)
+class _Listener:
+    """What a caller is told while a turn streams: each piece of the reply, each piece of the reasoning."""
+
+    on_token: Callable[[str], None] | None = None
+    on_reasoning: Callable[[str], None] | None = None
 
 
 class ChatClient:
@@ -128,8 +157,12 @@ class ChatClient:
         temperature: float | None = None,
         on_token: Callable[[str], None] | None = None,
         on_meta: Callable[[TurnResult], None] | None = None,
+        on_reasoning: Callable[[str], None] | None = None,
     ) -> TurnResult:
-        """Start a turn and follow it to its end, resuming from the last event id if the stream drops."""
+        """Start a turn and follow it to its end, resuming from the last event id if the stream drops.
+
+        ``on_token`` gets each piece of the reply as it comes, ``on_reasoning`` each piece of the model's reasoning.
+        """
         body: dict[str, Any] = {"message": message}
         if session_id is not None:
             body["session_id"] = session_id
@@ -139,19 +172,26 @@ class ChatClient:
             body["temperature"] = temperature
         result = TurnResult()
         started = self._clock()
-        ending = self._start_turn(body, result, started, on_token, on_meta)
-        return self._follow_to_end(result, started, on_token, ending)
+        listener = _Listener(on_token, on_reasoning)
+        ending = self._start_turn(body, result, started, listener, on_meta)
+        return self._follow_to_end(result, started, listener, ending)
 
     def follow(
-        self, events_url: str, after: int | None = None, *, on_token: Callable[[str], None] | None = None
+        self,
+        events_url: str,
+        after: str | int | None = None,
+        *,
+        on_token: Callable[[str], None] | None = None,
+        on_reasoning: Callable[[str], None] | None = None,
     ) -> TurnResult:
-        """Attach to a turn (from ``after``, or its start) and follow it to its end."""
-        result = TurnResult(events_url=events_url, last_event_id=after or 0)
+        """Attach to a turn (from the event id ``after``, or its start) and follow it to its end."""
+        listener = _Listener(on_token, on_reasoning)
+        result = TurnResult(events_url=events_url, last_event_id="0" if after is None else str(after))
         started = self._clock()
         headers = SSE if after is None else {**SSE, "Last-Event-ID": str(after)}
         with self._open("GET", events_url, result, retry_on=RETRYABLE, headers=headers) as response:
-            ending = self._read(response, result, started, on_token, None)
-        return self._follow_to_end(result, started, on_token, ending)
+            ending = self._read(response, result, started, listener, None)
+        return self._follow_to_end(result, started, listener, ending)
 
     def cancel(self, session_id: str, turn: int) -> dict[str, Any]:
         # Sending a cancel twice is harmless: the second is 202 again, or 409 turn_finished.
@@ -174,7 +214,7 @@ class ChatClient:
         body: dict[str, Any],
         result: TurnResult,
         started: float,
-        on_token: Callable[[str], None] | None,
+        listener: _Listener,
         on_meta: Callable[[TurnResult], None] | None,
     ) -> str:
         """POST /chat until a turn streams (HTTP_API.md, "Retries"); how its first stream ended."""
@@ -182,7 +222,7 @@ class ChatClient:
             failure: Exception
             try:
                 with self._open("POST", "/chat", result, retry_on=NOT_STARTED, json=body, headers=SSE) as response:
-                    ending = self._read(response, result, started, on_token, on_meta)
+                    ending = self._read(response, result, started, listener, on_meta)
             except httpx.TransportError as err:
                 if _not_sent(err):
                     raise  # _open already sent it again as often as the policy allows
@@ -198,7 +238,7 @@ class ChatClient:
                 failure = ApiError(200, "no_meta", f"the stream began without its meta event ({ending})")
             # The turn may exist: find it before sending anything again.
             if self._found_turn(body, result, failure):
-                return self._attach_found(result, started, on_token, on_meta)
+                return self._attach_found(result, started, listener, on_meta)
             if attempt == self.retry.attempts:
                 raise failure
             self._note_retry(result, attempt, None, f"POST /chat: {_describe(failure)}; the session has no new turn")
@@ -234,19 +274,17 @@ class ChatClient:
         self,
         result: TurnResult,
         started: float,
-        on_token: Callable[[str], None] | None,
+        listener: _Listener,
         on_meta: Callable[[TurnResult], None] | None,
     ) -> str:
         if on_meta is not None:
             on_meta(result)
         with self._open("GET", result.events_url, result, retry_on=RETRYABLE, headers=SSE) as response:
-            return self._read(response, result, started, on_token, None)
+            return self._read(response, result, started, listener, None)
 
     # ---------------------------------------------------------------------------- streams
 
-    def _follow_to_end(
-        self, result: TurnResult, started: float, on_token: Callable[[str], None] | None, ending: str
-    ) -> TurnResult:
+    def _follow_to_end(self, result: TurnResult, started: float, listener: _Listener, ending: str) -> TurnResult:
         stalled = 0  # resumes in a row that brought no new event
         received = len(result.ids)
         while not result.finished:
@@ -260,9 +298,9 @@ class ChatClient:
             if ending != RECONNECT:
                 self._sleep(self.retry.delay(stalled))
             result.resumes += 1
-            headers = {**SSE, "Last-Event-ID": str(result.last_event_id)}
+            headers = {**SSE, "Last-Event-ID": result.last_event_id}
             with self._open("GET", result.events_url, result, retry_on=RETRYABLE, headers=headers) as response:
-                ending = self._read(response, result, started, on_token, None)
+                ending = self._read(response, result, started, listener, None)
         return result
 
     def _read(
@@ -270,12 +308,12 @@ class ChatClient:
         response: httpx.Response,
         result: TurnResult,
         started: float,
-        on_token: Callable[[str], None] | None,
+        listener: _Listener,
         on_meta: Callable[[TurnResult], None] | None,
     ) -> str:
         """Read one stream: :data:`FINISHED`, :data:`RECONNECT`, or what cut it short."""
         try:
-            ending = self._consume(EventSource(response).iter_sse(), result, started, on_token, on_meta)
+            ending = self._consume(EventSource(response).iter_sse(), result, started, listener, on_meta)
         except (httpx.TransportError, httpx.StreamError) as err:
             return f"the connection broke ({_describe(err)})"
         return ending
@@ -285,7 +323,7 @@ class ChatClient:
         events: Iterator[ServerSentEvent],
         result: TurnResult,
         started: float,
-        on_token: Callable[[str], None] | None,
+        listener: _Listener,
         on_meta: Callable[[TurnResult], None] | None,
     ) -> str:
         for event in events:
@@ -298,11 +336,13 @@ class ChatClient:
                 if on_meta is not None:
                     on_meta(result)
             elif event.event == "token":
-                self._token(int(event.id), data["text"], result, started, on_token)
+                self._token(event.id, data["text"], result, started, listener.on_token)
+            elif event.event == "reasoning":
+                self._reasoning(event.id, data["text"], result, listener.on_reasoning)
             elif event.event == "done":
                 result.done = data
                 if event.id:
-                    result.last_event_id = int(event.id)
+                    result.last_event_id = event.id
                 return FINISHED
             elif event.event == "error":
                 result.error = data
@@ -313,21 +353,37 @@ class ChatClient:
         return ENDED_EARLY
 
     def _token(
-        self, seq: int, text: str, result: TurnResult, started: float, on_token: Callable[[str], None] | None
+        self, event_id: str, text: str, result: TurnResult, started: float, on_token: Callable[[str], None] | None
     ) -> None:
-        if seq <= result.last_event_id:
-            result.repeated_ids.append(seq)  # skipped, so the text is never doubled, but counted
+        if not self._fresh(event_id, text, result):
             return
         now = self._clock()
         if result.first_token_at is None:
             result.first_token_at = now - started
         result.token_times.append(now)
-        result.ids.append(seq)
-        result.chunks.append(text)
-        result.last_event_id = seq
         result.text += text
         if on_token is not None:
             on_token(text)
+
+    def _reasoning(
+        self, event_id: str, text: str, result: TurnResult, on_reasoning: Callable[[str], None] | None
+    ) -> None:
+        if not self._fresh(event_id, text, result):
+            return
+        result.reasoning += text
+        if on_reasoning is not None:
+            on_reasoning(text)
+
+    @staticmethod
+    def _fresh(event_id: str, text: str, result: TurnResult) -> bool:
+        """Whether a text event (token or reasoning: one sequence of ids) is new; if so it is the last one seen."""
+        if event_position(event_id) <= event_position(result.last_event_id):
+            result.repeated_ids.append(event_id)  # skipped, so the text is never doubled, but counted
+            return False
+        result.ids.append(event_id)
+        result.chunks.append(text)
+        result.last_event_id = event_id
+        return True
 
     def _saw_turn(self, session_id: str, turn: int) -> None:
         self._latest_turns[session_id] = max(turn, self._latest_turns.get(session_id, 0))

@@ -11,6 +11,10 @@ the relay answers with an error or cannot be reached. ``--url`` points it at a d
 URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws`` hosts unless ``--no-iam``) signs requests
 with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
 
+A reasoning model's reasoning is printed as it streams, before (or between) the reply's words: dimmed (ANSI
+faint) on a terminal, and on stderr when stdout is not a terminal, so that a script reading stdout gets exactly
+the reply, and no escape codes land in a file.
+
 Whatever fails, the client says so in one line on stderr, with what to do about it.
 """
 
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 EXIT_ERROR_EVENT = 1  # the turn ended with an `error` event
 EXIT_FAILED = 2  # the relay answered with an error, or could not be reached
 EXIT_INTERRUPTED = 130
+DIM, UNDIM = "\x1b[2m", "\x1b[22m"  # ANSI faint on, and back to normal intensity
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -93,13 +98,39 @@ def _check_url(url: str) -> None:
         raise Failure(f"--url must be an http:// or https:// URL, got {url!r}")
 
 
-def _stream_turn(
-    client: ChatClient, message: str, session_id: str | None, args: argparse.Namespace, out: TextIO
-) -> TurnResult:
-    def write(text: str) -> None:
-        out.write(text)
-        out.flush()
+class _Printer:
+    """A turn as it streams: the reply on ``out``; the reasoning dimmed on ``out`` when it is a terminal, else on
+    ``err``; a line break wherever the model goes from reasoning to its reply."""
 
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.reasoning_to = out if self.tty else err
+        self.reasoning = False  # the last text printed was reasoning
+
+    def token(self, text: str) -> None:
+        self.end_reasoning()
+        self.out.write(text)
+        self.out.flush()
+
+    def thought(self, text: str) -> None:
+        if not self.reasoning and self.tty:
+            self.out.write(DIM)
+        self.reasoning = True
+        self.reasoning_to.write(text)
+        self.reasoning_to.flush()
+
+    def end_reasoning(self) -> None:
+        if self.reasoning:
+            self.reasoning = False
+            self.reasoning_to.write((UNDIM if self.tty else "") + "\n")
+            self.reasoning_to.flush()
+
+
+def _stream_turn(
+    client: ChatClient, message: str, session_id: str | None, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> TurnResult:
+    printer = _Printer(out, err)
     current: list[TurnResult] = []
     try:
         return client.chat(
@@ -107,10 +138,12 @@ def _stream_turn(
             session_id,
             max_tokens=args.max_tokens,
             temperature=args.temperature,
-            on_token=write,
+            on_token=printer.token,
+            on_reasoning=printer.thought,
             on_meta=current.append,
         )
     except KeyboardInterrupt:
+        printer.end_reasoning()
         if not current or not current[0].events_url:
             raise
         turn = current[0]
@@ -120,10 +153,14 @@ def _stream_turn(
         except ApiError as err:
             if err.code != "turn_finished":
                 raise
-        rest = client.follow(turn.events_url, after=turn.last_event_id, on_token=write)
+        rest = client.follow(
+            turn.events_url, after=turn.last_event_id, on_token=printer.token, on_reasoning=printer.thought
+        )
         rest.session_id, rest.turn = turn.session_id, turn.turn
-        rest.text = turn.text + rest.text
+        rest.text, rest.reasoning = turn.text + rest.text, turn.reasoning + rest.reasoning
         return rest
+    finally:
+        printer.end_reasoning()
 
 
 def _report_end(result: TurnResult, out: TextIO, err: TextIO) -> int:
@@ -144,7 +181,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     try:
         with _client(args.url, signed, args.region) as client:
             if args.message is not None:
-                result = _stream_turn(client, args.message, args.session, args, out)
+                result = _stream_turn(client, args.message, args.session, args, out, err)
                 return _report_end(result, out, err)
             client.health()  # one clear line now, rather than a failure after the first message
             return _interactive(client, args, signed, out, err)
@@ -182,7 +219,7 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
     for message in _messages(err):
         out.write("assistant> ")
         try:
-            result = _stream_turn(client, message, session_id, args, out)
+            result = _stream_turn(client, message, session_id, args, out, err)
         except KeyboardInterrupt:
             err.write("\n")
             return EXIT_INTERRUPTED

@@ -7,10 +7,10 @@ seen>`` or ``FAIL <check>: <what was wrong>``, then a summary line; the exit sta
 The checks, in order (HTTP_API.md says what each answer must be):
 
 1. ``health``: ``GET /health`` is ``200 {"status":"ok"}``;
-2. ``chat streams``: ``POST /chat`` answers an event stream: ``meta`` first, ``token`` events with ids 1, 2, …,
-   one ``done``;
-3. ``resume with Last-Event-ID``: the turn's ``events_url`` with ``Last-Event-ID: <the first token's id>`` replays
-   exactly the later events;
+2. ``chat streams``: ``POST /chat`` answers an event stream: ``meta`` first, ``token`` events whose ids rise and
+   complete records 1, 2, … in order, one ``done``;
+3. ``resume with Last-Event-ID``: the turn's ``events_url`` with ``Last-Event-ID: <a token's id>`` (a piece inside
+   a record when the reply has one, else the first token's) replays exactly the later events;
 4. ``409 turn_in_progress``: while a long second turn generates, another ``POST /chat`` in the session is refused;
 5. ``cancel``: cancelling that turn answers ``202`` and its stream ends with ``done`` ``cancelled``;
 6. ``history``: ``GET /sessions/{id}`` holds both turns, the first with the streamed text, the second cancelled;
@@ -42,7 +42,7 @@ import httpx
 from botocore.exceptions import BotoCoreError, NoCredentialsError
 from httpx_sse import EventSource, SSEError
 
-from chatstream_client.api import DEFAULT_URL
+from chatstream_client.api import DEFAULT_URL, event_position, ids_in_order
 from chatstream_client.auth import SigV4Auth, is_function_url
 from chatstream_client.cli import explain
 
@@ -86,7 +86,7 @@ class Turn:
     session_id: str = ""
     turn: int = 0
     events_url: str = ""
-    ids: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -174,20 +174,24 @@ class Smoke:
         self.first = turn
         if turn.error is not None or turn.done is None:
             raise CheckFailed(f"the stream ended with {turn.error or 'no done event'} after {len(turn.ids)} tokens")
-        if not turn.ids or turn.ids != list(range(1, len(turn.ids) + 1)):
-            raise CheckFailed(f"token ids {turn.ids} are not 1, 2, … in order")
+        if not turn.ids or not ids_in_order(turn.ids):
+            raise CheckFailed(f"token ids {turn.ids} do not complete records 1, 2, … in order")
         reason = turn.done.get("stop_reason")
-        return f"meta, {len(turn.ids)} token events (ids 1-{len(turn.ids)}), done ({reason}): {_quoted(turn.text)}"
+        return f"meta, {len(turn.ids)} token events (ids {turn.ids[0]}-{turn.ids[-1]}), done ({reason}): " + _quoted(
+            turn.text
+        )
 
     def resume(self) -> str:
         first = self._needs_first()
-        after = first.ids[0]
-        headers = {**_SSE, "Last-Event-ID": str(after)}
+        after = next((i for i in first.ids[:-1] if "." in i), first.ids[0])  # inside a record, if a piece is
+        headers = {**_SSE, "Last-Event-ID": after}
         with self.http.stream("GET", first.events_url, headers=headers) as response:
             _expect_stream(response)
             replay = _read_turn(EventSource(response).iter_sse(), expect_meta=False)
-        expected = [i for i in first.ids if i > after]
-        expected_text = "".join(t for i, t in zip(first.ids, first.texts, strict=True) if i > after)
+        expected = [i for i in first.ids if event_position(i) > event_position(after)]
+        expected_text = "".join(
+            t for i, t in zip(first.ids, first.texts, strict=True) if event_position(i) > event_position(after)
+        )
         if replay.ids != expected or replay.text != expected_text or replay.done is None:
             raise CheckFailed(
                 f"after id {after} the replay had ids {replay.ids} and done={replay.done is not None}, "
@@ -328,7 +332,7 @@ def _read_turn(events: Iterator[ServerSentEvent], *, expect_meta: bool) -> Turn:
         if event.event == "meta":
             turn.session_id, turn.turn, turn.events_url = data["session_id"], int(data["turn"]), data["events_url"]
         elif event.event == "token":
-            turn.ids.append(int(event.id))
+            turn.ids.append(event.id)
             turn.texts.append(data["text"])
         elif event.event == "done":
             turn.done = data

@@ -63,6 +63,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     terminal = result.terminal
     metrics.add_metric(name="Deltas", unit=MetricUnit.Count, value=result.deltas)
+    if result.reasoning_deltas:
+        metrics.add_metric(name="ReasoningDeltas", unit=MetricUnit.Count, value=result.reasoning_deltas)
+    if result.redacted_reasoning:
+        metrics.add_metric(name="RedactedReasoningDeltas", unit=MetricUnit.Count, value=result.redacted_reasoning)
     metrics.add_metric(name="RecordsWritten", unit=MetricUnit.Count, value=result.records_written)
     metrics.add_metric(name="PutRecordsCalls", unit=MetricUnit.Count, value=result.put_calls)
     metrics.add_metric(name="KinesisThrottleRetries", unit=MetricUnit.Count, value=result.throttle_retries)
@@ -77,6 +81,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "stop_reason": terminal.stop_reason,
             "error_code": terminal.error.code if terminal.error else None,
             "deltas": result.deltas,
+            "reasoning_deltas": result.reasoning_deltas,
+            "redacted_reasoning": result.redacted_reasoning,
             "records": result.records_written,
             "ttft_ms": result.ttft_ms,
         },

@@ -278,6 +278,38 @@ def test_a_turn_still_generating_is_followed_after_a_reload(chat: ChatPage) -> N
     assert chat.history()["turns"][-1]["status"] == "complete"
 
 
+def test_reasoning_streams_into_a_collapsed_block_apart_from_the_answer(chat: ChatPage) -> None:
+    # GIVEN the page WHEN the user asks the model to reason in 200 words first (6 s at 30 ms a word)
+    chat.open()
+    chat.send("/think 200 hello")
+    block = chat.reply().locator("details.reasoning")
+    # THEN the reasoning shows as it streams, in a collapsed block that says the model is thinking, and the
+    # answer has not begun
+    expect(block.locator(".reasoning-text")).to_contain_text("r5", use_inner_text=False)
+    expect(block).not_to_have_attribute("open", "")
+    expect(block.locator("summary")).to_contain_text("Thinking… (")
+    assert chat.reply().locator(".text").text_content() == ""
+    # THEN the answer is exactly the reply to "hello", the reasoning is all there and still collapsed, and looks
+    # unlike the answer
+    assert chat.wait_status("complete") == "You said: hello"
+    reasoning = " ".join(f"r{i}" for i in range(1, 201))
+    expect(block.locator(".reasoning-text")).to_have_text(reasoning, use_inner_text=False)
+    expect(block.locator("summary")).to_have_text("Reasoning (200 words)")
+    expect(block).not_to_have_attribute("open", "")
+    styles = "(el) => getComputedStyle(el).fontStyle + ' ' + getComputedStyle(el).color"
+    assert block.locator(".reasoning-text").evaluate(styles) != chat.reply().locator(".text p").evaluate(styles)
+    # WHEN the user opens it THEN the reasoning is visible
+    block.locator("summary").click()
+    expect(block.locator(".reasoning-text")).to_be_visible()
+    # AND the history keeps it apart from the answer, and a reload shows it the same way, collapsed
+    turn = chat.history()["turns"][-1]
+    assert (turn["assistant"], turn["reasoning"]) == ("You said: hello", reasoning)
+    chat.page.reload()
+    expect(chat.reply().locator(".text")).to_have_text("You said: hello")
+    expect(block.locator(".reasoning-text")).to_have_text(reasoning, use_inner_text=False)
+    expect(block).not_to_have_attribute("open", "")
+
+
 # ---------------------------------------------------------------------------------- safety
 
 
@@ -489,25 +521,30 @@ def test_every_prefix_of_a_fenced_reply_draws_its_code_as_code(chat: ChatPage) -
 # ------------------------------------------------------------------------------ resumption
 
 
+def event_id(event: str) -> str:
+    return event.split("id: ", 1)[1].split("\n", 1)[0]
+
+
 @pytest.mark.parametrize("ending", ["dropped mid-event", "reconnect event"])
 def test_a_cut_stream_resumes_without_repeating_text(chat: ChatPage, ending: str) -> None:
-    # GIVEN the first stream cut off after its first token: by the network in the middle of the next event,
-    # or by the relay's own `reconnect` (what it sends before its time limit, naming where to resume)
-    # (the route lets the real response arrive, then hands the page only its beginning)
+    # GIVEN the first stream cut off inside a record, after a paced piece whose id is <seq>.<offset>: by the
+    # network in the middle of the next event, or by the relay's own `reconnect` (what it sends before its time
+    # limit, naming where to resume) (the route lets the real response arrive, then hands the page its beginning)
     cut: dict[str, str] = {}
 
-    def cut_after_first_token(route: Route) -> None:
+    def cut_inside_a_record(route: Route) -> None:
         response = route.fetch()
         events = response.text().split("\n\n")
-        first_token = next(i for i, event in enumerate(events) if "event: token" in event)
-        kept = events[: first_token + 1]
-        cut["last_id"] = kept[-1].split("id: ", 1)[1].split("\n", 1)[0]
+        tokens = [i for i, event in enumerate(events) if "event: token" in event]
+        at = next(i for i in tokens if "." in event_id(events[i]))
+        kept = events[: at + 1]
+        cut["last_id"], cut["shown"] = event_id(events[at]), str(tokens.index(at) + 1)
         meta = json.loads(next(e for e in events if "event: meta" in e).split("data: ", 1)[1])
         if ending == "reconnect event":
-            reconnect = {"events_url": meta["events_url"], "last_event_id": int(cut["last_id"])}
+            reconnect = {"events_url": meta["events_url"], "last_event_id": cut["last_id"]}
             tail = f"event: reconnect\ndata: {json.dumps(reconnect)}\n\n"
         else:
-            tail = events[first_token + 1][: max(1, len(events[first_token + 1]) // 2)]
+            tail = events[at + 1][: max(1, len(events[at + 1]) // 2)]
         route.fulfill(response=response, body="\n\n".join(kept) + "\n\n" + tail)
 
     resumes: list[str | None] = []
@@ -519,17 +556,17 @@ def test_a_cut_stream_resumes_without_repeating_text(chat: ChatPage, ending: str
         response = route.fetch(headers=headers)
         route.fulfill(response=response, body=response.text())
 
-    chat.page.route("**/chat", cut_after_first_token)
+    chat.page.route("**/chat", cut_inside_a_record)
     chat.page.route("**/sessions/*/turns/*/events*", replay_from_the_start)
     chat.open()
     # WHEN a reply is streamed through that connection
     chat.send("/long 40")
-    # THEN the page resumes once, asking for what comes after the last id it saw, and shows every word once
+    # THEN the page resumes once, asking for what comes after the last piece it saw, and shows every word once
     assert chat.wait_status("complete") == long_reply(40)
     assert resumes == [cut["last_id"]]
     assert chat.history()["turns"][-1]["assistant"] == long_reply(40)
     # AND it counts what it worked around: the ids sent again, and a resume only where the relay did not plan one
-    assert chat.counts() == {"repeated": int(cut["last_id"]), "resumes": 1 if ending == "dropped mid-event" else 0}
+    assert chat.counts() == {"repeated": int(cut["shown"]), "resumes": 1 if ending == "dropped mid-event" else 0}
 
 
 # ---------------------------------------------------------------------------------- retries
@@ -782,6 +819,31 @@ SSE_CASES = r"""
   return { whole: JSON.parse(whole), splits, byteByByte: byteByByte === whole };
 })()
 """
+
+
+ID_CASES = r"""
+(() => {
+  const { eventPosition, isAfter } = window.ChatstreamSse;
+  return {
+    positions: ["7", "7.12", "007.05", "7.", ".1", "x", "1e3"].map((id) => {
+      const p = eventPosition(id);
+      return p === null ? null : [p[0], p[1] === Infinity ? "whole" : p[1]];
+    }),
+    after: [
+      ["7.12", null], ["7.12", "7.5"], ["7", "7.12"], ["8.1", "7"], ["7.5", "7.12"], ["7", "7"], ["7.3", "7"],
+    ].map(([a, b]) => isAfter(a, b)),
+  };
+})()
+"""
+
+
+def test_the_page_orders_event_ids_as_the_relay_names_them(chat: ChatPage) -> None:
+    # GIVEN the page WHEN it reads the relay's event ids (a record's seq, or a piece's <seq>.<offset>)
+    chat.open()
+    result = chat.page.evaluate(ID_CASES)
+    # THEN a piece is ordered by its offset inside its record, and a whole record after every piece of it
+    assert result["positions"] == [[7, "whole"], [7, 12], [7, 5], None, None, None, None]
+    assert result["after"] == [True, True, True, True, False, False, False]
 
 
 def test_the_pages_sse_parser_follows_the_event_stream_rules(chat: ChatPage) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pty
 import selectors
 import signal
 import subprocess
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from chatstream_client.api import ChatClient
+from chatstream_client.cli import DIM, UNDIM
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -95,3 +98,32 @@ def _session_of(stack: LocalStack) -> str:
     sessions = {item["pk"]["S"][2:] for item in items if item["sk"]["S"] == "SESSION"}
     assert len(sessions) == 1
     return sessions.pop()
+
+
+def _cli(url: str, *args: str, stdout: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
+    command = [sys.executable, "-u", "-m", "chatstream_client.cli", "--url", url, *args]
+    return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE)
+
+
+def test_reasoning_is_dimmed_on_a_terminal_and_kept_off_a_piped_stdout(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack
+    stack = start_stack()
+    # WHEN the one-shot client asks for reasoning with its stdout on a terminal (a pseudo-terminal)
+    leader, follower = pty.openpty()
+    process = _cli(stack.url, "--message", "/think 3 hello", stdout=follower)
+    os.close(follower)
+    seen = b""
+    with contextlib.suppress(OSError):  # the terminal closes when the client exits
+        while chunk := os.read(leader, 4096):
+            seen += chunk
+    os.close(leader)
+    assert process.wait(timeout=30) == 0
+    # THEN the reasoning shows first, dimmed, then on its own line the reply, not dimmed
+    assert seen.decode() == f"{DIM}r1 r2 r3{UNDIM}\r\nYou said: hello\r\n"
+    # WHEN stdout is a pipe instead
+    piped = _cli(stack.url, "--message", "/think 3 hello", stdout=subprocess.PIPE)
+    out, err = piped.communicate(timeout=30)
+    # THEN stdout is exactly the reply, and the reasoning went to stderr, with no escape codes anywhere
+    assert piped.returncode == 0
+    assert (out.decode(), err.decode()) == ("You said: hello\n", "r1 r2 r3\n")

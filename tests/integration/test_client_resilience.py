@@ -35,8 +35,12 @@ def meta(turn: int = 1) -> str:
     return f"event: meta\ndata: {json.dumps({'session_id': SESSION, 'turn': turn, 'events_url': url})}\n\n"
 
 
-def token(seq: int, text: str) -> str:
+def token(seq: int | str, text: str) -> str:
     return f"id: {seq}\nevent: token\ndata: {json.dumps({'text': text})}\n\n"
+
+
+def reasoning(seq: int | str, text: str) -> str:
+    return f"id: {seq}\nevent: reasoning\ndata: {json.dumps({'text': text})}\n\n"
 
 
 def done(seq: int) -> str:
@@ -170,7 +174,7 @@ def test_a_clean_stream_is_reported_clean(relay: FakeRelay, client: ChatClient) 
 
     result = client.chat("hi")
 
-    assert (result.text, result.ids, result.clean, result.retries, result.incidents) == ("ab", [1, 2], True, 0, [])
+    assert (result.text, result.ids, result.clean, result.retries, result.incidents) == ("ab", ["1", "2"], True, 0, [])
 
 
 def test_an_event_the_relay_repeats_is_shown_once_and_reported(relay: FakeRelay, client: ChatClient) -> None:
@@ -181,8 +185,39 @@ def test_an_event_the_relay_repeats_is_shown_once_and_reported(relay: FakeRelay,
     result = client.chat("hi")
 
     # THEN the text is not doubled, but the repeat is on the result and the stream is not clean
-    assert (result.text, result.ids, result.repeated_ids) == ("abc", [1, 2, 3], [2])
+    assert (result.text, result.ids, result.repeated_ids) == ("abc", ["1", "2", "3"], ["2"])
     assert not result.clean
+
+
+def test_a_cut_inside_a_record_resumes_from_the_pieces_id(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN paced pieces of record 2 ("b c d") cut after its second piece, and a resume that repeats that piece
+    relay.script("POST /chat", stream(meta(), token(1, "a"), token("2.2", " b"), token("2.4", " c"), cut=True))
+    relay.script(f"GET {EVENTS}", stream(token("2.4", " c"), token(2, " d"), token(3, " e"), done(4)))
+
+    # WHEN the client follows the turn
+    result = client.chat("hi")
+
+    # THEN it resumed from the piece's id, skipped the repeated piece and reports it, and the text is exact
+    assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["2.4"]
+    assert (result.text, result.ids, result.repeated_ids) == ("a b c d e", ["1", "2.2", "2.4", "2", "3"], ["2.4"])
+
+
+def test_reasoning_is_kept_apart_and_resumes_in_the_same_id_sequence(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN reasoning pieces, cut inside record 1, then a resume that repeats a piece before the reply
+    relay.script("POST /chat", stream(meta(), reasoning("1.2", "r1"), reasoning("1.5", " r2"), cut=True))
+    relay.script(f"GET {EVENTS}", stream(reasoning("1.5", " r2"), reasoning(1, " r3"), token(2, "Hi"), done(3)))
+    shown: list[tuple[str, str]] = []
+
+    # WHEN the client follows the turn, told of each piece of reply and reasoning
+    result = client.chat(
+        "hi", on_token=lambda t: shown.append(("token", t)), on_reasoning=lambda t: shown.append(("reasoning", t))
+    )
+
+    # THEN it resumed from the reasoning piece's id, showed each piece once, in order, and keeps reasoning apart
+    assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["1.5"]
+    assert shown == [("reasoning", "r1"), ("reasoning", " r2"), ("reasoning", " r3"), ("token", "Hi")]
+    assert (result.reasoning, result.text) == ("r1 r2 r3", "Hi")
+    assert (result.ids, result.repeated_ids) == (["1.2", "1.5", "1", "2"], ["1.5"])
 
 
 def test_a_cut_connection_is_an_unplanned_resume(relay: FakeRelay, client: ChatClient) -> None:
@@ -196,7 +231,7 @@ def test_a_cut_connection_is_an_unplanned_resume(relay: FakeRelay, client: ChatC
     # THEN it resumed after id 2 by itself, and reports both that resume and the ids the relay sent again
     assert result.text == "abc" and result.done is not None
     assert [s.headers.get("last-event-id") for s in relay.requests(f"GET {EVENTS}")] == ["2"]
-    assert (result.resumes, result.unplanned_resumes, result.repeated_ids) == (1, 1, [1, 2])
+    assert (result.resumes, result.unplanned_resumes, result.repeated_ids) == (1, 1, ["1", "2"])
     assert "the connection broke" in result.incidents[0] and not result.clean
 
 

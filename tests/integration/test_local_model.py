@@ -91,6 +91,25 @@ def test_a_message_streams_back_exactly_in_bedrocks_event_order(bedrock: Bedrock
     assert metadata["metrics"]["latencyMs"] >= 0
 
 
+def test_think_streams_signed_reasoning_as_block_0_then_the_reply_as_block_1(bedrock: BedrockRuntimeClient) -> None:
+    # GIVEN /think 3 before a message
+    # WHEN boto3 reads the stream
+    events = _events(bedrock, "/think 3 hello")
+    deltas = [e["contentBlockDelta"] for e in events if "contentBlockDelta" in e]
+    # THEN three reasoning words come first in block 0, then its signature, as Bedrock streams extended thinking
+    assert [d["delta"]["reasoningContent"]["text"] for d in deltas[:3]] == ["r1", " r2", " r3"]
+    assert set(deltas[3]["delta"]["reasoningContent"]) == {"signature"} and deltas[3]["delta"]["reasoningContent"]
+    assert {d["contentBlockIndex"] for d in deltas[:4]} == {0}
+    # THEN block 0 stops, and block 1 is exactly the reply to "hello"
+    stops = [e["contentBlockStop"]["contentBlockIndex"] for e in events if "contentBlockStop" in e]
+    assert stops == [0, 1]
+    assert "".join(d["delta"]["text"] for d in deltas[4:]) == "You said: hello"
+    assert {d["contentBlockIndex"] for d in deltas[4:]} == {1}
+    # THEN the output count includes the reasoning, and the stream ends as always
+    assert events[-2] == {"messageStop": {"stopReason": "end_turn"}}
+    assert events[-1]["metadata"]["usage"]["outputTokens"] == 3 + 3
+
+
 def test_long_2000_arrives_word_for_word(bedrock: BedrockRuntimeClient, model: LocalModelServer) -> None:
     # GIVEN the /long command
     # WHEN boto3 streams "/long 2000"

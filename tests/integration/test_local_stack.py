@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from httpx_sse import EventSource
 
 from chatstream.status import StopReason, TurnStatus
-from chatstream_client.api import ApiError, ChatClient
+from chatstream_client.api import ApiError, ChatClient, ids_in_order
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
 from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackSettings
@@ -32,11 +34,11 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
         # WHEN a user chats twice in one session
         first = client.chat("hello world")
         second = client.chat("/long 300", first.session_id)
-        # THEN each stream carries the exact reply, ids contiguous from 1, and ends with done
+        # THEN each stream carries the exact reply, ids in order completing records 1, 2, …, and ends with done
         assert first.text == "You said: hello world" and first.done is not None
         assert first.done["stop_reason"] == StopReason.END_TURN
         assert second.text == plan_reply("/long 300").text
-        assert second.ids == list(range(1, len(second.ids) + 1))
+        assert ids_in_order(second.ids)
         # AND no event came twice and no stream had to be resumed
         assert first.clean and second.clean, first.incidents + second.incidents + [str(second.repeated_ids)]
         assert (second.session_id, second.turn) == (first.session_id, 2)
@@ -46,6 +48,47 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
             (1, TurnStatus.COMPLETE, "You said: hello world"),
             (2, TurnStatus.COMPLETE, plan_reply("/long 300").text),
         ]
+
+
+def sse_events(response: httpx.Response) -> list[tuple[str, str, dict]]:
+    """Every event of an SSE response as (event, id, data); the ``retry:`` line alone is no event."""
+    return [(event.event, event.id, json.loads(event.data)) for event in EventSource(response).iter_sse() if event.data]
+
+
+def joined(events: list[tuple[str, str, dict]], kind: str) -> str:
+    return "".join(data["text"] for event, _, data in events if event == kind)
+
+
+def test_reasoning_streams_before_the_reply_and_resumes_from_inside_it(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack
+    stack = start_stack()
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        # WHEN a user asks the model to reason in three words, over a plain SSE client
+        with http.stream("POST", "/chat", json={"message": "/think 3 hello"}) as response:
+            assert response.status_code == 200
+            events = sse_events(response)
+        kinds = [event for event, _, _ in events]
+        # THEN the reasoning comes first, as reasoning events, exactly three words; then exactly the reply
+        assert kinds[0] == "meta" and kinds[-1] == "done"
+        body = kinds[1:-1]
+        assert body == sorted(body, key=lambda kind: kind == "token") and body[0] == "reasoning"
+        assert joined(events, "reasoning") == "r1 r2 r3"
+        assert joined(events, "token") == "You said: hello"
+        # THEN done's usage is the model's count, its reasoning included
+        assert events[-1][2]["usage"]["output_tokens"] == 3 + 3
+        # WHEN a client resumes from the id of each reasoning event (a word-sized piece inside a record, or a whole one)
+        events_url = events[0][2]["events_url"]
+        for index, (kind, event_id, _) in enumerate(events):
+            if kind != "reasoning":
+                continue
+            with http.stream("GET", events_url, headers={"Last-Event-ID": event_id}) as response:
+                resumed = sse_events(response)
+            # THEN it gets exactly what came after that event: the rest of the reasoning, then the reply
+            assert joined(events[: index + 1], "reasoning") + joined(resumed, "reasoning") == "r1 r2 r3"
+            assert joined(resumed, "token") == "You said: hello" and resumed[-1][0] == "done"
+        # AND the history keeps the reasoning apart from the reply
+        turn = http.get(f"/sessions/{events[0][2]['session_id']}").json()["turns"][0]
+        assert (turn["assistant"], turn["reasoning"]) == ("You said: hello", "r1 r2 r3")
 
 
 def test_model_errors_reach_the_client(start_stack: Callable[..., LocalStack]) -> None:
@@ -83,4 +126,4 @@ def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
     with ChatClient(stack.url) as client:
         reply = client.chat("/long 40")
     assert reply.text == plan_reply("/long 40").text and reply.done is not None
-    assert reply.ids == list(range(1, len(reply.ids) + 1))
+    assert ids_in_order(reply.ids)

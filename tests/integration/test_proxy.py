@@ -15,7 +15,7 @@ from chatstream.errors import TurnNotFound
 from chatstream.generation import Generation, GenerationSettings, build_messages, turn_to_generate
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
@@ -403,3 +403,21 @@ def test_flush_size_one_writes_one_record_per_delta(bedrock, kinesis, stream_nam
     records = read_stream(kinesis, stream_name)
     assert_well_formed(records)
     assert [r.text for r in records if r.type is RecordType.DELTA] == list(plan_reply("/long 40").deltas)
+
+
+def test_the_local_models_reasoning_reaches_the_stream_apart_from_the_reply(
+    bedrock, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN a turn asking the local model to reason in three words first
+    current = start_turn(chat_table, "/think 3 hello")
+    # WHEN the proxy generates it, reading Bedrock's real event stream
+    result = generate(current, bedrock, kinesis, stream_name, chat_table)
+    # THEN the reasoning is in reasoning records before the reply, the reply is exact, and usage is the model's
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert reasoning_text(records) == "r1 r2 r3"
+    assert assistant_text(records) == "You said: hello"
+    kinds = [r.type for r in records if r.type in (RecordType.REASONING, RecordType.DELTA)]
+    assert kinds == sorted(kinds, key=lambda kind: kind is RecordType.DELTA) and RecordType.REASONING in kinds
+    assert records[-1].usage is not None and records[-1].usage.output_tokens == 6
+    assert result.reasoning_deltas == 3

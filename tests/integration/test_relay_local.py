@@ -12,7 +12,7 @@ from httpx_sse import EventSource
 
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import ChatTable
-from chatstream_client.api import ChatClient, TurnResult
+from chatstream_client.api import ChatClient, TurnResult, ids_in_order
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.lambda_.invocation import FunctionError
 from tests.builders import turn_records
@@ -57,7 +57,11 @@ def stream_ended(log: list[tuple[str, str]], session_id: str) -> dict | None:
     return None
 
 
-def read_events(response: httpx.Response, stop_after_tokens: int | None = None) -> list[tuple[str, str, dict]]:
+def read_events(
+    response: httpx.Response, stop_after_tokens: int | None = None, *, inside_a_record: bool = False
+) -> list[tuple[str, str, dict]]:
+    """The stream's events, up to ``stop_after_tokens`` token events (and then, with ``inside_a_record``, up to
+    the first piece whose id is ``<seq>.<offset>``)."""
     events = []
     tokens = 0
     for event in EventSource(response).iter_sse():
@@ -65,43 +69,69 @@ def read_events(response: httpx.Response, stop_after_tokens: int | None = None) 
             continue  # a `retry:` field alone
         events.append((event.event, event.id, json.loads(event.data) if event.data else {}))
         tokens += event.event == "token"
-        if stop_after_tokens is not None and tokens >= stop_after_tokens:
+        if stop_after_tokens is not None and tokens >= stop_after_tokens and (not inside_a_record or "." in event.id):
             break
     return events
 
 
-def start_turn_and_read(url: str, message: str, tokens: int) -> tuple[dict, list[tuple[str, str, dict]]]:
-    """POST /chat, read ``tokens`` token events, then drop the connection."""
+def start_turn_and_read(
+    url: str, message: str, tokens: int, *, inside_a_record: bool = False
+) -> tuple[dict, list[tuple[str, str, dict]]]:
+    """POST /chat, read ``tokens`` token events (then up to a piece inside a record), then drop the connection."""
     with httpx.stream("POST", f"{url}/chat", json={"message": message}, timeout=30) as response:
         assert response.status_code == 200
-        events = read_events(response, stop_after_tokens=tokens)
+        events = read_events(response, stop_after_tokens=tokens, inside_a_record=inside_a_record)
     meta = next(data for name, _, data in events if name == "meta")
     return meta, events
 
 
-def text_and_ids(events: list[tuple[str, str, dict]]) -> tuple[str, list[int]]:
-    tokens = [(int(event_id), data["text"]) for name, event_id, data in events if name == "token"]
-    return "".join(text for _, text in tokens), [seq for seq, _ in tokens]
+def text_and_ids(events: list[tuple[str, str, dict]]) -> tuple[str, list[str]]:
+    tokens = [(event_id, data["text"]) for name, event_id, data in events if name == "token"]
+    return "".join(text for _, text in tokens), [event_id for event_id, _ in tokens]
 
 
 def test_disconnect_is_not_cancel_and_resume_has_no_duplicate_or_gap(slow_stack: LocalStack) -> None:
-    # GIVEN a client that drops the connection after 3 tokens
-    meta, events = start_turn_and_read(slow_stack.url, LONG, tokens=3)
+    # GIVEN a client that drops the connection after 3 tokens, inside a record (after a piece <seq>.<offset>)
+    meta, events = start_turn_and_read(slow_stack.url, LONG, tokens=3, inside_a_record=True)
     seen_text, seen_ids = text_and_ids(events)
     last = seen_ids[-1]
+    assert "." in last
     # WHEN it resumes with Last-Event-ID, and another with ?after=
     with httpx.stream(
-        "GET", f"{slow_stack.url}{meta['events_url']}", headers={"Last-Event-ID": str(last)}, timeout=30
+        "GET", f"{slow_stack.url}{meta['events_url']}", headers={"Last-Event-ID": last}, timeout=30
     ) as response:
         resumed = read_events(response)
     with httpx.stream("GET", f"{slow_stack.url}{meta['events_url']}?after={last}", timeout=30) as response:
         after = read_events(response)
-    # THEN the generation went on, and each resume continues exactly after the last id
+    # THEN the generation went on, and each resume continues exactly after the last id: the rest of its record,
+    # then the later ones, no piece twice and none missing
     for rest in (resumed, after):
         text, ids = text_and_ids(rest)
         assert seen_text + text == plan_reply(LONG).text
-        assert seen_ids + ids == list(range(1, len(seen_ids + ids) + 1))
+        assert ids_in_order(seen_ids + ids)
         assert rest[-1][0] == "done" and rest[-1][2]["stop_reason"] == StopReason.END_TURN
+
+
+def test_every_piece_id_of_a_finished_turn_resumes_exactly(slow_stack: LocalStack) -> None:
+    # GIVEN a finished turn, read whole with pacing (word-sized pieces) and with ?pace=0 (one event a record)
+    with ChatClient(slow_stack.url) as client:
+        first = client.chat("/long 40")
+    assert first.done is not None and ids_in_order(first.ids)
+    with httpx.stream("GET", f"{slow_stack.url}{first.events_url}?pace=0", timeout=30) as response:
+        whole_text, whole_ids = text_and_ids(read_events(response))
+    assert whole_text == first.text and all("." not in i for i in whole_ids) and len(whole_ids) < len(first.ids)
+    pieces = [i for i in first.ids if "." in i]
+    assert pieces
+    for index, piece in enumerate(first.ids):
+        if "." not in piece and index % 5:
+            continue
+        # WHEN a client resumes from a piece's id (and from some records' ids), paced and not
+        for query in ("", "&pace=0"):
+            with httpx.stream("GET", f"{slow_stack.url}{first.events_url}?after={piece}{query}", timeout=30) as r:
+                text, ids = text_and_ids(read_events(r))
+            # THEN it gets exactly the text after it, and ids that carry on from it
+            assert text == "".join(first.chunks[index + 1 :]), (piece, query)
+            assert ids_in_order(first.ids[: index + 1] + ids), (piece, query)
 
 
 def test_a_client_that_disconnects_leaves_the_relay_following_to_the_end_of_the_turn(

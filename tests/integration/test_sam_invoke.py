@@ -155,6 +155,18 @@ def _relay_cancel(run: Invoked) -> None:
     assert run.json_body(409)["error"]["code"] == "turn_finished"
 
 
+def _relay_v1_chat_completion(run: Invoked) -> None:
+    completion = run.json_body(200)
+    assert completion["object"] == "chat.completion"
+    assert completion["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": SAMPLE_REPLY,
+        "refusal": None,
+        "annotations": [],
+    }
+    assert completion["choices"][0]["finish_reason"] == "stop"
+
+
 def _proxy_generate(run: Invoked) -> None:
     result = run.payload()
     assert (result["session_id"], result["turn"]) == (SAMPLE_SESSION, 1)
@@ -180,6 +192,7 @@ EXPECTED: dict[str, Callable[[Invoked], None]] = {
     "relay-events-after.json": _relay_events,
     "relay-history.json": _relay_history,
     "relay-cancel.json": _relay_cancel,
+    "relay-v1-chat-completions.json": _relay_v1_chat_completion,
     "proxy-generate.json": _proxy_generate,
     "consumer-turn.json": _batch_without_failures,
     "consumer-poison.json": _consumer_poison,

@@ -311,7 +311,7 @@ def result(
 ) -> ChaosResult:
     """A run of two chats (one exact, one killed generation) with the given changes to its added-up counts."""
     chats = [
-        ChatCounts(exact_streams=1, drops=1, resumes=2, http_retries=5),
+        ChatCounts(exact_streams=1, drops=1, resumes=2, mid_record_resumes=1, http_retries=5),
         ChatCounts(killed_generations=1, relay_retries=3),
     ]
     faults = {"kinesis_throttle": 88, "dynamodb_read_throttle": 197} if faults is None else faults
@@ -329,7 +329,8 @@ def result(
 def test_the_line_says_every_count_in_its_order() -> None:
     assert result().line() == (
         "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 failed_chats=0 exact_streams=1/1 "
-        "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 relay_retries=3 http_retries=5 "
+        "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 mid_record_resumes=1 relay_retries=3 "
+        "http_retries=5 "
         "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 "
         "faults=dynamodb_read_throttle:197,kinesis_throttle:88"
     )

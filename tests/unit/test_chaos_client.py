@@ -136,3 +136,19 @@ def test_a_drop_counts_only_when_it_happened(drop_after: int, drops: int) -> Non
     # THEN the drop counts when the client dropped, not because the plan said it would
     assert seen.drops == drops
     assert seen.done == DONE[2]
+
+
+def test_a_drop_inside_a_record_resumes_from_the_pieces_id() -> None:
+    # GIVEN a chat planned to drop after two tokens, whose first stream paces record 1 (" w1 w2") in two pieces
+    plan = ChatPlan(index=0, message="/long 3", drop_after=2)
+    first = sse(
+        META, ("token", "1", {"text": " w0"}), ("token", "2.3", {"text": " w1"}), ("token", "2", {"text": " w2"})
+    )
+    run, requests = chat([first, sse(("token", "2", {"text": " w2"}), token(3), DONE)], plan)
+
+    seen = run()
+
+    # THEN it resumed from the piece's id, counted as a resume inside a record, and saw each piece once
+    assert [request.headers.get("last-event-id") for request in requests] == [None, "2.3"]
+    assert (seen.drops, seen.resumes, seen.mid_record_resumes) == (1, 1, 1)
+    assert (seen.text, seen.last_id) == (" w0 w1 w2 w3", "3")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chatstream.coalescer import Coalescer, Step, WriterAction
+from chatstream.records import RecordType
 
 
 def coalescer(interval_s: float = 0.3, max_chars: int = 10, cancel_s: float = 0.5, **kw: int) -> Coalescer:
@@ -81,3 +82,36 @@ def test_a_wait_is_never_zero() -> None:
     c.next_step(0.0)
     c.append("b")
     assert c.next_step(0.2999999).wait_s == 0.001
+
+
+def test_a_change_of_kind_flushes_so_a_record_holds_one_kind() -> None:
+    c = coalescer(max_chars=100)
+    c.cancel_checked(0.0)
+    # GIVEN reasoning deltas, the first written at once
+    assert c.append("r1", RecordType.REASONING) is True
+    assert c.next_step(0.0) == Step(WriterAction.WRITE_DELTA, "r1", kind=RecordType.REASONING)
+    assert c.append(" r2", RecordType.REASONING) is True  # a flush deadline to set
+    assert c.append(" r3", RecordType.REASONING) is False
+    # WHEN the reply's first delta arrives before the interval THEN the writer is woken and writes the reasoning
+    # alone, at once
+    assert c.append("You", RecordType.DELTA) is True
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, " r2 r3", kind=RecordType.REASONING)
+    # THEN the reply's deltas wait for the interval as usual, and a later kind switch flushes them likewise
+    assert c.next_step(0.02).action is None
+    c.append(" said", RecordType.DELTA)
+    c.append(" hmm", RecordType.REASONING)
+    assert c.next_step(0.03) == Step(WriterAction.WRITE_DELTA, "You said")
+    c.end()
+    assert c.next_step(0.04) == Step(WriterAction.WRITE_DELTA, " hmm", kind=RecordType.REASONING)
+    assert c.next_step(0.04) == Step(WriterAction.END)
+
+
+def test_a_full_buffer_never_takes_the_next_kind_along() -> None:
+    c = coalescer(max_chars=4)
+    c.append("ab", RecordType.REASONING)
+    c.next_step(0.0)
+    for text, kind in [("cd", RecordType.REASONING), ("ef", RecordType.DELTA), ("gh", RecordType.DELTA)]:
+        c.append(text, kind)
+    # THEN each record is one kind, in order, though all would fit in flush_max_chars
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "cd", kind=RecordType.REASONING)
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "efgh")

@@ -27,6 +27,46 @@ def _body(*turns: str, system: str | None = None, max_tokens: int | None = None)
     return json.dumps(body).encode()
 
 
+# --- /think -----------------------------------------------------------------------------------
+
+
+def test_think_reasons_in_n_words_then_gives_exactly_the_reply_to_the_rest() -> None:
+    # WHEN the model plans "/think 3 hello"
+    reply = plan_reply("/think 3 hello")
+    # THEN it reasons in three words, signed, then says what it says to "hello"
+    assert reply.reasoning == ("r1", " r2", " r3") and reply.signed
+    assert reply.deltas == plan_reply("hello").deltas and reply.text == "You said: hello"
+    assert reply.stop_reason == "end_turn"
+    # THEN the rest may be a command, and keeps its own whitespace
+    assert plan_reply("/think 1 /long 4").deltas == plan_reply("/long 4").deltas
+    assert plan_reply("/think 2  two\nlines ").text == "You said: two\nlines "
+    assert plan_reply("/think 2 /error-after 1").ending == "model_stream_error"
+
+
+def test_max_tokens_counts_reasoning_first() -> None:
+    # THEN a budget inside the reasoning cuts it (unsigned) and leaves no reply; a larger one cuts the reply
+    cut = plan_reply("/think 5 hello", max_tokens=2)
+    assert (cut.reasoning, cut.deltas, cut.stop_reason, cut.signed) == (("r1", " r2"), (), "max_tokens", False)
+    later = plan_reply("/think 2 a b c", max_tokens=4)
+    assert (later.reasoning_text, later.text, later.stop_reason) == ("r1 r2", "You said:", "max_tokens")
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("/think", "/think takes"),
+        ("/think 3", "/think takes"),
+        ("/think x hello", "/think takes"),
+        ("/think 0 hello", "between 1 and"),
+        ("/think 100001 hello", "between 1 and"),
+        ("/think 2 /think 2 hi", "not itself /think"),
+    ],
+)
+def test_a_malformed_think_is_a_validation_error(message: str, reason: str) -> None:
+    with pytest.raises(InvalidRequest, match=reason):
+        plan_reply(message)
+
+
 # --- ordinary messages -------------------------------------------------------------------------
 
 
@@ -50,7 +90,11 @@ def test_whitespace_runs_newlines_and_trailing_space_survive_exactly() -> None:
     assert reply.deltas == ("You", " said:", "   two", "  spaces", "\nnew", " line", "\tand", " tab  \n")
 
 
-@given(st.text(min_size=1).filter(lambda s: s.strip() and s.split()[0] not in ("/long", "/error-after", "/throttle")))
+@given(
+    st.text(min_size=1).filter(
+        lambda s: s.strip() and s.split()[0] not in ("/long", "/error-after", "/throttle", "/think")
+    )
+)
 def test_any_ordinary_message_round_trips_through_its_deltas(message: str) -> None:
     # GIVEN any message that is not a command
     # WHEN the model plans its reply
@@ -310,3 +354,42 @@ def test_a_corrupted_frame_fails_botocores_crc_check() -> None:
     # THEN the message CRC does not match (so the encoder's CRCs are really being checked)
     with pytest.raises(ChecksumMismatch):
         list(buffer)
+
+
+# --- what the request carries: history, system prompt, stop sequences -------------------------
+
+
+def test_history_spells_every_message_the_model_was_sent() -> None:
+    # GIVEN a request with two earlier messages and a system prompt
+    request = parse_request("m", _body("hi", "hello", "/history", system="be brief"))
+    # WHEN the model answers /history THEN it lists the messages in order, the last included
+    reply = plan_reply(request.user_text, system=request.system, messages=request.messages)
+    assert reply.text == "3 messages: user: hi | assistant: hello | user: /history"
+    assert reply.stop_reason == "end_turn"
+
+
+def test_system_echoes_the_system_prompt() -> None:
+    request = parse_request("m", _body("/system", system="Answer in French."))
+    assert plan_reply(request.user_text, system=request.system).text == "System: Answer in French."
+    assert plan_reply("/system").text == "System: none"
+
+
+def test_a_stop_sequence_cuts_the_reply_before_it_and_max_tokens_applies_after() -> None:
+    body = json.loads(_body("/long 10"))
+    body["inferenceConfig"] = {"stopSequences": [" w5", "absent"]}
+    request = parse_request("m", json.dumps(body).encode())
+    assert request.stop_sequences == (" w5", "absent")
+    stopped = plan_reply(request.user_text, stop=request.stop_sequences)
+    assert stopped.text == "w1 w2 w3 w4" and stopped.stop_reason == "stop_sequence"
+    cut = plan_reply("/long 10", 2, stop=[" w5"])
+    assert cut.text == "w1 w2" and cut.stop_reason == "max_tokens"
+    # AND a stop sequence that never occurs changes nothing
+    assert plan_reply("/long 3", stop=["zzz"]) == plan_reply("/long 3")
+
+
+@pytest.mark.parametrize("stop", [["a"] * 5, [""], "w1", [1]])
+def test_stop_sequences_bedrock_would_refuse_are_a_validation_error(stop: object) -> None:
+    body = json.loads(_body("hi"))
+    body["inferenceConfig"] = {"stopSequences": stop}
+    with pytest.raises(InvalidRequest, match="stopSequences"):
+        parse_request("m", json.dumps(body).encode())

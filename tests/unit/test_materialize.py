@@ -296,7 +296,7 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
     # GIVEN completing the turn item is throttled
     session_id, turn = new_turn(chat_table)
 
-    def throttled_complete(record: TokenRecord, assistant: str) -> None:
+    def throttled_complete(record: TokenRecord, assistant: str, *, reasoning: str = "") -> None:
         raise Throttled("DynamoDB ThrottlingException")
 
     monkeypatch.setattr(chat_table, "complete_turn", throttled_complete)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatstream.errors import InvalidRecord
-from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 from tests.builders import turn_records
 
@@ -47,7 +47,10 @@ def _valid() -> dict[str, object]:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ({"v": 2}, "schema version"),
+        ({"v": 3}, "schema version"),
+        ({"v": 1, "type": "reasoning"}, "schema version 2"),
+        ({"v": 2, "type": "reasoning", "text": ""}, "non-empty"),
+        ({"v": 2, "type": "reasoning", "text": None, "stop_reason": StopReason.END_TURN}, "carries"),
         ({"v": True}, "schema version"),
         ({"type": "token"}, "record type"),
         ({"session_id": ""}, "session_id"),
@@ -137,3 +140,38 @@ def test_the_assistant_text_is_the_delta_texts_in_seq_order() -> None:
     # THEN the text is the deltas' texts by seq, whatever else is among them
     assert assistant_text(shuffled) == "Hello there"
     assert assistant_text(records[:2]) == "Hel" and assistant_text([]) == ""
+
+
+def test_a_reasoning_record_is_schema_version_2_and_the_others_stay_version_1() -> None:
+    # GIVEN a turn with reasoning before its reply
+    records = turn_records(SESSION, 1, ["You", " said"], reasoning=["r1", " r2"])
+    # WHEN each record is encoded and decoded
+    versions = [json.loads(record.encode())["v"] for record in records]
+    # THEN only the reasoning records need version 2 (a turn without reasoning is what version 1 wrote), and every
+    # record round-trips
+    assert versions == [1, 2, 2, 1, 1, 1]
+    assert [TokenRecord.decode(record.encode()) for record in records] == records
+    assert records[1].type is RecordType.REASONING
+
+
+def test_a_version_1_record_from_an_older_writer_still_reads() -> None:
+    # GIVEN a delta record exactly as the version 1 writer encoded it
+    raw = b'{"v":1,"session_id":"' + SESSION.encode() + b'","turn":1,"seq":1,"type":"delta","ts":5,"text":"x"}'
+    # WHEN this version decodes it THEN it is the same delta, and re-encodes to the same bytes
+    record = TokenRecord.decode(raw)
+    assert record == TokenRecord.delta(SESSION, 1, 1, "x", 5)
+    assert record.encode() == raw
+
+
+def test_reasoning_and_reply_are_spelled_apart() -> None:
+    # GIVEN reasoning, a reply, and more reasoning between the reply's words, shuffled
+    records = [
+        TokenRecord.reasoning(SESSION, 1, 1, "think", 1),
+        TokenRecord.delta(SESSION, 1, 2, "Hel", 2),
+        TokenRecord.reasoning(SESSION, 1, 3, " more", 3),
+        TokenRecord.delta(SESSION, 1, 4, "lo", 4),
+    ]
+    shuffled = [records[3], records[0], records[2], records[1]]
+    # THEN the reply holds only the deltas, the reasoning only the reasoning, each in seq order
+    assert assistant_text(shuffled) == "Hello"
+    assert reasoning_text(shuffled) == "think more"

@@ -40,7 +40,7 @@ def test_start_turn_allocates_consecutive_turns_one_at_a_time(chat_table: ChatTa
     # WHEN the first turn ends THEN the next turn is 2
     records = turn_records(session_id, 1, ["Hi", " there"])
     chat_table.put_records(records)
-    chat_table.complete_turn(records[-1], chat_table.assemble_text(session_id, 1))
+    chat_table.complete_turn(records[-1], chat_table.assemble_texts(session_id, 1)[0])
     assert chat_table.start_turn(session_id, OWNER, "next") == 2
 
 
@@ -93,7 +93,7 @@ def test_records_are_idempotent_and_queried_in_seq_order(chat_table: ChatTable) 
     # THEN each record is stored once, in seq order, and the text assembles exactly
     assert [r.seq for r in chat_table.query_records(session_id, 1)] == [0, 1, 2, 3, 4]
     assert [r.seq for r in chat_table.query_records(session_id, 1, after_seq=2)] == [3, 4]
-    assert chat_table.assemble_text(session_id, 1) == "abc"
+    assert chat_table.assemble_texts(session_id, 1) == ("abc", "")
 
 
 def test_more_than_one_batch_of_records(chat_table: ChatTable) -> None:

@@ -40,6 +40,7 @@ IDLE_RECONNECT_S = "IDLE_RECONNECT_S"
 AUTH_TYPE = "AUTH_TYPE"
 MAX_TURNS_PER_SESSION = "MAX_TURNS_PER_SESSION"
 STALE_TURN_S = "STALE_TURN_S"
+PACE_TEXT = "PACE_TEXT"
 
 
 # botocore's client settings for every function: standard retry mode (transport errors, throttling), 3 attempts.
@@ -74,6 +75,14 @@ class _Env:
         if not minimum <= value <= maximum:
             raise ConfigError(f"environment variable {name} must be between {minimum} and {maximum}, got {value}")
         return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self._environ.get(name, "").strip().lower()
+        if not raw:
+            return default
+        if raw not in ("true", "false"):
+            raise ConfigError(f"environment variable {name} must be true or false, got {raw!r}")
+        return raw == "true"
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,8 @@ class RelayConfig:
     auth_type: str
     max_turns_per_session: int
     stale_turn_s: int
+    pace_text: bool  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
+    model_id: str = ""  # what /v1 serves (GET /v1/models); empty: no model
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RelayConfig:
@@ -161,4 +172,6 @@ class RelayConfig:
             auth_type=auth_type,
             max_turns_per_session=env.integer(MAX_TURNS_PER_SESSION, 1000, minimum=1, maximum=999_999),
             stale_turn_s=env.integer(STALE_TURN_S, 960, minimum=1, maximum=86_400),
+            pace_text=env.boolean(PACE_TEXT, True),
+            model_id=env.optional(MODEL_ID, "").strip(),
         )

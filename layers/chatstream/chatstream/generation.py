@@ -13,6 +13,11 @@ comes first, then exactly one ``stop`` or ``error``. Only one record is in fligh
 reach the shard strictly in ``seq`` order and a slow Kinesis makes records larger instead of reordering
 them. Between flushes, at most every ``cancel_check_interval_ms``, the writer reads the turn's cancel
 flag; when it is set the Bedrock stream is closed and the turn ends with ``stop_reason: "cancelled"``.
+
+Reasoning (``contentBlockDelta.delta.reasoningContent``): its ``text`` deltas become ``reasoning`` records,
+coalesced like the reply's deltas but never in the same record. Its ``signature`` and ``redactedContent``
+deltas are counted and dropped: they matter only to a request that sends the reasoning block back to the
+model, which :func:`build_messages` never does (see its docstring), and redacted reasoning is never text.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError,
 from chatstream.backoff import Backoff
 from chatstream.coalescer import Coalescer, Step, WriterAction
 from chatstream.errors import TurnNotFound
-from chatstream.records import ErrorInfo, TokenRecord, Usage, assistant_text
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 
 if TYPE_CHECKING:
@@ -102,7 +107,9 @@ class GenerationResult:
     """What happened, for logs and metrics."""
 
     terminal: TokenRecord
-    deltas: int = 0
+    deltas: int = 0  # text and reasoning deltas
+    reasoning_deltas: int = 0
+    redacted_reasoning: int = 0  # redactedContent deltas (dropped)
     records_written: int = 0
     put_calls: int = 0
     throttle_retries: int = 0
@@ -140,17 +147,32 @@ def turn_to_generate(table: ChatTable, request: GenerateRequest) -> Turn:
 
 
 def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
-    """The Converse ``messages``: earlier turns that produced text, then the turn's user message."""
+    """The Converse ``messages``: earlier turns that produced text, then the turn's user message; each turn preceded by
+    the history the client sent with it (``TurnOptions.history``).
+
+    An earlier turn's reasoning is not sent back, only its reply. Bedrock requires a signed reasoning block
+    (``reasoningContent.reasoningText`` with its ``signature``, or ``redactedContent``) to come back unchanged
+    only within one tool-use cycle (the assistant message that asked for a tool, answered by the next user
+    message); this product uses no tools, so each turn ends with a plain reply, and Claude's extended thinking
+    ignores the thinking blocks of earlier turns anyway (Bedrock's "Extended thinking" guide). Leaving them out
+    keeps the prompt, and its input tokens, the same as without reasoning.
+    """
     messages: list[dict[str, Any]] = []
     earlier = table.list_turns(current.session_id) if current.turn > 1 else []  # turn 1 has no history
     for turn in earlier:
         if turn.turn >= current.turn:
             break
         if turn.status in _REPLAYED_STATUSES and turn.assistant:
+            messages += _sent_history(turn)
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
+    messages += _sent_history(current)
     messages.append({"role": "user", "content": [{"text": current.user}]})
     return messages
+
+
+def _sent_history(turn: Turn) -> list[dict[str, Any]]:
+    return [{"role": message.role, "content": [{"text": message.text}]} for message in turn.options.history]
 
 
 def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
@@ -162,6 +184,8 @@ def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
 @dataclass
 class _Outcome:
     deltas: int = 0
+    reasoning_deltas: int = 0
+    redacted_reasoning: int = 0
     stop_reason: StopReason | None = None
     usage: dict[str, int] = field(default_factory=dict)
     failure: ErrorInfo | None = None
@@ -221,6 +245,8 @@ class Generation:
         return GenerationResult(
             terminal=self._result_terminal,
             deltas=outcome.deltas,
+            reasoning_deltas=outcome.reasoning_deltas,
+            redacted_reasoning=outcome.redacted_reasoning,
             records_written=self._records_written,
             put_calls=self.writer.put_calls,
             throttle_retries=self.writer.throttle_retries,
@@ -256,14 +282,28 @@ class Generation:
 
     def _on_event(self, event: Mapping[str, Any], outcome: _Outcome) -> None:
         if "contentBlockDelta" in event:
-            text = event["contentBlockDelta"].get("delta", {}).get("text")
+            delta = event["contentBlockDelta"].get("delta", {})
+            text = delta.get("text")
             if text:
                 outcome.deltas += 1
-                self._append(text)
+                self._append(text, RecordType.DELTA)
+            reasoning = delta.get("reasoningContent")
+            if isinstance(reasoning, Mapping):
+                self._on_reasoning(reasoning, outcome)
         elif "messageStop" in event:
             outcome.stop_reason = stop_reason_of(event["messageStop"])
         elif "metadata" in event:
             outcome.usage = _usage(event["metadata"])
+
+    def _on_reasoning(self, reasoning: Mapping[str, Any], outcome: _Outcome) -> None:
+        """A ``reasoningContent`` delta: its text is kept; a signature or redacted content is only counted."""
+        text = reasoning.get("text")
+        if isinstance(text, str) and text:
+            outcome.deltas += 1
+            outcome.reasoning_deltas += 1
+            self._append(text, RecordType.REASONING)
+        if reasoning.get("redactedContent") is not None:
+            outcome.redacted_reasoning += 1
 
     def _terminal_factory(self, outcome: _Outcome) -> Callable[[int], TokenRecord]:
         """The turn's terminal record, given the seq it gets once everything before it is written."""
@@ -282,20 +322,26 @@ class Generation:
     def _converse_params(self) -> dict[str, Any]:
         settings = self.settings
         params: dict[str, Any] = {"modelId": settings.model_id, "messages": build_messages(self.table, self.turn)}
-        if settings.system_prompt:
-            params["system"] = [{"text": settings.system_prompt}]
+        options = self.turn.options
+        system = [text for text in (settings.system_prompt, options.system) if text]
+        if system:
+            params["system"] = [{"text": text} for text in system]
         inference: dict[str, Any] = {}
         if self.turn.max_tokens is not None:
             inference["maxTokens"] = self.turn.max_tokens
         if self.turn.temperature is not None:
             inference["temperature"] = self.turn.temperature
+        if options.top_p is not None:
+            inference["topP"] = options.top_p
+        if options.stop:
+            inference["stopSequences"] = list(options.stop)
         if inference:
             params["inferenceConfig"] = inference
         return params
 
-    def _append(self, text: str) -> None:
+    def _append(self, text: str, kind: RecordType) -> None:
         with self._cond:
-            if self._coalescer.append(text):
+            if self._coalescer.append(text, kind):
                 self._cond.notify_all()
 
     # ------------------------------------------------------------------------------ writer
@@ -311,7 +357,7 @@ class Generation:
                     self._write(opening)  # alone, and first: see _open_turn
                     opening = None
                 if step.action is WriterAction.WRITE_DELTA:
-                    self._write_delta(step.text)
+                    self._write_delta(step.text, step.kind)
                 elif step.action is WriterAction.CHECK_CANCEL:
                     self._check_cancel()
                 else:
@@ -356,8 +402,9 @@ class Generation:
                     return step
                 self._cond.wait(timeout=step.wait_s)
 
-    def _write_delta(self, text: str) -> None:
-        record = TokenRecord.delta(self.turn.session_id, self.turn.turn, self._next_seq, text, self.now_ms())
+    def _write_delta(self, text: str, kind: RecordType) -> None:
+        make = TokenRecord.reasoning if kind is RecordType.REASONING else TokenRecord.delta
+        record = make(self.turn.session_id, self.turn.turn, self._next_seq, text, self.now_ms())
         self._write(record)
         self._written_deltas.append(record)
         if self._first_delta_at is None:
@@ -386,7 +433,9 @@ class Generation:
         self._result_terminal = record
         for attempt in range(self.settings.table_attempts):
             try:
-                self.table.complete_turn(record, assistant_text(self._written_deltas))
+                self.table.complete_turn(
+                    record, assistant_text(self._written_deltas), reasoning=reasoning_text(self._written_deltas)
+                )
                 self.table.put_records([record])
                 return True
             except Exception:  # retried below; the relay's timeouts are the last resort

@@ -17,10 +17,10 @@ Guarantees, per batch:
   reported as failed and nothing later of that key is written; the event source mapping retries
   from the lowest failed sequence number. Other partition keys go on.
 - **Turn completion order.** On a turn's terminal record: every earlier record of the turn in the
-  batch is written first, then the turn item is completed (status, stop reason, usage, error and
-  the assistant text assembled from the table), and only then is the terminal token item itself
-  written. A reader that sees the terminal item can rely on the turn being complete and the
-  session being free for its next turn.
+  batch is written first, then the turn item is completed (status, stop reason, usage, error, and
+  the assistant text and apart from it the reasoning text, both assembled from the table), and only
+  then is the terminal token item itself written. A reader that sees the terminal item can rely on
+  the turn being complete and the session being free for its next turn.
 - **Poison records** (undecodable, or not a valid token record) go to the DLQ with their payload,
   the reason and their stream coordinates, and count as processed: one bad record never blocks
   a shard. If the DLQ cannot take it, it fails like a write (transient).
@@ -43,7 +43,7 @@ from botocore.exceptions import BotoCoreError
 
 from chatstream.dlq import PoisonRecord
 from chatstream.errors import DeadLetterError, InvalidRecord, RecordNotMaterialized, Throttled
-from chatstream.records import TokenRecord, assistant_text
+from chatstream.records import TokenRecord, assistant_text, reasoning_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -233,8 +233,8 @@ class Materializer:
     def _complete(self, entry: _Entry, outcome: BatchOutcome) -> None:
         terminal = entry.token
         assert terminal is not None
-        text, missing = self._assemble(terminal)
-        self.table.complete_turn(terminal, text)
+        text, reasoning, missing = self._assemble(terminal)
+        self.table.complete_turn(terminal, text, reasoning=reasoning)
         self.table.put_records([terminal])
         outcome.written += 1
         outcome.turns_completed += 1
@@ -248,8 +248,9 @@ class Materializer:
                 missing[0],
             )
 
-    def _assemble(self, terminal: TokenRecord) -> tuple[str, list[int]]:
-        """The turn's assistant text from the table, and the seqs before the terminal that are missing."""
+    def _assemble(self, terminal: TokenRecord) -> tuple[str, str, list[int]]:
+        """The turn's assistant text and reasoning text from the table, and the seqs before the terminal that
+        are missing."""
         stored = [
             record
             for record in self.table.query_records(terminal.session_id, terminal.turn)
@@ -257,7 +258,7 @@ class Materializer:
         ]
         present = {record.seq for record in stored}
         missing = [seq for seq in range(terminal.seq) if seq not in present]
-        return assistant_text(stored), missing
+        return assistant_text(stored), reasoning_text(stored), missing
 
     def _reconcile_steps(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:
         """Re-complete finished turns that this group wrote records of without their terminal."""
@@ -280,8 +281,8 @@ class Materializer:
         terminal = next((record for record in reversed(stored) if record.is_terminal), None)
         if terminal is None:
             return
-        text, _missing = self._assemble(terminal)
-        self.table.complete_turn(terminal, text)
+        text, reasoning, _missing = self._assemble(terminal)
+        self.table.complete_turn(terminal, text, reasoning=reasoning)
         outcome.turns_reconciled += 1
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import InvalidEvent
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import ErrorInfo, TokenRecord, assistant_text
+from chatstream.records import ErrorInfo, TokenRecord, assistant_text, reasoning_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -84,8 +84,8 @@ def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Calla
     records = table.query_records(request.session_id, request.turn)
     if any(record.is_terminal for record in records):
         return False  # the terminal record is in; the consumer completes the turn
-    text = assistant_text(records)
+    text, reasoning = assistant_text(records), reasoning_text(records)
     next_seq = max((record.seq for record in records), default=0) + 1
     terminal = TokenRecord.failure(request.session_id, request.turn, next_seq, failed.error(), now_ms())
-    table.complete_turn(terminal, text)
+    table.complete_turn(terminal, text, reasoning=reasoning)
     return True

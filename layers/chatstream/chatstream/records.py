@@ -1,10 +1,18 @@
 """The token record: one JSON object per Kinesis record, the contract on the stream.
 
-Fields (ARCHITECTURE.md): ``v`` (schema version, 1), ``session_id``, ``turn`` (from 1),
-``seq`` (from 0, contiguous within a turn), ``type`` (start, delta, stop, error), ``text``
-(delta), ``stop_reason`` (a :class:`~chatstream.status.StopReason`) and ``usage`` (stop), ``error``
+Fields (ARCHITECTURE.md): ``v`` (schema version), ``session_id``, ``turn`` (from 1),
+``seq`` (from 0, contiguous within a turn), ``type`` (start, delta, reasoning, stop, error), ``text``
+(delta, reasoning), ``stop_reason`` (a :class:`~chatstream.status.StopReason`) and ``usage`` (stop), ``error``
 (error) and ``ts`` (producer time, epoch milliseconds). Readers order and de-duplicate by
-``(session_id, turn, seq)``; :func:`assistant_text` is the reply a turn's records spell.
+``(session_id, turn, seq)``; :func:`assistant_text` is the reply a turn's records spell, and
+:func:`reasoning_text` the reasoning the model showed before (or between) its words.
+
+Schema versions: ``v`` is the lowest version a reader must know to read the record. Version 1 has start, delta,
+stop and error; version 2 adds ``reasoning`` (the model's reasoning text, never part of the reply). A record
+that version 1 can carry is written as ``v: 1``, so a turn without reasoning is byte for byte what it was; only
+reasoning records are ``v: 2``. A reader that knows only version 1 rejects them (``unsupported schema version``:
+the consumer sends them to its DLQ, from where a redrive after the upgrade writes them), and so never takes
+reasoning for the reply, which a field added to version 1 would have let it do.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from chatstream.status import StopReason, TurnStatus
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest version this module reads and writes
+SCHEMA_VERSIONS = frozenset({1, 2})
 MAX_TURN = 999_999
 MAX_SEQ = 99_999_999
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -30,6 +39,7 @@ SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 class RecordType(StrEnum):
     START = "start"
     DELTA = "delta"
+    REASONING = "reasoning"  # schema version 2
     STOP = "stop"
     ERROR = "error"
 
@@ -110,12 +120,17 @@ class TokenRecord:
         raise ValueError(f"a {self.type.value} record does not end a turn")
 
     @property
+    def version(self) -> int:
+        """The lowest schema version that can carry this record (what ``v`` says on the wire)."""
+        return 2 if self.type is RecordType.REASONING else 1
+
+    @property
     def key(self) -> tuple[str, int, int]:
         return (self.session_id, self.turn, self.seq)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "v": SCHEMA_VERSION,
+            "v": self.version,
             "session_id": self.session_id,
             "turn": self.turn,
             "seq": self.seq,
@@ -148,12 +163,15 @@ class TokenRecord:
     def from_dict(cls, raw: object) -> TokenRecord:
         if not isinstance(raw, dict):
             raise InvalidRecord("a token record must be a JSON object")
-        if raw.get("v") != SCHEMA_VERSION or isinstance(raw.get("v"), bool):
-            raise InvalidRecord(f"unsupported schema version {raw.get('v')!r}")
+        version = raw.get("v")
+        if isinstance(version, bool) or not isinstance(version, int) or version not in SCHEMA_VERSIONS:
+            raise InvalidRecord(f"unsupported schema version {version!r}")
         try:
             kind = RecordType(str(raw.get("type")))
         except ValueError as err:
             raise InvalidRecord(f"unknown record type {raw.get('type')!r}") from err
+        if kind is RecordType.REASONING and version < 2:
+            raise InvalidRecord(f"a reasoning record needs schema version 2, got {version!r}")
         usage = raw.get("usage")
         error = raw.get("error")
         text = raw.get("text")
@@ -170,7 +188,7 @@ class TokenRecord:
             error=None if error is None else ErrorInfo.from_dict(error),
         )
 
-    # Constructors for the four kinds, so producers never assemble invalid combinations.
+    # Constructors for the five kinds, so producers never assemble invalid combinations.
     @classmethod
     def start(cls, session_id: str, turn: int, ts: int) -> TokenRecord:
         return cls(session_id, turn, 0, RecordType.START, ts)
@@ -178,6 +196,10 @@ class TokenRecord:
     @classmethod
     def delta(cls, session_id: str, turn: int, seq: int, text: str, ts: int) -> TokenRecord:
         return cls(session_id, turn, seq, RecordType.DELTA, ts, text=text)
+
+    @classmethod
+    def reasoning(cls, session_id: str, turn: int, seq: int, text: str, ts: int) -> TokenRecord:
+        return cls(session_id, turn, seq, RecordType.REASONING, ts, text=text)
 
     @classmethod
     def stop(cls, session_id: str, turn: int, seq: int, stop_reason: StopReason, usage: Usage, ts: int) -> TokenRecord:
@@ -189,9 +211,18 @@ class TokenRecord:
 
 
 def assistant_text(records: Iterable[TokenRecord]) -> str:
-    """The reply a turn's records spell: the texts of its delta records, in ``seq`` order."""
-    deltas = sorted((record for record in records if record.type is RecordType.DELTA), key=lambda record: record.seq)
-    return "".join(record.text or "" for record in deltas)
+    """The reply a turn's records spell: the texts of its delta records, in ``seq`` order (no reasoning)."""
+    return _joined(records, RecordType.DELTA)
+
+
+def reasoning_text(records: Iterable[TokenRecord]) -> str:
+    """The reasoning a turn's records spell: the texts of its reasoning records, in ``seq`` order."""
+    return _joined(records, RecordType.REASONING)
+
+
+def _joined(records: Iterable[TokenRecord], kind: RecordType) -> str:
+    parts = sorted((record for record in records if record.type is kind), key=lambda record: record.seq)
+    return "".join(record.text or "" for record in parts)
 
 
 def validate_session_id(value: object) -> str:
@@ -217,6 +248,7 @@ def _validate(record: TokenRecord) -> None:
     expected = {
         RecordType.START: set(),
         RecordType.DELTA: {"text"},
+        RecordType.REASONING: {"text"},
         RecordType.STOP: {"stop_reason", "usage"},
         RecordType.ERROR: {"error"},
     }[record.type]
@@ -225,8 +257,8 @@ def _validate(record: TokenRecord) -> None:
         raise InvalidRecord(
             f"a {record.type.value} record carries {sorted(expected) or 'no payload'}, got {sorted(present)}"
         )
-    if record.type is RecordType.DELTA and not record.text:
-        raise InvalidRecord("a delta record carries non-empty text")
+    if record.type in (RecordType.DELTA, RecordType.REASONING) and not record.text:
+        raise InvalidRecord(f"a {record.type.value} record carries non-empty text")
 
 
 def _str(value: object, name: str) -> str:

@@ -8,8 +8,10 @@ item                        key (pk / sk)                   attributes
 session                     ``S#<session_id>`` / ``SESSION``  owner, turn_count, active_turn (while a
                                                             turn generates), active_since, created_at
 turn                        ``S#<id>`` / ``T#<turn:06d>``     user, status, cancel_requested, stop_reason,
-                                                            usage, error, assistant, max_tokens,
-                                                            temperature, created_at, updated_at
+                                                            usage, error, assistant, reasoning (when
+                                                            the model showed any), max_tokens,
+                                                            temperature, system, top_p, stop, history
+                                                            (``TurnOptions``), created_at, updated_at
 token record                ``S#<id>`` / ``R#<turn:06d>#<seq:08d>``  record (the record's JSON), ts
 ==========================  ==============================  =====================================
 
@@ -31,8 +33,9 @@ from botocore.exceptions import ClientError
 
 from chatstream.backoff import Backoff
 from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
-from chatstream.records import MAX_SEQ, TokenRecord, assistant_text
+from chatstream.records import MAX_SEQ, TokenRecord, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
+from chatstream.turn_options import TurnOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -89,10 +92,12 @@ class Turn:
     stop_reason: StopReason | None = None
     usage: Mapping[str, int] | None = None
     error: Mapping[str, Any] | None = None
-    assistant: str | None = None
+    assistant: str | None = None  # the reply only
+    reasoning: str | None = None  # the reasoning the model showed, apart from the reply
     max_tokens: int | None = None
     temperature: float | None = None
     created_at: int = 0
+    options: TurnOptions = field(default_factory=TurnOptions)
 
     @property
     def finished(self) -> bool:
@@ -159,6 +164,7 @@ class ChatTable:
         temperature: float | None = None,
         stale_after_ms: int | None = None,
         max_turns: int | None = None,
+        options: TurnOptions | None = None,
     ) -> int:
         """Allocate the session's next turn; one generating turn per session.
 
@@ -184,7 +190,7 @@ class ChatTable:
         values: dict[str, Any] = {":prev": session.turn_count, ":n": turn, ":now": now}
         if stale:
             values[":stale"] = session.active_turn
-        turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature)
+        turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature, options)
         try:
             self._call(
                 self.client.transact_write_items,
@@ -221,6 +227,7 @@ class ChatTable:
         max_tokens: int | None = None,
         temperature: float | None = None,
         session_id: str | None = None,
+        options: TurnOptions | None = None,
     ) -> str:
         """A new session with its turn 1 in progress, in one transaction (a new chat's fast path).
 
@@ -229,7 +236,7 @@ class ChatTable:
         session_id = session_id or new_session_id()
         now = self.now_ms()
         session = self._session_item(session_id, owner, now, active_turn=1)
-        turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature)
+        turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature, options)
         self._call(
             self.client.transact_write_items,
             TransactItems=[
@@ -259,7 +266,14 @@ class ChatTable:
         return item
 
     def _turn_item(
-        self, session_id: str, turn: int, message: str, now: int, max_tokens: int | None, temperature: float | None
+        self,
+        session_id: str,
+        turn: int,
+        message: str,
+        now: int,
+        max_tokens: int | None,
+        temperature: float | None,
+        options: TurnOptions | None = None,
     ) -> dict[str, Any]:
         item: dict[str, Any] = {
             "pk": _pk(session_id),
@@ -276,6 +290,8 @@ class ChatTable:
             item["max_tokens"] = max_tokens
         if temperature is not None:
             item["temperature"] = _decimal(temperature)
+        if options is not None:
+            item.update(options.to_item())
         return item
 
     def delete_session(self, session_id: str) -> int:
@@ -340,14 +356,17 @@ class ChatTable:
         ).get("Item")
         return bool(raw and _deser(raw).get("cancel_requested"))
 
-    def complete_turn(self, record: TokenRecord, assistant: str) -> None:
+    def complete_turn(self, record: TokenRecord, assistant: str, *, reasoning: str = "") -> None:
         """Record a turn's outcome from its terminal record, then free the session for the next turn.
 
+        ``assistant`` is the reply, ``reasoning`` the reasoning text (kept apart; not stored when empty).
         Idempotent: a redelivered terminal record rewrites the same values.
         """
         if not record.is_terminal:
             raise ValueError("complete_turn takes the turn's stop or error record")
         fields: dict[str, Any] = {"status": record.turn_status, "assistant": assistant, "updated_at": self.now_ms()}
+        if reasoning:
+            fields["reasoning"] = reasoning
         if record.stop_reason is not None:
             fields["stop_reason"] = record.stop_reason
         if record.usage is not None:
@@ -415,9 +434,10 @@ class ChatTable:
         items = self._query(single_page=limit is not None, **params)
         return [TokenRecord.decode(str(item["record"])) for item in items]
 
-    def assemble_text(self, session_id: str, turn: int) -> str:
-        """The assistant text of a turn so far, from its stored records."""
-        return assistant_text(self.query_records(session_id, turn))
+    def assemble_texts(self, session_id: str, turn: int) -> tuple[str, str]:
+        """The reply and the reasoning of a turn so far, from its stored records (one Query)."""
+        records = self.query_records(session_id, turn)
+        return assistant_text(records), reasoning_text(records)
 
     # -------------------------------------------------------------------------- internals
 
@@ -532,7 +552,9 @@ def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
         usage=None if usage is None else {key: int(value) for key, value in usage.items()},
         error=item.get("error"),
         assistant=item.get("assistant"),
+        reasoning=item.get("reasoning"),
         max_tokens=None if max_tokens is None else int(max_tokens),
         temperature=None if temperature is None else float(temperature),
         created_at=int(item.get("created_at", 0)),
+        options=TurnOptions.from_item(dict(item)),
     )

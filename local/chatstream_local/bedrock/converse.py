@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+MAX_STOP_SEQUENCES = 4  # Bedrock's limit for most models
+
 
 class InvalidRequest(ValueError):
     """The request is one Bedrock would reject with a ``ValidationException``."""
@@ -25,6 +27,9 @@ class ConverseRequest:
     user_text: str
     input_tokens: int
     max_tokens: int | None
+    system: tuple[str, ...] = ()  # the text of each system block
+    messages: tuple[tuple[str, str], ...] = ()  # (role, text) of every message, the last user one included
+    stop_sequences: tuple[str, ...] = ()
 
 
 def _texts(blocks: Any, where: str) -> list[str]:
@@ -58,6 +63,18 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return value
 
 
+def _stop_sequences(body: dict[str, Any]) -> tuple[str, ...]:
+    value = (body.get("inferenceConfig") or {}).get("stopSequences")
+    if value is None:
+        return ()
+    valid = isinstance(value, list) and all(isinstance(sequence, str) and sequence for sequence in value)
+    if not valid or len(value) > MAX_STOP_SEQUENCES:
+        raise InvalidRequest(
+            f"inferenceConfig.stopSequences must be a list of at most {MAX_STOP_SEQUENCES} non-empty strings"
+        )
+    return tuple(value)
+
+
 def parse_request(model_id: str, raw_body: bytes) -> ConverseRequest:
     """Validate a ``ConverseStream`` JSON body as Bedrock would; raise :class:`InvalidRequest` if not."""
     if not model_id:
@@ -71,7 +88,9 @@ def parse_request(model_id: str, raw_body: bytes) -> ConverseRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must contain at least one message")
-    input_words = sum(len(text.split()) for text in _texts(body.get("system", []), "system"))
+    system = _texts(body.get("system", []), "system")
+    input_words = sum(len(text.split()) for text in system)
+    seen: list[tuple[str, str]] = []
     user_text = ""
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -85,8 +104,11 @@ def parse_request(model_id: str, raw_body: bytes) -> ConverseRequest:
         texts = _texts(message.get("content"), f"messages.{index}.content")
         input_words += sum(len(text.split()) for text in texts)
         user_text = "".join(texts)
+        seen.append((expected, user_text))
     if len(messages) % 2 == 0:
         raise InvalidRequest("A conversation must end with a user message. Try again with a user message last.")
     if not user_text:
         raise InvalidRequest(f"messages.{len(messages) - 1} has no text content block")
-    return ConverseRequest(model_id, user_text, input_words, _max_tokens(body))
+    return ConverseRequest(
+        model_id, user_text, input_words, _max_tokens(body), tuple(system), tuple(seen), _stop_sequences(body)
+    )

@@ -9,7 +9,10 @@ ARN is accepted). The request is validated as Bedrock does (:mod:`chatstream_loc
 is the local model's (:mod:`chatstream_local.bedrock.model`).
 
 Events, in Bedrock's order: ``messageStart``, ``contentBlockDelta``…, ``contentBlockStop``, ``messageStop``
-(``end_turn`` or ``max_tokens``), ``metadata`` (usage, latency; ``outputTokens`` = deltas sent).
+(``end_turn``, ``max_tokens`` or ``stop_sequence``), ``metadata`` (usage, latency; ``outputTokens`` = deltas sent,
+reasoning included). A reply with reasoning (``/think``) streams it first as its own content block, as Bedrock does
+for Claude's extended thinking: ``contentBlockDelta`` with ``delta.reasoningContent.text`` per word, then one with
+``delta.reasoningContent.signature``, then ``contentBlockStop`` (index 0); the reply's text is block 1.
 
 Deltas are spaced by ``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` milliseconds (default 20; 0 = as fast as possible), or
 the ``delay_ms`` constructor argument. Each event is written as its own HTTP chunk and flushed, so a client sees
@@ -21,6 +24,8 @@ Standalone: ``python -m chatstream_local.bedrock --port 4010``.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import logging
 import os
@@ -133,7 +138,13 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         try:
             request = parse_request(unquote(match["model_id"]), raw_body)
-            reply = plan_reply(request.user_text, request.max_tokens)
+            reply = plan_reply(
+                request.user_text,
+                request.max_tokens,
+                system=request.system,
+                messages=request.messages,
+                stop=request.stop_sequences,
+            )
         except InvalidRequest as err:
             self._send_error(400, "ValidationException", str(err))
             return
@@ -172,12 +183,33 @@ class _Handler(BaseHTTPRequestHandler):
         writer = _ChunkedWriter(self.wfile)
         writer.chunk(encode_event("messageStart", {"role": "assistant"}))
         delay = model.delay_ms / 1000
-        for index, delta in enumerate(reply.deltas):
-            stopping = model._stopping.wait(delay) if index and delay else model._stopping.is_set()
-            if stopping:
-                raise _ClientGone
-            writer.chunk(encode_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": delta}}))
+        sent = 0
+        block = 0
+        if reply.reasoning:
+            for delta in reply.reasoning:
+                self._pace(sent, delay)
+                writer.chunk(
+                    encode_event(
+                        "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": delta}}}
+                    )
+                )
+                model._count_delta()
+                sent += 1
+            if reply.signed:
+                signature = base64.b64encode(hashlib.sha256(reply.reasoning_text.encode()).digest()).decode()
+                writer.chunk(
+                    encode_event(
+                        "contentBlockDelta",
+                        {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": signature}}},
+                    )
+                )
+            writer.chunk(encode_event("contentBlockStop", {"contentBlockIndex": 0}))
+            block = 1
+        for delta in reply.deltas:
+            self._pace(sent, delay)
+            writer.chunk(encode_event("contentBlockDelta", {"contentBlockIndex": block, "delta": {"text": delta}}))
             model._count_delta()
+            sent += 1
         if reply.ending == "model_stream_error":
             writer.chunk(
                 encode_exception(
@@ -190,8 +222,9 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             )
         else:
-            output_tokens = len(reply.deltas)
-            writer.chunk(encode_event("contentBlockStop", {"contentBlockIndex": 0}))
+            output_tokens = sent
+            if reply.deltas or not reply.reasoning:
+                writer.chunk(encode_event("contentBlockStop", {"contentBlockIndex": block}))
             writer.chunk(encode_event("messageStop", {"stopReason": reply.stop_reason}))
             usage = {
                 "inputTokens": request.input_tokens,
@@ -201,6 +234,12 @@ class _Handler(BaseHTTPRequestHandler):
             latency_ms = int((time.monotonic() - started) * 1000)
             writer.chunk(encode_event("metadata", {"usage": usage, "metrics": {"latencyMs": latency_ms}}))
         writer.end()
+
+    def _pace(self, sent: int, delay: float) -> None:
+        """Wait the model's delay before every delta but the first; a stopping server ends the stream."""
+        stopping = self.server.model._stopping
+        if stopping.wait(delay) if sent and delay else stopping.is_set():
+            raise _ClientGone
 
 
 class LocalModelServer:

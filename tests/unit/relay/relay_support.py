@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chatstream.config import RelayConfig
-from chatstream.records import assistant_text
+from chatstream.records import assistant_text, reasoning_text
 from chatstream.relay.follow import Clock, FollowSettings
 from chatstream.status import StopReason
 from tests.builders import turn_records
@@ -113,6 +113,10 @@ class Stream:
         return "".join(event.json()["text"] for event in self.of("token"))
 
     @property
+    def reasoning(self) -> str:
+        return "".join(event.json()["text"] for event in self.of("reasoning"))
+
+    @property
     def ids(self) -> list[int]:
         return [int(event.id) for event in self.events if event.id is not None]
 
@@ -166,9 +170,11 @@ def write_turn(
     *,
     stop_reason: StopReason = StopReason.END_TURN,
     error: ErrorInfo | None = None,
+    reasoning: list[str] | None = None,
 ) -> list[TokenRecord]:
-    """Write a whole turn as the consumer does (turn item first, then the token items)."""
-    records = turn_records(session_id, turn, words, stop_reason=stop_reason, error=error)
-    table.complete_turn(records[-1], assistant_text(records))
+    """Write a whole turn as the consumer does (turn item first, then the token items); ``reasoning``: words of
+    reasoning before the reply."""
+    records = turn_records(session_id, turn, words, stop_reason=stop_reason, error=error, reasoning=reasoning or ())
+    table.complete_turn(records[-1], assistant_text(records), reasoning=reasoning_text(records))
     table.put_records(records)
     return records

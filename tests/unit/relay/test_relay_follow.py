@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo
 from chatstream.relay.follow import CADENCE_FRACTION, Follower, StreamOutcome
+from chatstream.relay.pace import Position
 from chatstream.status import StopReason
 from tests.builders import turn_records
 from tests.unit.relay.relay_support import FAST, FakeClock, read_stream, write_turn
@@ -35,7 +36,7 @@ def follow(
     session_id: str,
     clock: FakeClock,
     *,
-    after: int = -1,
+    after: int | Position = -1,
     settings: FollowSettings = FAST,
     turn: int = 1,
 ) -> Follower:
@@ -56,6 +57,27 @@ def test_a_finished_turn_is_replayed_with_exact_ids_and_text(chat_table: ChatTab
         "stop_reason": StopReason.END_TURN,
         "usage": {"input_tokens": 1, "output_tokens": 3},
     }
+
+
+def test_reasoning_is_its_own_event_before_the_reply_with_resumable_ids(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn that reasoned in two records, then replied
+    write_turn(chat_table, session_id, 1, ["You said:", " hi"], reasoning=["Let me", " think it over"])
+    # WHEN a client follows it from the start
+    stream = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    # THEN reasoning events come first, paced like tokens, with ids in the same sequence; the reply holds no
+    # reasoning
+    kinds = stream.kinds
+    assert kinds[-1] == "done" and kinds[:-1] == sorted(kinds[:-1], key=lambda kind: kind == "token")
+    assert kinds.count("reasoning") > 2  # record 2's text went out in word-sized pieces
+    assert (stream.reasoning, stream.text) == ("Let me think it over", "You said: hi")
+    ids = [event.id for event in stream.events]
+    assert ids[:5] == ["1.3", "1", "2.6", "2.9", "2"]
+    # WHEN a client resumes from a piece inside the reasoning THEN it gets exactly what follows it
+    for position in ("1.3", "2.6", "2"):
+        resumed = read_stream(follow(chat_table, session_id, FakeClock(), after=Position.parse(position)).events())
+        have = "".join(e.json()["text"] for e in stream.events[: ids.index(position) + 1] if e.event == "reasoning")
+        assert (have + resumed.reasoning, resumed.text) == ("Let me think it over", "You said: hi")
+        assert resumed.kinds[-1] == "done" and position not in [event.id for event in resumed.events]
 
 
 def test_records_are_sent_as_they_appear(chat_table: ChatTable, session_id: str) -> None:
@@ -495,3 +517,106 @@ def test_statistics_count_what_the_client_got(chat_table: ChatTable, session_id:
         StreamOutcome.DONE,
     )
     assert follower.stats.first_token_at is not None
+
+
+# ---------------------------------------------------------------------------------------------- pacing
+
+CHUNKS = ["One", " two three four five", " six seven eight nine", " ten."]  # records as the proxy coalesces them
+
+
+def test_records_text_goes_out_in_words_spread_over_the_cadence(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose first word comes at once, then a record of four words every 0.3 s
+    records = turn_records(session_id, 1, CHUNKS)
+    chat_table.put_records(records[:2])
+    clock = FakeClock()
+    for i, record in enumerate(records[2:], start=1):
+        clock.at(0.3 * i, lambda record=record: chat_table.put_records([record]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock, settings=replace(FAST, poll_max_s=0.5)).events(), clock)
+    # THEN the text is exact, one word an event, with ids that name each word's end in its record
+    tokens = stream.of("token")
+    assert stream.text == "".join(CHUNKS)
+    assert [event.json()["text"] for event in tokens[:5]] == ["One", " two", " three", " four", " five"]
+    assert [event.id for event in tokens[:5]] == ["1", "2.4", "2.10", "2.15", "2"]
+    # AND the first word went out at once, and a record's words are spread over the next 0.3 s instead of together
+    assert tokens[0].at == 0.0
+    second = [event.at for event in tokens[1:5]]
+    assert all(at is not None for at in second)
+    assert 0.3 <= second[0] <= 0.36  # type: ignore[operator]
+    gaps = [b - a for a, b in zip(second, second[1:], strict=False)]  # type: ignore[operator]
+    assert all(0.03 <= gap <= 0.12 for gap in gaps), gaps
+    # AND the stream ends with done, its id the stop record's
+    assert stream.kinds[-1] == "done" and stream.events[-1].id == "5"
+
+
+def test_what_waits_goes_out_at_once_when_the_turn_ends(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose many-word record and its stop record appear together
+    records = turn_records(session_id, 1, ["Hi", " a b c d e f g h"])
+    chat_table.put_records(records[:2])
+    clock = FakeClock()
+    clock.at(0.3, lambda: chat_table.put_records(records[2:]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN the record's words all went out as soon as it was read, then done: nothing waits on a finished turn
+    tokens = stream.of("token")
+    assert stream.text == "Hi a b c d e f g h" and len(tokens) == 9
+    assert len({event.at for event in stream.events[1:]}) == 1
+
+
+def test_without_pacing_each_record_is_one_event(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a finished turn, followed with pacing off (?pace=0, or PACE_TEXT=false)
+    write_turn(chat_table, session_id, 1, CHUNKS)
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, FakeClock(), settings=replace(FAST, pace=False)).events())
+    # THEN each record is one event with its seq as id
+    assert [(event.json()["text"], event.id) for event in stream.of("token")] == [
+        (chunk, str(seq)) for seq, chunk in enumerate(CHUNKS, start=1)
+    ]
+
+
+def test_resuming_from_any_piece_gives_exactly_the_text_after_it(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn read once from the start, word by word
+    write_turn(chat_table, session_id, 1, CHUNKS)
+    whole = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    tokens = whole.of("token")
+    assert len(tokens) > len(CHUNKS)  # words inside records: pieces with ids <seq>.<offset>
+    for index, event in enumerate(tokens):
+        assert event.id is not None
+        # WHEN a client resumes from that piece's id
+        resumed = read_stream(follow(chat_table, session_id, FakeClock(), after=Position.parse(event.id)).events())
+        # THEN it gets exactly the text after it: no repeat, no gap, and the same ids as the first reading
+        assert resumed.text == "".join(e.json()["text"] for e in tokens[index + 1 :])
+        assert [e.id for e in resumed.of("token")] == [e.id for e in tokens[index + 1 :]]
+        assert resumed.kinds[-1] == "done"
+
+
+def test_resuming_mid_record_without_pacing_sends_the_rest_of_the_record(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a finished turn; a client has the first 10 characters of record 2 (" two three")
+    write_turn(chat_table, session_id, 1, CHUNKS)
+    # WHEN it resumes from "2.10" with pacing off
+    after = Position(2, 10)
+    stream = read_stream(
+        follow(chat_table, session_id, FakeClock(), after=after, settings=replace(FAST, pace=False)).events()
+    )
+    # THEN the rest of record 2 comes as one event with the record's id, then the later records
+    assert [(event.json()["text"], event.id) for event in stream.of("token")] == [
+        (" four five", "2"),
+        (CHUNKS[2], "3"),
+        (CHUNKS[3], "4"),
+    ]
+
+
+def test_a_reconnect_names_where_the_paced_client_is(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn in progress with a many-word record; the invocation is near its end
+    chat_table.put_records(turn_records(session_id, 1, ["Hi", " a b c d"])[:3])
+    clock = FakeClock(deadline_s=FAST.reconnect_margin_s + 0.05)
+    # WHEN a client follows it and the deadline comes while the record's words are being spread (0.3 s: the cadence
+    # is not known yet)
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN what waited went out at once before reconnect, which names the last record the client now has whole
+    assert stream.text == "Hi a b c d"
+    assert stream.events[-1].at is not None and stream.events[-1].at < 0.2
+    assert stream.events[-1].at == stream.events[-2].at
+    assert stream.kinds[-1] == "reconnect" and stream.events[-1].json()["last_event_id"] == 2

@@ -6,6 +6,7 @@ import base64
 import copy
 import json
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -376,6 +377,35 @@ def test_events_resume_after_the_last_event_id(
     assert stream.ids == [3, 4, 5] and stream.text == "cd"
 
 
+@pytest.mark.parametrize(
+    ("query", "texts", "ids"),
+    [
+        ({"after": "1.3"}, [" c", " d e"], ["1", "2"]),  # pacing off: the rest of record 1, then record 2
+        ({"after": "1.1", "pace": "1"}, [" b", " c", " d", " e"], ["1.3", "1", "2.2", "2"]),
+        ({"pace": "0"}, ["a b c", " d e"], ["1", "2"]),
+    ],
+)
+def test_events_resume_mid_record_and_pace_as_asked(
+    chat_table: ChatTable,
+    proxy: RecordingLambda,
+    clock: FakeClock,
+    table_name: str,
+    query: dict[str, str],
+    texts: list[str],
+    ids: list[str],
+) -> None:
+    # GIVEN a relay whose setting turns pacing off (PACE_TEXT=false), and a finished turn of two records
+    config = relay_config(table_name, PACE_TEXT="false")
+    settings = replace(FAST, pace=config.pace_text)
+    service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=settings)  # type: ignore[arg-type]
+    session_id = finished_session(service, chat_table, ["a b c", " d e"])
+    # WHEN a client follows it with ?after= inside record 1 and/or ?pace=
+    stream = rest_of(service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", query=query)))
+    # THEN it gets exactly the text after that position, in pieces or whole records as asked
+    assert [event.json()["text"] for event in stream.of("token")] == texts
+    assert [event.id for event in stream.of("token")] == ids
+
+
 def test_events_follow_a_live_turn(service: RelayService, chat_table: ChatTable, clock: FakeClock) -> None:
     # GIVEN a turn generating, whose records arrive over time
     session_id = meta_of(chat(service, "hello"))["session_id"]
@@ -392,7 +422,9 @@ def test_events_follow_a_live_turn(service: RelayService, chat_table: ChatTable,
     [
         ({"last-event-id": "-1"}, None, "Last-Event-ID"),
         ({"last-event-id": "abc"}, None, "Last-Event-ID"),
-        (None, {"after": "1.5"}, "after"),
+        (None, {"after": "1.x"}, "after"),
+        ({"last-event-id": "2.3.4"}, None, "Last-Event-ID"),
+        (None, {"pace": "no"}, "pace"),
         (None, {"after": ""}, "after"),
     ],
 )
@@ -491,6 +523,18 @@ def test_history_lists_every_turn(service: RelayService, chat_table: ChatTable) 
             },
         ],
     }
+
+
+def test_history_keeps_reasoning_apart_from_the_reply(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a finished turn that reasoned, and a generating one that is reasoning now
+    session_id = finished_session(service, chat_table, ["Hi"])
+    write_turn(chat_table, session_id, 1, ["Hi"], reasoning=["Hmm", " yes"])
+    meta_of(chat(service, "two", session_id=session_id))
+    chat_table.put_records(turn_records(session_id, 2, ["So"], reasoning=["Well"])[:3])
+    # WHEN the client reads the history
+    turns = json_body(service.handle(request("GET", f"/sessions/{session_id}")))["turns"]
+    # THEN each turn's reply is the answer alone, its reasoning beside it
+    assert [(t["assistant"], t["reasoning"]) for t in turns] == [("Hi", "Hmm yes"), ("So", "Well")]
 
 
 def test_history_of_an_unknown_session_is_404(service: RelayService) -> None:

@@ -7,11 +7,13 @@ import json
 import pytest
 
 from chatstream.relay.http import HttpError
+from chatstream.relay.pace import Position
 from chatstream.relay.validation import (
     MAX_BODY_BYTES,
     MAX_MESSAGE_CHARS,
     ChatRequest,
     parse_chat_request,
+    parse_pace,
     parse_position,
 )
 
@@ -138,22 +140,54 @@ def test_an_oversized_body_is_refused_before_it_is_parsed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [(None, None), ("0", 0), (" 42 ", 42), ("007", 7), ("99999999", 99999999)]
+    ("value", "expected"),
+    [
+        (None, None),
+        ("0", Position(0)),
+        (" 42 ", Position(42)),
+        ("007", Position(7)),
+        ("99999999", Position(99999999)),
+        ("3.12", Position(3, 12)),
+        ("0003.0012", Position(3, 12)),
+        ("99999999.9999999", Position(99999999, 9999999)),
+    ],
 )
-def test_positions_are_non_negative_integers(value: str | None, expected: int | None) -> None:
-    # WHEN a valid position is given THEN it reads as that integer
+def test_positions_are_event_ids(value: str | None, expected: Position | None) -> None:
+    # WHEN a valid position is given (a record's seq, or a piece's <seq>.<offset>) THEN it reads as that position
     assert parse_position(value, "after") == expected
+    # AND it reads back as the id the relay sends (leading zeros aside)
+    if expected is not None:
+        assert Position.parse(str(expected)) == expected
 
 
-@pytest.mark.parametrize("value", ["", "-1", "1.5", "abc", "1e3", "٣", "100000000", "9" * 5000])
+@pytest.mark.parametrize(
+    "value",
+    ["", "-1", "1.", ".5", "1.5.2", "1.-5", "1,5", "1.99999999", "abc", "1e3", "٣", "100000000", "9" * 5000],
+)
 def test_other_positions_are_invalid_requests_naming_the_parameter(value: str) -> None:
-    # WHEN a position is not a non-negative integer THEN 400 invalid_request names the parameter
+    # WHEN a position is not an event id THEN 400 invalid_request names the parameter and the grammar
     with pytest.raises(HttpError) as caught:
         parse_position(value, "after")
     assert (caught.value.status, caught.value.code) == (400, "invalid_request")
-    assert caught.value.message.startswith("after must be")
+    assert caught.value.message.startswith("after must be an event id")
+    assert "<seq>.<offset>" in caught.value.message
 
 
 def test_a_blank_last_event_id_is_no_position() -> None:
     # WHEN EventSource sends an empty Last-Event-ID THEN it counts as absent
     assert parse_position("", "Last-Event-ID", blank_is_absent=True) is None
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, None), ("0", False), ("1", True)])
+def test_pace_is_zero_or_one(value: str | None, expected: bool | None) -> None:
+    # WHEN ?pace= is absent, 0 or 1 THEN it reads as the relay's setting, off, or on
+    assert parse_pace(value) is expected
+
+
+@pytest.mark.parametrize("value", ["", "2", "false", "00", " 1"])
+def test_other_pace_values_are_invalid_requests(value: str) -> None:
+    # WHEN ?pace= is anything else THEN 400 invalid_request says what it may be
+    with pytest.raises(HttpError) as caught:
+        parse_pace(value)
+    assert (caught.value.status, caught.value.code) == (400, "invalid_request")
+    assert caught.value.message.startswith("pace must be 0")

@@ -5,11 +5,18 @@ the contiguous run that starts right after it; it never emits past a gap (the it
 may become visible out of order). What the client sees:
 
 - ``start`` (seq 0) marks the turn as started and is not an event;
-- ``delta`` → ``id: <seq>`` / ``event: token`` / ``{"text"}``;
+- ``delta`` → ``event: token`` / ``{"text"}``, its text released in word-sized pieces over the turn's cadence
+  (:mod:`chatstream.relay.pace`), each with its id: ``<seq>.<offset>`` inside the record, ``<seq>`` for its last
+  piece (a whole record when pacing is off);
+- ``reasoning`` → ``event: reasoning`` / ``{"text"}``: the model's reasoning, never the reply, paced and with ids
+  exactly as ``delta``'s text (one record holds one kind of text, so its pieces are all of that kind);
 - ``stop`` → ``id: <seq>`` / ``event: done`` / ``{"stop_reason", "usage": {"input_tokens", "output_tokens"}}``;
 - ``error`` → ``id: <seq>`` / ``event: error`` / ``{"code", "message", "retryable"}``;
 
-and the stream ends after the terminal record. Besides the records, the follower ends a stream:
+and the stream ends after the terminal record. A client resuming from a piece's id (``<seq>.<offset>``) gets the
+rest of that record's text first. The follower turns records into typed text events (:class:`TextEvent`: kind,
+text, position) and hands them to the pacer, which decides when each piece goes out; whatever waits goes out at
+once before the stream's ending event. Besides the records, the follower ends a stream:
 
 - with ``error`` ``gap`` when a missing ``seq`` stays missing for ``gap_timeout_s`` while later items
   are visible;
@@ -34,10 +41,10 @@ what users feel most; a reply that is slow to start (a busy pipeline) is still n
 rate for seconds. A turn the request itself started is not read at once: its first poll waits most of the
 quickest recent first token (:class:`FirstTokenTimes`). A wait is never shorter than the last Query took:
 when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
-read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a
-new follower first reads it after ``status_check_s``: its first polls find the records of a turn that has
-ended). A ``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an
-idle poll; any other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
+read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new
+follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A
+``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
+other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 
 The follower never learns that its client went away: on Lambda a Function URL client that disconnects does not
 interrupt a streamed response, and the invocation runs on, billed ("streamed responses are not interrupted or
@@ -59,10 +66,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from chatstream.errors import InvalidRecord, Throttled
 from chatstream.records import RecordType, TokenRecord
 from chatstream.relay import sse
+from chatstream.relay.pace import Pacer, Position, TextEvent
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Iterator
+    from collections.abc import Callable, Iterator
 
     from chatstream.config import RelayConfig
     from chatstream.table import ChatTable, Turn
@@ -81,7 +89,7 @@ FIRST_TOKEN_MEMORY = 8  # … among this many recent new turns
 @dataclass
 class FirstTokenTimes:
     """How long the new turns one execution environment followed took to produce their first token (from the
-    follower's start to the first delta record's ``ts``, when the proxy wrote it), so that the next new turn's first
+    follower's start to the first text record's ``ts``, when the proxy wrote it), so that the next new turn's first
     poll comes when a token can be there instead of from the first millisecond: a new turn has no record until the
     proxy has read the turn, called the model and written the record, and the consumer has materialized it. The
     quickest of the recent ones, so one slow start (a cold proxy, a busy moment) does not delay the next chats' first
@@ -126,6 +134,7 @@ class FollowSettings:
     stale_turn_s: float = 960.0
     status_check_s: float = 1.0
     page_size: int = PAGE_SIZE
+    pace: bool = True  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
 
     @classmethod
     def from_config(cls, config: RelayConfig) -> FollowSettings:
@@ -138,6 +147,7 @@ class FollowSettings:
             reconnect_margin_s=config.reconnect_margin_s,
             idle_reconnect_s=config.idle_reconnect_s,
             stale_turn_s=config.stale_turn_s,
+            pace=config.pace_text,
         )
 
 
@@ -166,10 +176,25 @@ class FollowStats:
     error_code: str | None = None
 
 
-def render(record: TokenRecord) -> str:
-    """The SSE event of a token record (``start`` has none)."""
+def text_event(record: TokenRecord) -> TextEvent | None:
+    """The text a record carries, as a typed event (``None``: it carries none). One record, one kind of text."""
     if record.type is RecordType.DELTA:
-        return sse.json_message({"text": record.text}, event="token", id=record.seq)
+        return TextEvent("token", record.seq, record.text or "")
+    if record.type is RecordType.REASONING:
+        return TextEvent("reasoning", record.seq, record.text or "")
+    return None
+
+
+def render_text(event: TextEvent) -> str:
+    """The SSE event of a text event: ``{"text"}`` under its kind, with its position as id."""
+    return sse.json_message({"text": event.text}, event=event.kind, id=str(event.position))
+
+
+def render(record: TokenRecord) -> str:
+    """The SSE event of a token record (``start`` has none); a text record's whole text as one event."""
+    text = text_event(record)
+    if text is not None:
+        return render_text(text)
     if record.type is RecordType.STOP:
         usage = record.usage
         payload: dict[str, Any] = {
@@ -210,18 +235,24 @@ def _terminal_from_turn(turn: Turn) -> str:
 
 
 class _End(Exception):
-    """Raised with the stream's ending event; the follower sends it and stops."""
+    """Raised with the stream's ending event (or what makes it from the client's final position); the follower
+    sends what waits in the pacer, then the event, and stops."""
 
-    def __init__(self, event: str) -> None:
+    def __init__(self, event: str | Callable[[Position | None], str]) -> None:
         super().__init__(event)
         self.event = event
+
+    def ending(self, position: Position | None) -> str:
+        return self.event if isinstance(self.event, str) else self.event(position)
 
 
 @dataclass
 class _Cursor:
     """Where a follower is between polls, and what it has learnt about the turn so far."""
 
-    last: int  # the last seq covered (emitted, or the start record); -1: none yet
+    last: int  # the last seq covered (handed to the pacer, or the start record); -1: none yet
+    position: Position | None  # the client's position once every piece handed to the pacer went out
+    resumed_in: Position | None  # resuming from a piece: the record, and how much of its text the client has
     started: bool  # the start record (or a later one) was seen
     begin: float
     last_output: float  # when the last event or keep-alive went out
@@ -246,20 +277,25 @@ class _Cursor:
 
 @dataclass
 class Follower:
-    """Follows one turn from the client's position ``after`` (the last event id it has; -1: none)."""
+    """Follows one turn from the client's position ``after`` (the last event id it has: a :class:`Position`, or a
+    record's ``seq``; ``None`` or -1: none)."""
 
     table: ChatTable
     session_id: str
     turn: int
-    after: int = -1
+    after: Position | int | None = None
     settings: FollowSettings = field(default_factory=FollowSettings)
     clock: Clock = field(default_factory=Clock)
     stats: FollowStats = field(default_factory=FollowStats)
-    # A new turn (POST /chat): nothing can be there at once, so the first poll waits this long; the time to the
-    # first token is reported to ``first_tokens``.
+    # A new turn (POST /chat): nothing can be there at once, so the first poll waits this long; when the proxy wrote
+    # the first text record is reported to ``first_tokens``.
     first_poll_after_s: float = 0.0
     first_tokens: FirstTokenTimes | None = None
+    pacer: Pacer = field(init=False)
     _begin_ms: int = field(default=0, init=False, repr=False)  # the wall clock when following began
+
+    def __post_init__(self) -> None:
+        self.pacer = Pacer(enabled=self.settings.pace)
 
     def events(self) -> Iterator[str]:
         """The stream's events after the client's position, ending with exactly one ending event."""
@@ -275,16 +311,19 @@ class Follower:
     def _events(self) -> Iterator[str]:
         begin = self.clock.monotonic()
         self._begin_ms = self.clock.now_ms()
+        after = self.after if not isinstance(self.after, int) else Position(self.after) if self.after >= 0 else None
         cursor = _Cursor(
             # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
-            last=self.after if self.after >= 1 else -1,
-            started=self.after >= 1,
+            last=after.covered if after is not None and after.covered >= 1 else -1,
+            position=after,
+            resumed_in=after if after is not None and after.offset is not None else None,
+            started=after is not None and after.seq >= 1,
             begin=begin,
             last_output=begin,
             last_event=begin,
             # A new follower reads the turn item only after status_check_s (its first polls find the records
             # of a turn that has ended); a resuming one reads it at once.
-            next_status_check=begin + self.settings.status_check_s if self.after < 0 else begin,
+            next_status_check=begin + self.settings.status_check_s if after is None else begin,
         )
         if self.first_poll_after_s > 0:
             self.clock.sleep(self.first_poll_after_s)
@@ -292,7 +331,9 @@ class Follower:
             while True:
                 yield from self._poll(cursor)
         except _End as end:
-            yield end.event
+            for piece in self.pacer.flush():  # what waits goes out before the ending event
+                yield self._emit_text(piece)
+            yield end.ending(cursor.position)
 
     def _poll(self, cursor: _Cursor) -> Iterator[str]:
         """One poll: emit what is new, apply the rules that end a stream, then wait for the next poll."""
@@ -300,9 +341,10 @@ class Follower:
         asked = clock.monotonic()
         records = self._read(cursor.last)
         query_s = clock.monotonic() - asked
-        fresh = yield from self._emit_run(cursor, records)
+        fresh = self._take_run(cursor, records)
+        yield from self._release(cursor)
         if clock.remaining_ms() < s.reconnect_margin_s * 1000:
-            raise _End(self._reconnect(cursor.last))
+            raise _End(self._reconnect)
         now = clock.monotonic()
         pending = bool(records) and records[-1].seq > cursor.last  # later records, past a gap
         if fresh:
@@ -322,7 +364,26 @@ class Follower:
             cursor.last_output = now
         gentle = (cursor.last < 1 or cursor.cadence is None) and now - cursor.begin < FIRST_TOKEN_FAST_S
         wait = self._poll_wait(cursor.idle_polls, first_token_due=gentle, cadence=cursor.cadence)
-        clock.sleep(max(wait, query_s))
+        yield from self._release_during(cursor, max(wait, query_s))
+
+    def _release(self, cursor: _Cursor) -> Iterator[str]:
+        """The pieces due now."""
+        for piece in self.pacer.due(self.clock.monotonic()):
+            yield self._emit_text(piece)
+            cursor.last_output = cursor.last_event = self.clock.monotonic()
+
+    def _release_during(self, cursor: _Cursor, wait: float) -> Iterator[str]:
+        """Wait ``wait`` seconds (until the next poll), sending the pieces that fall due meanwhile."""
+        clock = self.clock
+        start = clock.monotonic()
+        deadline, waited = start + wait, 0.0
+        while (due := self.pacer.next_due()) is not None and due < deadline:
+            if due > start + waited:
+                clock.sleep(due - start - waited)
+                waited = clock.monotonic() - start
+            yield from self._release(cursor)
+        if wait > waited:
+            clock.sleep(wait - waited)
 
     def _read(self, last: int) -> list[TokenRecord]:
         """The page of records after ``last``; a throttled read finds nothing (an idle poll)."""
@@ -333,24 +394,33 @@ class Follower:
         except (ClientError, BotoCoreError, InvalidRecord) as err:
             raise _End(self._read_failed(err)) from err
 
-    def _emit_run(self, cursor: _Cursor, records: list[TokenRecord]) -> Generator[str, None, int]:
-        """The events of the contiguous run right after ``cursor.last``; returns how many records it covered.
+    def _take_run(self, cursor: _Cursor, records: list[TokenRecord]) -> int:
+        """Hand the text of the contiguous run right after ``cursor.last`` to the pacer; returns how many records
+        it covered.
 
         Stops at the first gap. The terminal record's event ends the stream.
         """
-        fresh = 0
+        fresh, now = 0, self.clock.monotonic()
         for record in records:
             if record.seq != cursor.last + 1:
                 break
             cursor.last, fresh = record.seq, fresh + 1
+            resumed_in = cursor.resumed_in
+            skip = resumed_in.offset or 0 if resumed_in is not None and resumed_in.seq == record.seq else 0
             if record.type is RecordType.START:
                 cursor.started = True
                 continue
-            event = self._emit(record)
             if record.is_terminal:
-                raise _End(event)
-            yield event
-            cursor.last_output = cursor.last_event = self.clock.monotonic()
+                raise _End(self._emit(record))
+            text = text_event(record)
+            if text is not None and self.first_tokens is not None:
+                # When the proxy wrote it (its ``ts``), not when a poll found it: a time found by polling would be
+                # no shorter than the wait before the first poll, and the waits could only grow.
+                self.first_tokens.observe(max(record.ts - self._begin_ms, 0) / 1000)
+                self.first_tokens = None  # once per turn
+            if text is not None and skip < len(text.text):
+                self.pacer.add(TextEvent(text.kind, text.seq, text.text[skip:], start=skip), now, cursor.cadence)
+            cursor.position = Position(record.seq)
         return fresh
 
     def _watch_gap(self, cursor: _Cursor, now: float, pending: bool) -> None:
@@ -377,7 +447,7 @@ class Follower:
         turn that has not started is bounded by ``start_timeout_s`` instead.
         """
         if (cursor.started or pending) and now - cursor.last_event >= self.settings.idle_reconnect_s:
-            raise _End(self._reconnect(cursor.last))
+            raise _End(self._reconnect)
 
     def _check_status(self, cursor: _Cursor, now: float) -> None:
         """Read the turn item (idle, and due): end the stream, or note that its terminal record is on its way."""
@@ -427,16 +497,15 @@ class Follower:
             raise _End(self._rebuilt(item))
         return True
 
+    def _emit_text(self, piece: TextEvent) -> str:
+        self.stats.tokens_sent += 1
+        if self.stats.first_token_at is None:
+            self.stats.first_token_at = self.clock.monotonic()
+        return render_text(piece)
+
     def _emit(self, record: TokenRecord) -> str:
-        if record.type is RecordType.DELTA:
-            self.stats.tokens_sent += 1
-            if self.stats.first_token_at is None:
-                self.stats.first_token_at = self.clock.monotonic()
-                if self.first_tokens is not None and self.after < 0:
-                    # When the proxy wrote it (its ``ts``), not when a poll found it: a time found by polling
-                    # would be no shorter than the wait before the first poll, and the waits could only grow.
-                    self.first_tokens.observe(max(record.ts - self._begin_ms, 0) / 1000)
-        elif record.type is RecordType.STOP:
+        """A terminal record's event (text records go through the pacer)."""
+        if record.type is RecordType.STOP:
             self.stats.outcome = StreamOutcome.DONE
         elif record.type is RecordType.ERROR:
             self.stats.outcome = StreamOutcome.ERROR
@@ -455,7 +524,10 @@ class Follower:
         self.stats.error_code = code
         return error_event(code, message, retryable=retryable)
 
-    def _reconnect(self, last: int) -> str:
+    def _reconnect(self, position: Position | None) -> str:
+        """``reconnect`` from the client's final position: a record's ``seq`` as a number (0: nothing yet), or the
+        id of a piece, a string, when the client has only part of a record."""
         self.stats.outcome = StreamOutcome.RECONNECT
-        payload = {"events_url": events_url(self.session_id, self.turn), "last_event_id": max(last, 0)}
+        last: int | str = 0 if position is None else position.seq if position.offset is None else str(position)
+        payload = {"events_url": events_url(self.session_id, self.turn), "last_event_id": last}
         return sse.json_message(payload, event="reconnect")

@@ -179,9 +179,15 @@ class Route(Generic[_C]):
         return params
 
 
+def _native_error(request: Request, err: HttpError) -> Response:
+    return err.response()
+
+
 @dataclass(frozen=True)
 class Router(Generic[_C]):
     routes: tuple[Route[_C], ...]
+    # How the router's own errors (and a handler's HttpError) are answered; a path's API may have its own shape.
+    render_error: Callable[[Request, HttpError], Response] = _native_error
 
     def dispatch(self, request: Request, context: _C) -> Response:
         allowed: list[str] = []
@@ -193,14 +199,11 @@ class Router(Generic[_C]):
                 try:
                     return route.handler(context, params)
                 except HttpError as err:
-                    return err.response()
+                    return self.render_error(request, err)
             allowed.append(route.method)
         if allowed:
             allow = ", ".join(sorted(set(allowed)))
-            return error_response(
-                405,
-                "method_not_allowed",
-                f"{request.method} is not allowed on {request.path}; use {allow}",
-                {"Allow": allow},
-            )
-        return error_response(404, "not_found", f"no route for {request.path}; see the API documentation")
+            message = f"{request.method} is not allowed on {request.path}; use {allow}"
+            return self.render_error(request, HttpError(405, "method_not_allowed", message, {"Allow": allow}))
+        message = f"no route for {request.path}; see the API documentation"
+        return self.render_error(request, HttpError(404, "not_found", message))

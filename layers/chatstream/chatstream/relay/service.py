@@ -59,8 +59,9 @@ from chatstream.relay.http import (
     json_response,
     sse_response,
 )
+from chatstream.relay.openai import endpoints as openai
 from chatstream.relay.page import SITE, VENDOR
-from chatstream.relay.validation import parse_chat_request, parse_position
+from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
@@ -69,7 +70,9 @@ if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
 
     from chatstream.config import RelayConfig
+    from chatstream.relay.pace import Position
     from chatstream.table import ChatTable, Turn
+    from chatstream.turn_options import TurnOptions
 
 logger = logging.getLogger(__name__)
 
@@ -168,36 +171,15 @@ class _Exchange:
         return SITE.asset(f"{VENDOR}/{params['name']}")
 
     def chat(self, params: Mapping[str, str]) -> Response:
+        pace = parse_pace(self.request.query.get("pace"))
         chat = parse_chat_request(
             self.request.body,
             max_tokens_limit=self.config.max_tokens_limit,
             valid_base64=self.request.body_is_valid_base64,
         )
-        owner = self.owner()
-        try:
-            if chat.session_id is None:
-                turn = 1
-                session_id = self.table.start_session(
-                    owner, chat.message, max_tokens=chat.max_tokens, temperature=chat.temperature
-                )
-            else:
-                session_id = _session_param(chat.session_id)
-                # The table checks ownership in the same read that allocates the turn.
-                turn = self.table.start_turn(
-                    session_id,
-                    owner,
-                    chat.message,
-                    max_tokens=chat.max_tokens,
-                    temperature=chat.temperature,
-                    stale_after_ms=self.config.stale_turn_s * 1000,
-                    max_turns=self.config.max_turns_per_session,
-                )
-        except SessionNotFound:
-            raise _session_not_found(session_id) from None
-        except TurnInProgress as err:
-            raise HttpError(
-                409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
-            ) from None
+        session_id, turn = self.begin_turn(
+            chat.session_id, chat.message, max_tokens=chat.max_tokens, temperature=chat.temperature
+        )
         request = GenerateRequest(session_id, turn)
         failure = self.invoke_proxy(request)
         stats = FollowStats()
@@ -207,12 +189,13 @@ class _Exchange:
         )
         if failure is not None:
             return sse_response(self._failed_stream(meta, failure, stats), info)
-        follower = self.follower(session_id, turn, -1, stats, new_turn=True)
+        follower = self.follower(session_id, turn, None, stats, pace, new_turn=True)
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
         header = parse_position(self.request.header("last-event-id"), "Last-Event-ID", blank_is_absent=True)
         query = parse_position(self.request.query.get("after"), "after")
+        pace = parse_pace(self.request.query.get("pace"))
         after = header if header is not None else query
         owned = self.owned(params)
         turn = self.table.get_turn(owned.session_id, owned.turn)
@@ -220,7 +203,7 @@ class _Exchange:
             raise _turn_not_found(owned.session_id, owned.turn)
         stats = FollowStats()
         info = StreamInfo(StreamKind.EVENTS, owned.session_id, turn.turn, stats, self.started_at)
-        follower = self.follower(owned.session_id, turn.turn, -1 if after is None else after, stats)
+        follower = self.follower(owned.session_id, turn.turn, after, stats, pace)
         return sse_response(self._stream(None, follower), info)
 
     def cancel(self, params: Mapping[str, str]) -> Response:
@@ -242,6 +225,43 @@ class _Exchange:
         return json_response(200, {"session_id": session_id, "turns": turns})
 
     # ---------------------------------------------------------------------------- helpers
+
+    def begin_turn(
+        self,
+        session_id: str | None,
+        message: str,
+        *,
+        max_tokens: int | None,
+        temperature: float | None,
+        options: TurnOptions | None = None,
+    ) -> tuple[str, int]:
+        """Allocate the caller's next turn: turn 1 of a new session (``session_id`` None), or the session's next."""
+        owner = self.owner()
+        try:
+            if session_id is None:
+                session_id = self.table.start_session(
+                    owner, message, max_tokens=max_tokens, temperature=temperature, options=options
+                )
+                return session_id, 1
+            session_id = _session_param(session_id)
+            # The table checks ownership in the same read that allocates the turn.
+            turn = self.table.start_turn(
+                session_id,
+                owner,
+                message,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stale_after_ms=self.config.stale_turn_s * 1000,
+                max_turns=self.config.max_turns_per_session,
+                options=options,
+            )
+        except SessionNotFound:
+            raise _session_not_found(str(session_id)) from None
+        except TurnInProgress as err:
+            raise HttpError(
+                409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
+            ) from None
+        return session_id, turn
 
     def owner(self) -> str:
         """Who is asking (see the module docstring); ``403 forbidden`` when IAM auth found nobody."""
@@ -266,12 +286,22 @@ class _Exchange:
         return _Owned(session_id, turn)
 
     def follower(
-        self, session_id: str, turn: int, after: int, stats: FollowStats, *, new_turn: bool = False
+        self,
+        session_id: str,
+        turn: int,
+        after: Position | None,
+        stats: FollowStats,
+        pace: bool | None,
+        *,
+        new_turn: bool = False,
     ) -> Follower:
-        """A follower of the turn; for a turn this request started, its first poll waits until a token can be there
+        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). For
+        a turn this request started, its first poll waits until a token can be there
         (:class:`~chatstream.relay.follow.FirstTokenTimes`)."""
         settings = self.service.settings
         assert settings is not None
+        if pace is not None and pace is not settings.pace:
+            settings = replace(settings, pace=pace)
         first_tokens = self.service.first_tokens if new_turn else None
         return Follower(
             self.table,
@@ -338,9 +368,9 @@ class _Exchange:
         yield render(failure)
 
     def _turn_view(self, turn: Turn) -> dict[str, Any]:
-        assistant = turn.assistant
+        assistant, reasoning = turn.assistant, turn.reasoning
         if turn.status is TurnStatus.IN_PROGRESS:
-            assistant = self.table.assemble_text(turn.session_id, turn.turn)
+            assistant, reasoning = self.table.assemble_texts(turn.session_id, turn.turn)
         view: dict[str, Any] = {
             "turn": turn.turn,
             "status": turn.status,
@@ -349,6 +379,8 @@ class _Exchange:
             "stop_reason": turn.stop_reason,
             "usage": dict(turn.usage) if turn.usage is not None else None,
         }
+        if reasoning:
+            view["reasoning"] = reasoning  # apart from the reply; absent when the model showed none
         if turn.error is not None:
             view["error"] = dict(turn.error)
         return view
@@ -390,5 +422,12 @@ ROUTES: Router[_Exchange] = Router(
         Route("GET", "/sessions/{session_id}", _Exchange.history),
         Route("GET", "/sessions/{session_id}/turns/{turn}/events", _Exchange.events),
         Route("POST", "/sessions/{session_id}/turns/{turn}/cancel", _Exchange.cancel),
-    )
+        Route("GET", "/v1/models", openai.list_models),
+        Route("GET", "/v1/models/{model}", openai.get_model),
+        Route("POST", "/v1/responses", openai.create_response),
+        Route("GET", "/v1/responses/{response_id}", openai.get_response),
+        Route("POST", "/v1/responses/{response_id}/cancel", openai.cancel_response),
+        Route("POST", "/v1/chat/completions", openai.create_chat_completion),
+    ),
+    render_error=openai.render_error,
 )

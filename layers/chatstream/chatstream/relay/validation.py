@@ -17,9 +17,13 @@
    - any other field is refused (``invalid_request`` naming it), so a misspelt option such as
      ``"max_token"`` fails loudly instead of being ignored.
 
-Resume position (``Last-Event-ID`` header or ``?after=``): a non-negative decimal integer no longer
-than the largest ``seq`` (8 digits), surrounding whitespace allowed; else ``400 invalid_request``.
-A blank ``Last-Event-ID`` counts as absent; a blank ``?after=`` is an error.
+Resume position (``Last-Event-ID`` header or ``?after=``): an event id, ``<seq>`` (a non-negative decimal
+integer of at most 8 digits) or ``<seq>.<offset>`` (a piece of a record: its offset at most 7 digits), surrounding
+whitespace allowed; else ``400 invalid_request``. A blank ``Last-Event-ID`` counts as absent; a blank ``?after=``
+is an error.
+
+Pacing (``?pace=``): ``0`` (each record's text as one event) or ``1`` (paced text), whatever the relay's setting
+(``PACE_TEXT``) says; else ``400 invalid_request``.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from typing import Any
 
 from chatstream.records import MAX_SEQ
 from chatstream.relay.http import HttpError
+from chatstream.relay.pace import MAX_OFFSET_DIGITS, MalformedPosition, Position
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_MESSAGE_CHARS = 32_000
-_MAX_SEQ_DIGITS = len(str(MAX_SEQ))
 CHAT_FIELDS = ("message", "session_id", "max_tokens", "temperature")
 
 
@@ -147,7 +151,7 @@ def _temperature(value: object) -> float | None:
     return float(value)
 
 
-def parse_position(value: str | None, name: str, *, blank_is_absent: bool = False) -> int | None:
+def parse_position(value: str | None, name: str, *, blank_is_absent: bool = False) -> Position | None:
     """A resume position: the last event id the client has (``None`` when not given).
 
     ``blank_is_absent``: an empty ``Last-Event-ID`` means "no event yet" (what EventSource sends).
@@ -157,9 +161,24 @@ def parse_position(value: str | None, name: str, *, blank_is_absent: bool = Fals
     text = value.strip()
     if not text and blank_is_absent:
         return None
-    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > _MAX_SEQ_DIGITS:
-        raise invalid_request(f"{name} must be a non-negative integer (an event id) of at most {MAX_SEQ}")
-    return int(text)
+    try:
+        return Position.parse(text)
+    except MalformedPosition:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise invalid_request(
+            f"{name} must be an event id the stream sent: <seq> (a non-negative integer up to {MAX_SEQ}) or "
+            f"<seq>.<offset> (an offset of at most {MAX_OFFSET_DIGITS} digits), got {shown!r}"
+        ) from None
+
+
+def parse_pace(value: str | None) -> bool | None:
+    """``?pace=``: ``0`` turns pacing off for this stream, ``1`` on; ``None``: the relay's setting."""
+    if value is None:
+        return None
+    if value not in ("0", "1"):
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise invalid_request(f"pace must be 0 (each record's text as one event) or 1 (paced text), got {shown!r}")
+    return value == "1"
 
 
 def _json_type(value: object) -> str:

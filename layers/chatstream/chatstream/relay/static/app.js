@@ -1,8 +1,8 @@
 // The chat page: POST /chat streamed through fetch() and a ReadableStream, resumed through the turn's
-// events_url with Last-Event-ID after a dropped connection (token ids at or below the last one seen
-// are skipped, so no text is ever doubled), Stop through POST …/cancel, history from GET /sessions/{id}
-// with the session id kept in the URL (#session=…). Model and user text only ever reach the page as
-// text nodes (textContent), never as HTML.
+// events_url with Last-Event-ID after a dropped connection (text event ids at or before the last one seen
+// are skipped, so no text is ever doubled; ids are "<seq>" or, for a paced piece of a record, "<seq>.<offset>"),
+// Stop through POST …/cancel, history from GET /sessions/{id} with the session id kept in the URL (#session=…).
+// Model and user text only ever reach the page as text nodes (textContent), never as HTML.
 //
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
 // "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
@@ -11,11 +11,13 @@
 // turn's element counts what happened (data-retries, data-resumes, data-repeated).
 //
 // The reply's text is Markdown, drawn as it grows by markdown.js (elements built from markdown-it's tokens,
-// text in text nodes); the user's message is shown as typed.
+// text in text nodes); the user's message is shown as typed. A reasoning model's reasoning (`reasoning`
+// events, and `reasoning` in the history) is shown as plain text in a collapsed <details> block before the
+// answer, apart from it; its summary says "Thinking… (N words)" while it grows and the answer has not begun.
 "use strict";
 
 (function () {
-  const { SseParser } = window.ChatstreamSse;
+  const { SseParser, isAfter } = window.ChatstreamSse;
   const Retry = window.ChatstreamRetry;
   const { StreamingMarkdown } = window.ChatstreamMarkdown;
 
@@ -137,7 +139,58 @@
     const note = document.createElement("p");
     note.className = "note";
     box.append(answerElement, note);
-    return { box, answer: new StreamingMarkdown(answerElement, drawAtBottom), note };
+    return { box, answerElement, answer: new StreamingMarkdown(answerElement, drawAtBottom), note };
+  }
+
+  // The reply's reasoning: a collapsed block before the answer, made when the first reasoning arrives. Plain
+  // text (a text node that grows), never Markdown or HTML. Its summary counts the words as they come, so the
+  // block shows the model at work while it stays closed.
+  function reasoningBlock(reply) {
+    const details = document.createElement("details");
+    details.className = "reasoning";
+    const summary = document.createElement("summary");
+    const text = document.createElement("p");
+    text.className = "reasoning-text";
+    const node = document.createTextNode("");
+    text.append(node);
+    details.append(summary, text);
+    reply.box.insertBefore(details, reply.answerElement);
+    let words = 0;
+    let inWord = false; // the text so far ends inside a word
+    let settled = false;
+    const count = (more) => {
+      for (const ch of more) {
+        const space = /\s/.test(ch);
+        if (!space && !inWord) words += 1;
+        inWord = !space;
+      }
+    };
+    const label = () => {
+      summary.textContent = `${settled ? "Reasoning" : "Thinking…"} (${words} ${words === 1 ? "word" : "words"})`;
+    };
+    label();
+    return {
+      append(more) {
+        count(more);
+        drawAtBottom(() => {
+          node.appendData(more);
+          label();
+        });
+      },
+      set(all) {
+        words = 0;
+        inWord = false;
+        count(all);
+        node.data = all;
+        label();
+      },
+      // The answer began, or the turn ended: the thinking is over.
+      settle() {
+        settled = true;
+        details.dataset.settled = "true";
+        label();
+      },
+    };
   }
 
   // One turn on the page: the user's message and the assistant's reply, whose Markdown is drawn as it grows.
@@ -147,6 +200,8 @@
     li.className = "turn";
     const reply = replyBubble();
     const { answer, note } = reply;
+    let reasoning = null; // the reasoning block, once there is reasoning
+    const thinking = () => (reasoning = reasoning || reasoningBlock(reply));
     li.append(userBubble(userText), reply.box);
     el.transcript.append(li);
     el.empty.hidden = true;
@@ -165,11 +220,19 @@
       },
       // Text arrives in pieces; the answer draws them at most once an animation frame.
       append(text) {
+        if (reasoning) reasoning.settle();
         answer.append(text);
+      },
+      setReasoning(text) {
+        if (text) thinking().set(text);
+      },
+      appendReasoning(text) {
+        thinking().append(text);
       },
       // A turn that ends shows all its text at once, before its status says so.
       setStatus(status, detail) {
         if (status !== "streaming") answer.flush();
+        if (status !== "streaming" && reasoning) reasoning.settle();
         reply.box.dataset.status = status;
         reply.box.setAttribute("aria-busy", status === "streaming" ? "true" : "false");
         note.textContent = detail || "";
@@ -199,7 +262,7 @@
       view,
       turn: null,
       eventsUrl: null,
-      lastId: -1, // the highest token id shown; a resume asks for what comes after it
+      lastId: null, // the furthest text event id shown (token or reasoning); a resume asks for what comes after it
       retryAfter: null, // ms the last failed answer asked the page to wait, if it did
       controller: new AbortController(),
       ended: false,
@@ -215,6 +278,17 @@
       setBusy(false);
       setStatus(status === "complete" ? "Reply complete." : status === "cancelled" ? "Reply stopped." : "");
     }
+  }
+
+  // Whether a text event (token or reasoning: one sequence of ids) is new; notes its id as the furthest shown.
+  function fresh(r, event) {
+    const id = event.lastEventId === "" ? null : event.lastEventId;
+    if (id !== null && !isAfter(id, r.lastId)) {
+      r.view.count("repeated"); // already shown: the relay sent it again
+      return false;
+    }
+    if (id !== null) r.lastId = id;
+    return true;
   }
 
   // Apply one event; returns "ended" (done/error), "reconnect", or null to go on reading.
@@ -233,17 +307,16 @@
         if (data.session_id && data.session_id !== sessionId) rememberSession(data.session_id);
         el.stop.disabled = false;
         return null;
-      case "token": {
-        const id = event.lastEventId === "" ? null : Number(event.lastEventId);
-        if (id !== null && id <= r.lastId) {
-          r.view.count("repeated"); // already shown: the relay sent it again
-          return null;
-        }
-        if (id !== null) r.lastId = id;
+      case "token":
+        if (!fresh(r, event)) return null;
         if (typeof data.text === "string") r.view.append(data.text);
         setStatus("Receiving…");
         return null;
-      }
+      case "reasoning":
+        if (!fresh(r, event)) return null;
+        if (typeof data.text === "string") r.view.appendReasoning(data.text);
+        setStatus("Thinking…");
+        return null;
       case "done":
         finish(r, data.stop_reason === "cancelled" ? "cancelled" : "complete", noteFor("", data.stop_reason));
         return "ended";
@@ -307,7 +380,7 @@
           failures = 0;
         } else {
           if (r.eventsUrl) r.view.count("resumes");
-          failures = r.lastId > shown ? 1 : failures + 1;
+          failures = r.lastId !== shown ? 1 : failures + 1;
         }
       } else {
         failures += 1;
@@ -333,7 +406,7 @@
   // One resume request; null when it should be tried again (after a 429/5xx it is counted as a retry).
   async function resume(r) {
     const headers = { Accept: "text/event-stream" };
-    if (r.lastId >= 0) headers["Last-Event-ID"] = String(r.lastId);
+    if (r.lastId !== null) headers["Last-Event-ID"] = r.lastId;
     let response;
     try {
       response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: r.controller.signal });
@@ -542,6 +615,7 @@
         follow(r, null);
         continue;
       }
+      view.setReasoning(typeof turn.reasoning === "string" ? turn.reasoning : "");
       view.setText(turn.assistant || "");
       view.setStatus(turn.status === "complete" ? "complete" : turn.status, noteFor(turn.status, turn.stop_reason, turn.error));
     }

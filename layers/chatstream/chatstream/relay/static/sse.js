@@ -85,5 +85,22 @@
     }
   }
 
-  global.ChatstreamSse = Object.freeze({ SseParser });
+  // The relay's event ids (docs/HTTP_API.md, "Event ids"): "<seq>" (a whole record) or "<seq>.<offset>" (a
+  // piece of one). Ordered by seq, then offset, a whole record after every piece of it; null for what is not one.
+  function eventPosition(id) {
+    const match = /^([0-9]+)(?:\.([0-9]+))?$/.exec(id);
+    if (!match) return null;
+    return [Number(match[1]), match[2] === undefined ? Infinity : Number(match[2])];
+  }
+
+  // Whether the event id `a` comes after `b` (b null: before everything).
+  function isAfter(a, b) {
+    const pa = eventPosition(a);
+    const pb = b === null ? null : eventPosition(b);
+    if (pa === null) return true; // not an id of ours: show it rather than lose it
+    if (pb === null) return true;
+    return pa[0] > pb[0] || (pa[0] === pb[0] && pa[1] > pb[1]);
+  }
+
+  global.ChatstreamSse = Object.freeze({ SseParser, eventPosition, isAfter });
 })(window);

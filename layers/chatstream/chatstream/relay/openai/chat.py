@@ -1,0 +1,121 @@
+"""Chat Completions' objects and chunks, built from a turn.
+
+Each request is a new session (its turn 1); its id, ``chatcmpl-<session_id>``, and the ``X-Chatstream-Session-Id``
+header name it for the native API. A stream is ``chat.completion.chunk`` objects as ``data:`` lines (no ``event:``
+field): the assistant role first, one chunk per token record, a last chunk with ``finish_reason``, with
+``stream_options.include_usage`` every chunk's ``usage: null`` and a final chunk with no choices and the usage,
+then ``data: [DONE]``. A turn that fails (or a stream that cannot go on) ends with ``data: {"error": {…}}`` and no
+``[DONE]``, which OpenAI's SDKs raise as an ``APIError``.
+
+``finish_reason``: ``stop`` (``end_turn``, ``stop_sequence``, ``cancelled``), ``length`` (``max_tokens``),
+``content_filter`` (``content_filtered``, ``guardrail_intervened``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chatstream.relay import sse
+from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
+from chatstream.status import StopReason
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping
+
+_FINISH = {
+    StopReason.MAX_TOKENS: "length",
+    StopReason.CONTENT_FILTERED: "content_filter",
+    StopReason.GUARDRAIL_INTERVENED: "content_filter",
+}
+
+
+def completion_id(session_id: str) -> str:
+    return f"chatcmpl-{session_id}"
+
+
+def finish_reason(stop_reason: str | None) -> str:
+    return _FINISH.get(StopReason(stop_reason or StopReason.END_TURN), "stop")
+
+
+def usage_object(usage: Mapping[str, int] | None) -> dict[str, int]:
+    prompt, completion = (int((usage or {}).get(key, 0)) for key in ("input_tokens", "output_tokens"))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def completion_object(
+    session_id: str, model: str, created: int, text: str, stop_reason: str | None, usage: Mapping[str, int] | None
+) -> dict[str, Any]:
+    return {
+        "id": completion_id(session_id),
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                "logprobs": None,
+                "finish_reason": finish_reason(stop_reason),
+            }
+        ],
+        "usage": usage_object(usage),
+    }
+
+
+def error_data(code: str, message: str) -> str:
+    return sse.message(json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}}))
+
+
+@dataclass
+class ChunkStream:
+    session_id: str
+    model: str
+    created: int
+    include_usage: bool
+
+    def first(self) -> str:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def chunks(self, turn_events: Iterable[TurnEvent]) -> Iterator[str]:
+        for event in turn_events:
+            if isinstance(event, KeepAlive):
+                yield sse.comment("keep-alive")
+            elif isinstance(event, Token):
+                yield self._chunk({"content": event.text})
+            elif isinstance(event, Done):
+                yield self._chunk({}, finish_reason(event.stop_reason))
+                if self.include_usage:
+                    usage = {"input_tokens": event.input_tokens, "output_tokens": event.output_tokens}
+                    yield self._data({**self._base(), "choices": [], "usage": usage_object(usage)})
+                yield sse.message("[DONE]")
+                return
+            elif isinstance(event, Failed):
+                yield error_data(event.code, event.message)
+                return
+            elif isinstance(event, Reconnect):
+                url = f"/sessions/{self.session_id}/turns/1/events"
+                message = f"the relay's time is up; the reply goes on at {url} (Last-Event-ID {event.last_event_id})"
+                yield error_data("stream_interrupted", message)
+                return
+
+    def _base(self) -> dict[str, Any]:
+        return {
+            "id": completion_id(self.session_id),
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+        chunk = {**self._base(), "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        if self.include_usage:
+            chunk["usage"] = None
+        return self._data(chunk)
+
+    @staticmethod
+    def _data(payload: dict[str, Any]) -> str:
+        return sse.message(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))

@@ -1,0 +1,277 @@
+"""The ``/v1`` endpoints: OpenAI's Responses and Chat Completions APIs on the relay's turns (HTTP_API.md, "/v1").
+
+They share everything with the native API: a turn is allocated, the proxy invoked with its key only, and the reply
+followed from the table by the same :class:`~chatstream.relay.follow.Follower`; ownership is the native routes'
+(a response of another principal reads as unknown, ``404``). Every error is in OpenAI's shape
+(:mod:`chatstream.relay.openai.errors`).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+from chatstream.errors import TurnFinished, TurnNotFound
+from chatstream.proxy_event import GenerateRequest
+from chatstream.relay.follow import FollowStats
+from chatstream.relay.http import SSE_HEADERS, HttpError, Request, Response, StreamInfo, StreamKind, json_response
+from chatstream.relay.openai.chat import ChunkStream, completion_object
+from chatstream.relay.openai.errors import OpenAIError, error_response, invalid, openai_api
+from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
+from chatstream.relay.openai.responses import (
+    ResponseStream,
+    parse_response_id,
+    record_events,
+    response_id,
+    response_object,
+)
+from chatstream.relay.openai.turn_events import turn_events
+from chatstream.relay.pace import Position
+from chatstream.relay.validation import parse_position
+from chatstream.status import TurnStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from chatstream.relay.follow import Follower
+    from chatstream.relay.service import _Exchange
+    from chatstream.table import Turn
+
+V1_PREFIX = "/v1/"
+MODEL_ALIAS = "chatstream"
+SESSION_HEADER = "X-Chatstream-Session-Id"
+TURN_HEADER = "X-Chatstream-Turn"
+CANCEL_WAIT_S = 10.0  # how long a cancel waits for the turn to end before answering
+_CANCEL_POLL_S = 0.1
+
+# A failed turn's error code → the status a non-streamed chat completion answers with.
+_FAILED_STATUS = {"throttled": 429, "invalid_request": 400, "proxy_unavailable": 503, "model_unavailable": 503}
+
+
+def render_error(request: Request, err: HttpError) -> Response:
+    """The relay's answer to an error: OpenAI's shape under ``/v1/`` (an unknown path or method too), else native."""
+    return error_response(err) if request.path.startswith(V1_PREFIX) else err.response()
+
+
+def served_models(exchange: _Exchange) -> list[str]:
+    model_id = exchange.config.model_id
+    return [model_id, MODEL_ALIAS] if model_id else []
+
+
+def _check_model(exchange: _Exchange, model: str) -> str:
+    """The deployment's model id, when ``model`` names it (or its alias); else ``404 model_not_found``."""
+    served = served_models(exchange)
+    if model not in served:
+        listed = " or ".join(repr(name) for name in served) or "no model (MODEL_ID is not set)"
+        raise OpenAIError(
+            404, "model_not_found", f"The model {model!r} does not exist; this deployment serves {listed}", "model"
+        )
+    return served[0]
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "chatstream"}
+
+
+@openai_api
+def list_models(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+    return json_response(200, {"object": "list", "data": [_model_object(name) for name in served_models(exchange)]})
+
+
+@openai_api
+def get_model(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+    _check_model(exchange, params["model"])
+    return json_response(200, _model_object(params["model"]))
+
+
+# ------------------------------------------------------------------------------ responses
+
+
+@openai_api
+def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+    request = parse_responses_request(
+        exchange.request.body,
+        max_tokens_limit=exchange.config.max_tokens_limit,
+        valid_base64=exchange.request.body_is_valid_base64,
+    )
+    model = _check_model(exchange, request.model)
+    session_id = None
+    if request.previous_response_id is not None:
+        session_id = _previous(exchange, request.previous_response_id)
+    session_id, turn_number = exchange.begin_turn(
+        session_id,
+        request.message,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        options=request.options,
+    )
+    exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
+    headers = _session_headers(session_id, turn_number)
+    turn = _turn(exchange, session_id, turn_number)
+    if request.stream:
+        return _response_stream(exchange, turn, -1, headers)
+    if request.background:
+        return json_response(200, response_object(turn, model, "", status="queued"), headers)
+    _drain(exchange, session_id, turn_number)
+    return json_response(200, response_object(_turn(exchange, session_id, turn_number), model), headers)
+
+
+@openai_api
+def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+    turn = _owned_response(exchange, params["response_id"])
+    query = exchange.request.query
+    stream = query.get("stream", "false")
+    if stream not in ("true", "false"):
+        raise invalid("stream must be true or false", "stream")
+    if stream == "false":
+        text = None if turn.finished else exchange.table.assemble_texts(turn.session_id, turn.turn)[0]
+        headers = _session_headers(turn.session_id, turn.turn)
+        return json_response(200, response_object(turn, exchange.config.model_id, text), headers)
+    after = _sequence_number(query.get("starting_after"), "starting_after")
+    return _response_stream(
+        exchange, turn, -1 if after is None else after, _session_headers(turn.session_id, turn.turn)
+    )
+
+
+@openai_api
+def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+    turn = _owned_response(exchange, params["response_id"])
+    model = exchange.config.model_id
+    try:
+        exchange.table.request_cancel(turn.session_id, turn.turn)
+    except TurnNotFound:
+        raise _response_not_found(params["response_id"]) from None
+    except TurnFinished:
+        ended = _turn(exchange, turn.session_id, turn.turn)
+        if ended.status is TurnStatus.CANCELLED:
+            return json_response(200, response_object(ended, model))
+        raise OpenAIError(
+            409, "response_finished", f"response {params['response_id']} already ended; there is nothing to cancel"
+        ) from None
+    clock = exchange.clock
+    deadline = clock.monotonic() + CANCEL_WAIT_S
+    while not turn.finished and clock.monotonic() < deadline:
+        clock.sleep(_CANCEL_POLL_S)
+        turn = _turn(exchange, turn.session_id, turn.turn)
+    text = None if turn.finished else exchange.table.assemble_texts(turn.session_id, turn.turn)[0]
+    return json_response(200, response_object(turn, model, text))
+
+
+def _response_stream(exchange: _Exchange, turn: Turn, after: int, headers: Mapping[str, str]) -> Response:
+    events = ResponseStream(exchange.table, turn, exchange.config.model_id, after)
+    stats = FollowStats()
+    source: Iterable[Any]
+    if turn.finished:
+        source = record_events(exchange.table.query_records(turn.session_id, turn.turn))
+    else:
+        source = turn_events(_follower(exchange, turn.session_id, turn.turn, events.record_after, stats).events())
+    info = StreamInfo(
+        StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
+    )
+    return Response(200, {**SSE_HEADERS, **headers}, chain(events.prelude(), events.events(source)), info)
+
+
+def _previous(exchange: _Exchange, previous: str) -> str:
+    """The session a new response continues: ``previous`` must be the latest response of one of the caller's."""
+    parsed = parse_response_id(previous)
+    if parsed is None:
+        raise _response_not_found(previous, "previous_response_id")
+    session_id, turn_number = parsed
+    session = exchange.table.get_session(session_id)
+    if session is None or session.owner != exchange.owner() or turn_number > session.turn_count:
+        raise _response_not_found(previous, "previous_response_id")
+    if turn_number != session.turn_count:
+        latest = response_id(session_id, session.turn_count)
+        raise invalid(
+            f"{previous} is not the latest response of its conversation; continue from {latest}",
+            "previous_response_id",
+        )
+    return session_id
+
+
+def _owned_response(exchange: _Exchange, value: str) -> Turn:
+    parsed = parse_response_id(value)
+    if parsed is None:
+        raise _response_not_found(value)
+    session_id, turn_number = parsed
+    exchange.owned({"session_id": session_id})  # 403 without a caller; 404 for another principal's
+    turn = exchange.table.get_turn(session_id, turn_number)
+    if turn is None:
+        raise _response_not_found(value)
+    return turn
+
+
+def _response_not_found(value: str, param: str | None = None) -> OpenAIError:
+    shown = value if len(value) <= 160 else value[:160] + "…"
+    return OpenAIError(404, "not_found", f"No response found with id {shown!r}", param)
+
+
+# ------------------------------------------------------------------------------ chat completions
+
+
+@openai_api
+def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+    request = parse_chat_completion_request(
+        exchange.request.body,
+        max_tokens_limit=exchange.config.max_tokens_limit,
+        valid_base64=exchange.request.body_is_valid_base64,
+    )
+    model = _check_model(exchange, request.model)
+    session_id, turn_number = exchange.begin_turn(
+        None, request.message, max_tokens=request.max_tokens, temperature=request.temperature, options=request.options
+    )
+    exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
+    headers = _session_headers(session_id, turn_number)
+    created = exchange.clock.now_ms() // 1000
+    if request.stream:
+        chunks = ChunkStream(session_id, model, created, request.include_usage)
+        stats = FollowStats()
+        follower = _follower(exchange, session_id, turn_number, -1, stats)
+        info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
+        stream = chain([chunks.first()], chunks.chunks(turn_events(follower.events())))
+        return Response(200, {**SSE_HEADERS, **headers}, stream, info)
+    _drain(exchange, session_id, turn_number)
+    turn = _turn(exchange, session_id, turn_number)
+    if turn.status is TurnStatus.ERROR:
+        error = dict(turn.error or {})
+        code = str(error.get("code") or "model_error")
+        raise OpenAIError(_FAILED_STATUS.get(code, 500), code, str(error.get("message") or "the generation failed"))
+    if not turn.finished:
+        url = f"/sessions/{session_id}/turns/{turn_number}/events"
+        raise OpenAIError(503, "still_generating", f"the reply is still being generated; follow it at {url}")
+    body = completion_object(session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage)
+    return json_response(200, body, headers)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _follower(exchange: _Exchange, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
+    """A follower of the turn from after record ``after`` (-1: its start), one event a record: a ``/v1`` stream's
+    sequence numbers count records (responses.py), so its text is not paced."""
+    return exchange.follower(session_id, turn, None if after < 0 else Position(after), stats, pace=False)
+
+
+def _sequence_number(value: str | None, name: str) -> int | None:
+    """``starting_after``: a sequence number the stream sent (``None`` when not given)."""
+    position = parse_position(value, name)
+    if position is not None and position.offset is not None:
+        raise invalid(f"{name} must be a sequence number (a non-negative integer), got {value!r}", name)
+    return None if position is None else position.seq
+
+
+def _session_headers(session_id: str, turn: int) -> dict[str, str]:
+    return {SESSION_HEADER: session_id, TURN_HEADER: str(turn)}
+
+
+def _turn(exchange: _Exchange, session_id: str, turn_number: int) -> Turn:
+    turn = exchange.table.get_turn(session_id, turn_number)
+    if turn is None:
+        raise _response_not_found(response_id(session_id, turn_number))
+    return turn
+
+
+def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
+    """Follow the turn to its end (or the relay's time limit), for an answer that is not streamed."""
+    for _ in _follower(exchange, session_id, turn_number, -1, FollowStats()).events():
+        pass

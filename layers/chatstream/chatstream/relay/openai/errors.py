@@ -1,0 +1,89 @@
+"""Errors on ``/v1`` routes, in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+The status codes are those OpenAI's SDKs map to their exception classes (``BadRequestError`` 400,
+``AuthenticationError`` 401, ``PermissionDeniedError`` 403, ``NotFoundError`` 404, ``ConflictError`` 409,
+``RateLimitError`` 429, ``InternalServerError`` 5xx; 413 is an ``APIStatusError``). :func:`openai_api` wraps a
+``/v1`` handler so every error it raises, the relay's own :class:`~chatstream.relay.http.HttpError` included,
+is answered in that shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, TypeVar
+
+from chatstream.errors import Throttled
+from chatstream.relay.http import HttpError, Response, json_response
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+logger = logging.getLogger(__name__)
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+class OpenAIError(HttpError):
+    """An :class:`HttpError` that also names the request field at fault (OpenAI's ``param``)."""
+
+    def __init__(
+        self, status: int, code: str, message: str, param: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(status, code, message, headers)
+        self.param = param
+
+
+def invalid(message: str, param: str | None, code: str = "invalid_request") -> OpenAIError:
+    return OpenAIError(400, code, message, param)
+
+
+def unsupported(param: str, what: str = "") -> OpenAIError:
+    detail = f" ({what})" if what else ""
+    return OpenAIError(400, "unsupported_parameter", f"{param}{detail} is not supported by chatstream", param)
+
+
+def error_response(err: HttpError) -> Response:
+    body = {
+        "error": {
+            "message": err.message,
+            "type": _TYPES.get(err.status, "server_error"),
+            "param": err.param if isinstance(err, OpenAIError) else None,
+            "code": err.code,
+        }
+    }
+    return json_response(err.status, body, err.headers)
+
+
+_C = TypeVar("_C")
+
+
+def openai_api(handler: Callable[[_C, Mapping[str, str]], Response]) -> Callable[[_C, Mapping[str, str]], Response]:
+    """``handler``, with every error before its response answered in OpenAI's shape."""
+
+    @functools.wraps(handler)
+    def wrapped(context: _C, params: Mapping[str, str]) -> Response:
+        try:
+            return handler(context, params)
+        except HttpError as err:
+            return error_response(err)
+        except Throttled as err:
+            logger.warning("throttled before the response", extra={"error": str(err)})
+            busy = OpenAIError(
+                503, "unavailable", "the service is busy; try again in a second", None, {"Retry-After": "1"}
+            )
+            return error_response(busy)
+        except Exception:
+            logger.exception("unexpected failure before the response")
+            return error_response(OpenAIError(500, "internal_error", "the request failed unexpectedly; try again"))
+
+    return wrapped

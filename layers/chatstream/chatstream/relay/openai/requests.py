@@ -1,0 +1,361 @@
+"""The bodies of ``POST /v1/responses`` and ``POST /v1/chat/completions``, validated (HTTP_API.md, "/v1").
+
+The body's size and JSON are checked as the native ``POST /chat``'s are (``413``, ``400 invalid_json``). Then every
+field: a field OpenAI's API accepts but chatstream does not support (tools, images, audio, ``n`` > 1, logprobs…) is
+a ``400 unsupported_parameter`` naming it (its neutral value, such as ``n: 1``, is accepted); any other unknown
+field is a ``400 unknown_parameter``; a field of the wrong type or out of range is a ``400 invalid_request``. The
+error's ``param`` names the field.
+
+Messages become a turn: the ``system``/``developer`` messages (and ``instructions``) its system prompt, the last
+message (which must be the user's) its message, and the ones before it its history, where consecutive messages of
+one role are joined by a blank line and the first must be the user's (Bedrock's rule: roles alternate, starting
+with the user).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chatstream.relay.openai.errors import OpenAIError, invalid, unsupported
+from chatstream.relay.validation import MAX_MESSAGE_CHARS, parse_json_object
+from chatstream.turn_options import MAX_STOP_SEQUENCES, HistoryMessage, TurnOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+# Fields OpenAI's API accepts that chatstream does not support, with the value that means "not used" (or a
+# predicate of accepted values; None: no value is accepted).
+_NEUTRAL = object()
+
+_RESPONSES_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "stream",
+        "background",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "store",
+    }
+)
+_RESPONSES_UNSUPPORTED: dict[str, Any] = {
+    "tools": lambda value: value == [],
+    "tool_choice": lambda value: value in ("none", "auto"),
+    "parallel_tool_calls": lambda value: isinstance(value, bool),
+    "truncation": lambda value: value == "disabled",
+    "text": lambda value: value in ({"format": {"type": "text"}}, {}),
+    "metadata": lambda value: value in ({}, None),
+    "include": lambda value: value in ([], None),
+    "reasoning": None,
+    "top_logprobs": lambda value: value in (0, None),
+    "user": None,
+    "service_tier": lambda value: value in ("auto", "default", None),
+    "prompt": None,
+    "conversation": None,
+    "max_tool_calls": None,
+    "safety_identifier": None,
+    "prompt_cache_key": None,
+    "prompt_cache_retention": None,
+    "stream_options": None,
+    "context_management": None,
+}
+
+_CHAT_FIELDS = frozenset(
+    {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature", "top_p"}
+    | {"stop"}
+)
+_CHAT_UNSUPPORTED: dict[str, Any] = {
+    "n": lambda value: value in (1, None),
+    "presence_penalty": lambda value: value in (0, None),
+    "frequency_penalty": lambda value: value in (0, None),
+    "logprobs": lambda value: value in (False, None),
+    "top_logprobs": lambda value: value in (0, None),
+    "tools": lambda value: value in ([], None),
+    "tool_choice": lambda value: value in ("none", None),
+    "parallel_tool_calls": lambda value: isinstance(value, bool) or value is None,
+    "response_format": lambda value: value in ({"type": "text"}, None),
+    "functions": None,
+    "function_call": None,
+    "seed": None,
+    "logit_bias": None,
+    "user": None,
+    "audio": None,
+    "modalities": lambda value: value in (["text"], None),
+    "prediction": None,
+    "reasoning_effort": None,
+    "service_tier": lambda value: value in ("auto", "default", None),
+    "metadata": None,
+    "store": lambda value: value in (False, None),
+    "web_search_options": None,
+    "verbosity": None,
+    "safety_identifier": None,
+    "prompt_cache_key": None,
+    "prompt_cache_retention": None,
+}
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """What a ``/v1`` request asks of a turn."""
+
+    model: str
+    message: str
+    options: TurnOptions
+    max_tokens: int | None
+    temperature: float | None
+    stream: bool
+
+
+@dataclass(frozen=True)
+class ResponsesRequest(TurnRequest):
+    previous_response_id: str | None = None
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class ChatCompletionRequest(TurnRequest):
+    include_usage: bool = False
+
+
+def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_base64: bool) -> ResponsesRequest:
+    fields = parse_json_object(body, valid_base64=valid_base64)
+    _check_fields(fields, _RESPONSES_FIELDS, _RESPONSES_UNSUPPORTED)
+    if fields.get("store", True) is not True:
+        raise unsupported("store", "only true: every response is stored")
+    system: list[str] = []
+    instructions = fields.get("instructions")
+    if instructions is not None:
+        system.append(_text(instructions, "instructions"))
+    raw_input = fields.get("input", _MISSING)
+    if raw_input is _MISSING:
+        raise invalid("input is required: a string, or a list of messages", "input")
+    if isinstance(raw_input, str):
+        messages = [("user", _text(raw_input, "input"))]
+    elif isinstance(raw_input, list) and raw_input:
+        messages = []
+        for index, item in enumerate(raw_input):
+            role, text = _input_item(item, f"input[{index}]")
+            if role in ("system", "developer"):
+                system.append(text)
+            else:
+                messages.append((role, text))
+    else:
+        raise invalid("input must be a string or a non-empty list of messages", "input")
+    previous = fields.get("previous_response_id")
+    if previous is not None and (not isinstance(previous, str) or not previous):
+        raise invalid("previous_response_id must be a response id such as resp_…", "previous_response_id")
+    message, history = _turn_of(messages, "input")
+    return ResponsesRequest(
+        model=_model(fields),
+        message=message,
+        options=_options(system, history, fields.get("top_p"), None),
+        max_tokens=_max_tokens(fields, ("max_output_tokens",), max_tokens_limit),
+        temperature=_unit_number(fields.get("temperature"), "temperature"),
+        stream=_boolean(fields.get("stream"), "stream"),
+        previous_response_id=previous,
+        background=_boolean(fields.get("background"), "background"),
+    )
+
+
+def parse_chat_completion_request(
+    body: bytes | None, *, max_tokens_limit: int, valid_base64: bool
+) -> ChatCompletionRequest:
+    fields = parse_json_object(body, valid_base64=valid_base64)
+    _check_fields(fields, _CHAT_FIELDS, _CHAT_UNSUPPORTED)
+    raw = fields.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise invalid("messages is required: a non-empty list of messages", "messages")
+    system: list[str] = []
+    messages: list[tuple[str, str]] = []
+    for index, item in enumerate(raw):
+        role, text = _chat_message(item, f"messages[{index}]")
+        if role in ("system", "developer"):
+            system.append(text)
+        else:
+            messages.append((role, text))
+    message, history = _turn_of(messages, "messages")
+    stream = _boolean(fields.get("stream"), "stream")
+    include_usage = False
+    stream_options = fields.get("stream_options")
+    if stream_options is not None:
+        if not stream:
+            raise invalid("stream_options is only allowed with stream: true", "stream_options")
+        if not isinstance(stream_options, dict):
+            raise invalid("stream_options must be an object", "stream_options")
+        for key in stream_options:
+            if key not in ("include_usage", "include_obfuscation"):
+                raise unsupported(f"stream_options.{key}")
+        include_usage = _boolean(stream_options.get("include_usage"), "stream_options.include_usage")
+    if "max_tokens" in fields and "max_completion_tokens" in fields:
+        raise invalid("give max_tokens or max_completion_tokens, not both", "max_tokens")
+    return ChatCompletionRequest(
+        model=_model(fields),
+        message=message,
+        options=_options(system, history, fields.get("top_p"), _stop(fields.get("stop"))),
+        max_tokens=_max_tokens(fields, ("max_tokens", "max_completion_tokens"), max_tokens_limit),
+        temperature=_unit_number(fields.get("temperature"), "temperature"),
+        stream=stream,
+        include_usage=include_usage,
+    )
+
+
+_MISSING = object()
+
+
+def _check_fields(fields: Mapping[str, Any], known: frozenset[str], unsupported_fields: Mapping[str, Any]) -> None:
+    for name in sorted(fields):
+        if name in known:
+            continue
+        if name in unsupported_fields:
+            accepts = unsupported_fields[name]
+            if accepts is None or not accepts(fields[name]):
+                raise unsupported(name)
+            continue
+        raise OpenAIError(400, "unknown_parameter", f"unknown parameter {name!r}", name)
+
+
+def _model(fields: Mapping[str, Any]) -> str:
+    model = fields.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("model is required: the deployment's model id (GET /v1/models lists it)", "model")
+    return model
+
+
+def _text(value: object, param: str) -> str:
+    if not isinstance(value, str):
+        raise invalid(f"{param} must be a string", param)
+    if not value.strip():
+        raise invalid(f"{param} must not be empty or only whitespace", param)
+    if len(value) > MAX_MESSAGE_CHARS:
+        raise invalid(f"{param} is {len(value)} characters; the limit is {MAX_MESSAGE_CHARS}", param)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid(f"{param} contains invalid Unicode (a lone surrogate escape)", param) from None
+    return value
+
+
+def _parts(content: object, param: str, part_types: tuple[str, ...]) -> str:
+    """A message's text: a string, or a list of text parts (joined); any other part is unsupported."""
+    if isinstance(content, str):
+        return _text(content, param)
+    if not isinstance(content, list) or not content:
+        raise invalid(f"{param} must be a string or a non-empty list of text parts", param)
+    texts = []
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        if not isinstance(part, dict):
+            raise invalid(f"{where} must be a content part object", where)
+        kind = part.get("type")
+        if kind not in part_types:
+            raise unsupported(f"{where}.type", f"{kind!r} parts; only text is")
+        for key in part:
+            if key not in ("type", "text", "annotations"):
+                raise unsupported(f"{where}.{key}")
+        texts.append(_text(part.get("text"), f"{where}.text"))
+    return "".join(texts)
+
+
+def _input_item(item: object, param: str) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise invalid(f"{param} must be a message object", param)
+    if item.get("type", "message") != "message":
+        raise unsupported(f"{param}.type", f"{item.get('type')!r} items; only messages are")
+    for key in item:
+        if key not in ("type", "role", "content", "id", "status"):
+            raise unsupported(f"{param}.{key}")
+    role = item.get("role")
+    if role not in ("user", "assistant", "system", "developer"):
+        raise invalid(f"{param}.role must be user, assistant, system or developer", f"{param}.role")
+    part_types = ("output_text",) if role == "assistant" else ("input_text",)
+    return str(role), _parts(item.get("content"), f"{param}.content", part_types)
+
+
+def _chat_message(item: object, param: str) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise invalid(f"{param} must be a message object", param)
+    role = item.get("role")
+    if role in ("tool", "function"):
+        raise unsupported(f"{param}.role", f"{role!r} messages")
+    if role not in ("user", "assistant", "system", "developer"):
+        raise invalid(f"{param}.role must be system, developer, user or assistant", f"{param}.role")
+    for key in item:
+        if key not in ("role", "content"):
+            raise unsupported(f"{param}.{key}")
+    return str(role), _parts(item.get("content"), f"{param}.content", ("text",))
+
+
+def _turn_of(messages: list[tuple[str, str]], param: str) -> tuple[str, tuple[HistoryMessage, ...]]:
+    """The turn's message (the last, a user's) and its history (consecutive messages of a role joined)."""
+    merged: list[tuple[str, str]] = []
+    for role, text in messages:
+        if merged and merged[-1][0] == role:
+            merged[-1] = (role, f"{merged[-1][1]}\n\n{text}")
+        else:
+            merged.append((role, text))
+    if not merged or merged[-1][0] != "user":
+        raise invalid(f"the last message of {param} must be the user's", param)
+    if merged[0][0] != "user":
+        raise invalid(f"the first message of {param} (after system ones) must be the user's", param)
+    history = tuple(HistoryMessage("user" if role == "user" else "assistant", text) for role, text in merged[:-1])
+    return merged[-1][1], history
+
+
+def _options(
+    system: list[str], history: tuple[HistoryMessage, ...], top_p: object, stop: tuple[str, ...] | None
+) -> TurnOptions:
+    return TurnOptions(
+        system="\n\n".join(system) if system else None,
+        top_p=_unit_number(top_p, "top_p"),
+        stop=stop or (),
+        history=history,
+    )
+
+
+def _stop(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    sequences = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(sequences, list)
+        or not 1 <= len(sequences) <= MAX_STOP_SEQUENCES
+        or not all(isinstance(sequence, str) and sequence for sequence in sequences)
+    ):
+        raise invalid(f"stop must be a string or a list of 1 to {MAX_STOP_SEQUENCES} non-empty strings", "stop")
+    return tuple(sequences)
+
+
+def _max_tokens(fields: Mapping[str, Any], names: tuple[str, ...], limit: int) -> int | None:
+    for name in names:
+        value = fields.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(f"{name} must be an integer", name)
+        if not 1 <= value <= limit:
+            raise invalid(f"{name} must be between 1 and {limit}, got {value}", name)
+        return value
+    return None
+
+
+def _unit_number(value: object, param: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(f"{param} must be a number", param)
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise invalid(f"{param} must be between 0 and 1 (Bedrock's range), got {value}", param)
+    return float(value)
+
+
+def _boolean(value: object, param: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise invalid(f"{param} must be a boolean", param)
+    return value

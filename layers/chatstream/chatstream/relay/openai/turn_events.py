@@ -1,0 +1,92 @@
+"""A turn's native stream (what :class:`~chatstream.relay.follow.Follower` emits, HTTP_API.md) read back as typed
+events, so the ``/v1`` streams are the native stream spelt OpenAI's way and follow a turn exactly as it does
+(polling, gaps, timeouts, the time limit).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+
+@dataclass(frozen=True)
+class Token:
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """The turn's ``done`` (``seq`` None: rebuilt from the turn item)."""
+
+    seq: int | None
+    stop_reason: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An ``error`` event: the turn's error record (``seq`` set), or the stream's own (``seq`` None)."""
+
+    seq: int | None
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """The relay's time is up; the stream continues in a new request after ``last_event_id``."""
+
+    last_event_id: int
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    pass
+
+
+TurnEvent = Token | Done | Failed | Reconnect | KeepAlive
+
+
+def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
+    """The typed events of a follower's chunks (each chunk is one event, or a comment)."""
+    for chunk in chunks:
+        if chunk.startswith(":"):
+            yield KeepAlive()
+            continue
+        name, event_id, data = _fields(chunk)
+        seq = None if event_id is None else int(event_id)
+        if name == "token":
+            assert seq is not None
+            yield Token(seq, str(data["text"]))
+        elif name == "done":
+            usage = data.get("usage") or {}
+            yield Done(
+                seq,
+                str(data.get("stop_reason") or "end_turn"),
+                int(usage.get("input_tokens", 0)),
+                int(usage.get("output_tokens", 0)),
+            )
+        elif name == "error":
+            yield Failed(seq, str(data["code"]), str(data["message"]), bool(data.get("retryable")))
+        elif name == "reconnect":
+            yield Reconnect(int(data["last_event_id"]))
+
+
+def _fields(chunk: str) -> tuple[str, str | None, dict[str, Any]]:
+    name, event_id, data = "message", None, []
+    for line in chunk.splitlines():
+        field, _, value = line.partition(": ")
+        if field == "event":
+            name = value
+        elif field == "id":
+            event_id = value
+        elif field == "data":
+            data.append(value)
+    return name, event_id, json.loads("\n".join(data)) if data else {}

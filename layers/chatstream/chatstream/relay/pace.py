@@ -1,0 +1,147 @@
+"""Pacing a turn's text: each record's text released in word-sized pieces, spread over the turn's cadence.
+
+The proxy coalesces the model's deltas into one record every ``FLUSH_INTERVAL_MS`` (a tenth of the Kinesis
+records and table writes of one record per delta), so a follower that sent each record as one event would make
+the text lurch a few times a second. The relay follows the turn for the whole stream anyway: it cuts each record's
+text into pieces at word boundaries (a run of spaces and the word after it, as the AI SDK's ``smoothStream`` does in
+the client) and releases them evenly over the interval at which records have been coming (the follower's cadence),
+so the client sees text at a rhythm close to the model's own, at no AWS cost.
+
+- The first piece of a record that finds nothing waiting goes out at once: time to first token never waits.
+- A record that arrives while pieces still wait joins them, and the whole backlog is spread over one interval
+  from now: the text never falls more than about one interval behind the table.
+- What is left goes out at once when the stream ends (the terminal record, an error, a ``reconnect``).
+- Without pacing (``PACE_TEXT=false``, ``?pace=0``) each record is one event, due at once.
+
+Positions (the events' ids, HTTP_API.md "Event ids"): a record that goes out whole, and the last piece of a record,
+carry the record's ``seq`` (``7``); any other piece carries ``<seq>.<offset>`` (``7.12``), the number of characters
+(Unicode code points) of the record's text the client has once it has the piece. Resuming from either gives
+exactly the text after it. One record holds one kind of text (``token`` or ``reasoning``), so an offset is always
+an offset into one text.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import dataclass, field
+
+DEFAULT_INTERVAL_S = 0.3  # the spread before the cadence is known: the proxy's default FLUSH_INTERVAL_MS
+MAX_INTERVAL_S = 1.0  # a slow turn's pieces are spread over at most this long: text never lags more
+MAX_SEQ_DIGITS = 8  # records.MAX_SEQ
+MAX_OFFSET_DIGITS = 7  # a record holds at most coalescer.MAX_RECORD_CHARS characters
+_WORD = re.compile(r"\s*\S+|\s+")  # a word with the spaces before it (a record may also be only spaces)
+_POSITION = re.compile(rf"0*([0-9]{{1,{MAX_SEQ_DIGITS}}})(?:\.0*([0-9]{{1,{MAX_OFFSET_DIGITS}}}))?")
+
+
+class MalformedPosition(ValueError):
+    """An event id that is not ``<seq>`` or ``<seq>.<offset>``."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """What a client has of a turn: every record through ``seq``, or only the first ``offset`` characters of record
+    ``seq``'s text (``offset`` ``None``: the whole record)."""
+
+    seq: int
+    offset: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """``<seq>`` or ``<seq>.<offset>``: decimal digits, at most 8 and 7 of them (leading zeros aside)."""
+        match = _POSITION.fullmatch(text)
+        if match is None:
+            raise MalformedPosition(text)
+        seq, offset = match.groups()
+        return cls(int(seq), None if offset is None else int(offset))
+
+    @property
+    def key(self) -> tuple[int, float]:
+        """For ordering positions: a whole record comes after every piece of it."""
+        return (self.seq, float("inf") if self.offset is None else self.offset)
+
+    @property
+    def covered(self) -> int:
+        """The last record the client has whole (-1: none)."""
+        return self.seq if self.offset is None else self.seq - 1
+
+    def __str__(self) -> str:
+        return str(self.seq) if self.offset is None else f"{self.seq}.{self.offset}"
+
+
+@dataclass(frozen=True)
+class TextEvent:
+    """Text of one kind (the SSE event's name: ``token``), all or part of one record's text.
+
+    ``start`` is where ``text`` begins in the record's text; ``last`` says it ends the record.
+    """
+
+    kind: str
+    seq: int
+    text: str
+    start: int = 0
+    last: bool = True
+
+    @property
+    def position(self) -> Position:
+        """The client's position once it has this event: its id."""
+        return Position(self.seq, None if self.last else self.start + len(self.text))
+
+
+def pieces(event: TextEvent) -> list[TextEvent]:
+    """``event`` cut at word boundaries: each piece a word with the spaces before it (trailing spaces go with the
+    last piece); the pieces' texts join to ``event.text``."""
+    words = _WORD.findall(event.text)
+    if len(words) > 1 and not words[-1].strip():
+        words[-2:] = [words[-2] + words[-1]]
+    if len(words) <= 1:
+        return [event]
+    out: list[TextEvent] = []
+    start = event.start
+    for index, word in enumerate(words):
+        out.append(TextEvent(event.kind, event.seq, word, start, event.last and index == len(words) - 1))
+        start += len(word)
+    return out
+
+
+@dataclass
+class Pacer:
+    """The pieces waiting to go out, and when each is due (times from the follower's ``Clock.monotonic``)."""
+
+    enabled: bool = True
+    _waiting: collections.deque[TextEvent] = field(default_factory=collections.deque)
+    _next_at: float = 0.0  # when the first waiting piece is due
+    _spacing: float = 0.0  # between waiting pieces
+
+    def add(self, event: TextEvent, now: float, interval: float | None) -> None:
+        """Queue a record's text (or what is left of it), read at ``now``; records come every ``interval`` seconds
+        (``None``: not known yet)."""
+        if not event.text:
+            return
+        if not self._waiting:
+            self._next_at = now  # nothing waits: the first piece goes at once
+        if not self.enabled:
+            self._waiting.append(event)
+            self._spacing = 0.0
+            return
+        self._waiting.extend(pieces(event))
+        spread = min(DEFAULT_INTERVAL_S if interval is None else interval, MAX_INTERVAL_S)
+        self._spacing = max(now + spread - self._next_at, 0.0) / len(self._waiting)
+
+    def next_due(self) -> float | None:
+        """When the next piece is due; ``None``: nothing waits."""
+        return self._next_at if self._waiting else None
+
+    def due(self, now: float) -> list[TextEvent]:
+        """The pieces due by ``now``, in order."""
+        out: list[TextEvent] = []
+        while self._waiting and self._next_at <= now:
+            out.append(self._waiting.popleft())
+            self._next_at += self._spacing
+        return out
+
+    def flush(self) -> list[TextEvent]:
+        """Every waiting piece, at once (the stream ends)."""
+        out = list(self._waiting)
+        self._waiting.clear()
+        return out

@@ -1,0 +1,334 @@
+"""The /v1 routes through the local Function URL, driven by OpenAI's own Python SDK (``openai``, pinned)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import httpx
+import openai
+import pytest
+from botocore.credentials import Credentials
+
+from chatstream.status import TurnStatus
+from chatstream_client.api import ChatClient
+from chatstream_client.auth import SigV4Auth
+from chatstream_local.bedrock.model import plan_reply
+from chatstream_local.iam import Principal, Principals
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from chatstream_local.stack import LocalStack
+
+pytestmark = pytest.mark.integration
+
+MODEL_ID = "us.amazon.nova-lite-v1:0"  # the template's default ModelId
+ALIAS = "chatstream"
+LONG = "/long 150"
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    """One stack for the module, with the model at 10 ms a delta so a reply lasts long enough to interrupt."""
+    from chatstream_local.stack import LocalStack, StackSettings
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+            patch.setenv(name, value)
+        patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        local = LocalStack(StackSettings(port=0, model_delay_ms=10)).start()
+        yield local
+        local.stop()
+
+
+@pytest.fixture
+def client(stack: LocalStack) -> Iterator[openai.OpenAI]:
+    # No retries: each error must surface as the SDK's exception at once.
+    with openai.OpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
+
+
+def event_types(events: list) -> list[str]:
+    return [event.type for event in events]
+
+
+# ------------------------------------------------------------------------------ responses
+
+
+def test_a_response_not_streamed_is_the_finished_object(client: openai.OpenAI) -> None:
+    response = client.responses.create(model=ALIAS, input="hello there", max_output_tokens=50, temperature=0.5)
+    assert response.status == "completed"
+    assert response.output_text == plan_reply("hello there").text
+    assert response.model == MODEL_ID and response.max_output_tokens == 50 and response.temperature == 0.5
+    assert response.usage is not None and response.usage.output_tokens == len(plan_reply("hello there").deltas)
+    # AND GET /v1/responses/{id} reads the same
+    assert client.responses.retrieve(response.id).output_text == response.output_text
+
+
+def test_a_streamed_response_is_openais_event_sequence(client: openai.OpenAI) -> None:
+    events = list(client.responses.create(model=MODEL_ID, input=LONG, stream=True))
+    types = event_types(events)
+    assert types[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert types[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert set(types[4:-4]) == {"response.output_text.delta"}
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text == plan_reply(LONG).text == events[-4].text
+    assert events[-1].response.status == "completed" and events[-1].response.output_text == text
+
+
+def test_a_background_response_resumes_exactly_after_the_connection_drops(client: openai.OpenAI) -> None:
+    # GIVEN a background response whose stream the client drops after a few deltas
+    stream = client.responses.create(model=ALIAS, input="/long 300", background=True, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if sum(event.type == "response.output_text.delta" for event in seen) == 3:
+            break
+    stream.close()
+    response_id = seen[0].response.id
+    last = seen[-1].sequence_number
+    # WHEN it resumes from the last sequence number it has
+    rest = list(client.responses.retrieve(response_id, stream=True, starting_after=last))
+    # THEN the events go on right after it, and the text is the reply exactly
+    events = seen + rest
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text == plan_reply("/long 300").text
+    assert rest[-1].type == "response.completed"
+    # AND a later resume from the middle replays the stored events identically
+    again = list(client.responses.retrieve(response_id, stream=True, starting_after=last))
+    assert [event.model_dump() for event in again] == [event.model_dump() for event in rest]
+
+
+def test_a_background_response_can_be_cancelled(client: openai.OpenAI) -> None:
+    response = client.responses.create(model=ALIAS, input="/long 5000", background=True)
+    assert response.status == "queued"
+    cancelled = client.responses.cancel(response.id)
+    assert cancelled.status == "cancelled"
+    read = client.responses.retrieve(response.id)
+    assert read.status == "cancelled"
+    assert plan_reply("/long 5000").text.startswith(read.output_text)
+    assert len(read.output_text) < len(plan_reply("/long 5000").text)
+    # AND cancelling it again answers the same object
+    assert client.responses.cancel(response.id).status == "cancelled"
+
+
+def test_previous_response_id_continues_the_conversation(client: openai.OpenAI) -> None:
+    first = client.responses.create(model=ALIAS, input="my name is Ada")
+    second = client.responses.create(model=ALIAS, input="/history", previous_response_id=first.id)
+    # THEN the model saw the first exchange before the new message
+    assert second.output_text == (f"3 messages: user: my name is Ada | assistant: {first.output_text} | user: /history")
+    assert second.previous_response_id == first.id
+
+
+def test_instructions_and_input_messages_reach_the_model(client: openai.OpenAI) -> None:
+    system = client.responses.create(model=ALIAS, instructions="Answer in French.", input="/system")
+    assert system.output_text == "System: Answer in French."
+    assert system.instructions == "Answer in French."
+    history = client.responses.create(
+        model=ALIAS,
+        input=[
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "two"}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "/history"}]},
+        ],
+    )
+    assert history.output_text == "3 messages: user: one | assistant: two | user: /history"
+    # AND a response that continues it is sent that history again, but not its system prompt (as OpenAI's
+    # instructions, a turn's own)
+    again = client.responses.create(model=ALIAS, input="/history", previous_response_id=history.id)
+    earlier = f"user: one | assistant: two | user: /history | assistant: {history.output_text}"
+    assert again.output_text == f"5 messages: {earlier} | user: /history"
+    assert client.responses.create(model=ALIAS, input="/system", previous_response_id=again.id).output_text == (
+        "System: none"
+    )
+
+
+def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -> None:
+    response = client.responses.create(model=ALIAS, input="/long 20", max_output_tokens=5)
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None and response.incomplete_details.reason == "max_output_tokens"
+    assert response.output_text == plan_reply("/long 20", 5).text
+
+
+# ------------------------------------------------------------------------------ chat completions
+
+
+def test_a_chat_completion_not_streamed(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL_ID,
+        messages=[
+            {"role": "system", "content": "be kind"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": [{"type": "text", "text": "/history"}]},
+        ],
+    )
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "3 messages: user: hi | assistant: hello | user: /history"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    # AND the session is one the native API reads (its id is in a header)
+    session_id = raw.headers["x-chatstream-session-id"]
+    assert completion.id == f"chatcmpl-{session_id}"
+    with ChatClient(str(client.base_url).removesuffix("/v1/")) as native:
+        turns = native.history(session_id)["turns"]
+    assert [turn["status"] for turn in turns] == [TurnStatus.COMPLETE]
+    assert turns[0]["assistant"] == completion.choices[0].message.content
+
+
+def test_a_chat_completion_streamed_with_usage(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model=ALIAS,
+            messages=[{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "/system"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert text == "System: Answer in French."
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_stop_sequences_and_max_tokens_cut_a_chat_completion(client: openai.OpenAI) -> None:
+    stopped = client.chat.completions.create(
+        model=ALIAS, messages=[{"role": "user", "content": "/long 20"}], stop=[" w7", "never"]
+    )
+    assert stopped.choices[0].message.content == plan_reply("/long 20", stop=[" w7"]).text == "w1 w2 w3 w4 w5 w6"
+    assert stopped.choices[0].finish_reason == "stop"
+    cut = client.chat.completions.create(
+        model=ALIAS, messages=[{"role": "user", "content": "/long 20"}], max_completion_tokens=3, top_p=0.9
+    )
+    assert cut.choices[0].message.content == "w1 w2 w3" and cut.choices[0].finish_reason == "length"
+
+
+# ------------------------------------------------------------------------------ models and errors
+
+
+def test_models_lists_the_deployments_model_and_its_alias(client: openai.OpenAI) -> None:
+    assert [model.id for model in client.models.list()] == [MODEL_ID, ALIAS]
+    assert client.models.retrieve(ALIAS).id == ALIAS
+
+
+def error_body(err: openai.APIStatusError) -> dict:
+    body = err.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return dict(body["error"])
+
+
+def test_each_error_family_raises_the_sdks_exception(client: openai.OpenAI, stack: LocalStack) -> None:
+    user = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.NotFoundError) as not_found:
+        client.chat.completions.create(model="gpt-4o", messages=user)
+    assert error_body(not_found.value)["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_" + "0" * 32 + "_1")
+    with pytest.raises(openai.BadRequestError) as unsupported:
+        client.chat.completions.create(
+            model=ALIAS, messages=user, tools=[{"type": "function", "function": {"name": "f"}}]
+        )
+    assert error_body(unsupported.value)["param"] == "tools"
+    with pytest.raises(openai.BadRequestError) as image:
+        client.chat.completions.create(
+            model=ALIAS,
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}],
+        )
+    assert error_body(image.value)["param"] == "messages[0].content[0].type"
+    with pytest.raises(openai.BadRequestError) as unknown:
+        client.responses.create(model=ALIAS, input="hi", extra_body={"max_token": 5})
+    assert error_body(unknown.value)["param"] == "max_token"
+    with pytest.raises(openai.BadRequestError) as store:
+        client.responses.create(model=ALIAS, input="hi", store=False)
+    assert error_body(store.value)["param"] == "store"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=ALIAS, messages=user, n=2)
+    with pytest.raises(openai.APIStatusError) as too_large:
+        client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "x" * 70_000}])
+    assert too_large.value.status_code == 413
+    finished = client.responses.create(model=ALIAS, input="hi")
+    with pytest.raises(openai.ConflictError):
+        client.responses.cancel(finished.id)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "/throttle"}])
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "/error-after 0"}])
+    # AND a streamed failure raises too
+    with pytest.raises(openai.APIError, match="stream"):
+        list(
+            client.chat.completions.create(
+                model=ALIAS, messages=[{"role": "user", "content": "/error-after 2"}], stream=True
+            )
+        )
+    # AND an unknown /v1 path or method is answered in OpenAI's shape too, while the native routes keep theirs
+    unknown_path = httpx.get(f"{stack.url}/v1/assistants", timeout=30)
+    assert unknown_path.status_code == 404 and unknown_path.json()["error"]["type"] == "invalid_request_error"
+    wrong_method = httpx.get(f"{stack.url}/v1/chat/completions", timeout=30)
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    native = httpx.post(f"{stack.url}/chat", json={"message": "hi", "max_token": 1}, timeout=30)
+    assert set(json.loads(native.content)["error"]) == {"code", "message"}
+
+
+# ------------------------------------------------------------------------------ AWS_IAM
+
+ALICE = Principal("alice", "AKIAALICEEXAMPLE", "alice-secret")
+BOB = Principal("bob", "AKIABOBEXAMPLE", "bob-secret")
+
+
+def sdk_as(url: str, principal: Principal | None) -> openai.OpenAI:
+    auth = None
+    if principal is not None:
+        auth = SigV4Auth("us-east-1", credentials=Credentials(principal.access_key, principal.secret_key))
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, http_client=httpx.Client(auth=auth))
+
+
+def test_under_aws_iam_the_sdk_signs_with_sigv4_and_responses_belong_to_their_signer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chatstream_local.stack import LocalStack, StackSettings
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    settings = StackSettings(
+        port=0, parameter_overrides={"FunctionUrlAuthType": "AWS_IAM"}, principals=Principals([ALICE, BOB])
+    )
+    iam = LocalStack(settings).start()
+    try:
+        with sdk_as(iam.url, ALICE) as alice, sdk_as(iam.url, BOB) as bob, sdk_as(iam.url, None) as anonymous:
+            # WHEN alice signs (the SDK's own Authorization: Bearer header is replaced by the signature)
+            response = alice.responses.create(model=ALIAS, input="hello")
+            assert response.output_text == plan_reply("hello").text
+            streamed = list(
+                alice.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "hi"}], stream=True)
+            )
+            assert (
+                "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+                == plan_reply("hi").text
+            )
+            # THEN bob cannot see or continue it, and an unsigned request is refused by the Function URL
+            with pytest.raises(openai.NotFoundError):
+                bob.responses.retrieve(response.id)
+            with pytest.raises(openai.NotFoundError):
+                bob.responses.create(model=ALIAS, input="hi", previous_response_id=response.id)
+            with pytest.raises(openai.PermissionDeniedError):
+                anonymous.models.list()
+    finally:
+        iam.stop()

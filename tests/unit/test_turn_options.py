@@ -1,0 +1,96 @@
+"""A turn's options: stored in the turn item by the relay, read back by the proxy, sent to ConverseStream."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from chatstream.generation import Generation, GenerationSettings
+from chatstream.turn_options import HistoryMessage, TurnOptions
+from tests.unit.relay.relay_support import write_turn
+
+if TYPE_CHECKING:
+    from chatstream.table import ChatTable
+
+OPTIONS = TurnOptions(
+    system="Answer in French.",
+    top_p=0.9,
+    stop=("END", "\n\n"),
+    history=(HistoryMessage("user", "hi"), HistoryMessage("assistant", "hello")),
+)
+
+
+def converse_params(table: ChatTable, session_id: str, turn: int, system_prompt: str = "") -> dict[str, Any]:
+    item = table.get_turn(session_id, turn)
+    assert item is not None
+    generation = Generation(item, None, None, table, GenerationSettings("model-x", system_prompt=system_prompt))  # type: ignore[arg-type]
+    return generation._converse_params()
+
+
+def test_the_options_go_through_the_turn_item_to_converse_stream(chat_table: ChatTable) -> None:
+    # GIVEN a turn started with every option
+    session_id = chat_table.start_session("me", "/history", max_tokens=9, temperature=0.2, options=OPTIONS)
+    # WHEN the proxy reads it back THEN the turn item holds them, exactly
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.options == OPTIONS
+    # AND the ConverseStream request carries them: the deployment's system prompt first, the history before the
+    # turn's message
+    params = converse_params(chat_table, session_id, 1, system_prompt="You are chatstream.")
+    assert params["system"] == [{"text": "You are chatstream."}, {"text": "Answer in French."}]
+    assert params["inferenceConfig"] == {
+        "maxTokens": 9,
+        "temperature": 0.2,
+        "topP": 0.9,
+        "stopSequences": ["END", "\n\n"],
+    }
+    assert params["messages"] == [
+        {"role": "user", "content": [{"text": "hi"}]},
+        {"role": "assistant", "content": [{"text": "hello"}]},
+        {"role": "user", "content": [{"text": "/history"}]},
+    ]
+
+
+def test_a_turn_without_options_sends_none(chat_table: ChatTable) -> None:
+    session_id = chat_table.start_session("me", "hello")
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.options == TurnOptions()
+    params = converse_params(chat_table, session_id, 1)
+    assert "system" not in params and "inferenceConfig" not in params
+    assert params["messages"] == [{"role": "user", "content": [{"text": "hello"}]}]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"top_p": 1.5}, "top_p"),
+        ({"stop": ("a", "b", "c", "d", "e")}, "stop"),
+        ({"stop": ("",)}, "stop"),
+        ({"history": (HistoryMessage("assistant", "x"), HistoryMessage("user", "y"))}, "history"),
+        ({"history": (HistoryMessage("user", "x"),)}, "history"),
+        ({"history": (HistoryMessage("user", " "), HistoryMessage("assistant", "y"))}, "history"),
+    ],
+)
+def test_options_bedrock_would_refuse_cannot_be_made(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TurnOptions(**options)
+
+
+def test_a_later_turn_replays_the_history_an_earlier_turn_was_sent_with(chat_table: ChatTable) -> None:
+    # GIVEN turn 1 sent with a history, and answered
+    session_id = chat_table.start_session("me", "three", options=TurnOptions(history=OPTIONS.history))
+    write_turn(chat_table, session_id, 1, ["four"])
+    # WHEN turn 2 follows it
+    turn = chat_table.start_turn(session_id, "me", "/history")
+    # THEN the model is sent turn 1's history, turn 1, then turn 2
+    texts = [
+        (message["role"], message["content"][0]["text"])
+        for message in converse_params(chat_table, session_id, turn)["messages"]
+    ]
+    assert texts == [
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("user", "three"),
+        ("assistant", "four"),
+        ("user", "/history"),
+    ]
