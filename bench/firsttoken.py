@@ -3,7 +3,7 @@
 On Lambda a function's CPU is proportional to its memory, so the CPU each function spends between a chat's
 request and its first token is latency as well as cost. For each pipeline variant, ``chats`` chats are sent one
 after another, each a reply of two model deltas with ``model_delay_ms`` between them, so nothing of the second token
-overlaps the first token's path. For each chat:
+overlaps the first token's path, even where the first token takes a second (a polling consumer). For each chat:
 
 - **CPU to the first token**, per function (relay, proxy, consumer): ``/proc`` CPU of every execution environment
   of the function (``bench.procstat``) from just before the request to the moment the client reads the first
@@ -161,8 +161,8 @@ def measure(
     settle: Callable[[], None],
     reset_calls: Callable[[], None],
     set_model_delay: Callable[[int], None],
-    chats: int = 15,
-    model_delay_ms: int = 400,
+    chats: int = 12,
+    model_delay_ms: int = 1500,
 ) -> FirstTokenPath:
     """``chats`` chats one after another, each measured by :func:`one_chat`; their medians."""
     set_model_delay(model_delay_ms)

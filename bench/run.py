@@ -103,7 +103,7 @@ class Workload:
     repeat_at_1: int = 5
     rounds_up_to_10: int = 3  # rounds of chats at once, up to 10: one round of 10 is 10 samples of a noisy p50
     coldstart_repeat: int = 7
-    first_token_chats: int = 15  # chats one after another measured to their first token (bench/firsttoken.py)
+    first_token_chats: int = 12  # chats one after another measured to their first token (bench/firsttoken.py)
     naive_max_concurrency: int = 10  # see bench/README.md: beyond this the local emulator falls behind for good
     # Informative cells beside the issue's: the same numbers of chats, sent this far apart instead of at once (at
     # 20 ms a token a reply lasts 6 s, so all of them still stream at the same time once the last one is sent).
