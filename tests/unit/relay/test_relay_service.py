@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo
-from chatstream.relay.follow import FIRST_POLL_FRACTION, StreamOutcome
+from chatstream.relay.follow import StreamOutcome
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
 from chatstream.status import StopReason, TurnStatus
@@ -666,7 +666,7 @@ def test_no_chat_body_produces_a_server_error(service: RelayService, fields: dic
     assert response.status_code in (200, 400, 404)
 
 
-def test_a_new_turns_first_poll_waits_most_of_the_quickest_recent_first_token(
+def test_a_new_turns_first_read_waits_the_shortest_poll_interval_and_a_resumed_one_reads_at_once(
     service: RelayService, chat_table: ChatTable, clock: FakeClock
 ) -> None:
     queried_at: list[float] = []
@@ -677,41 +677,18 @@ def test_a_new_turns_first_poll_waits_most_of_the_quickest_recent_first_token(
         return query_records(*args, **kwargs)
 
     chat_table.query_records = counted  # type: ignore[method-assign]
-
-    def first_read_after(written_after_s: float, visible_after_s: float) -> float:
-        """A chat whose first delta the proxy writes ``written_after_s`` into it (its ts), visible a bit later;
-        returns when the relay first read the table."""
-        queried_at.clear()
-        response = chat(service, "hello")
-        session_id = meta_of(response)["session_id"]
-        started = clock.t
-        records = turn_records(session_id, 1, ["Hi"], ts=clock.now_ms() + int(written_after_s * 1000))
-        clock.at(started + visible_after_s, lambda: chat_table.put_records(records))
-        assert rest_of(response, clock).text == "Hi"
-        return queried_at[0] - started
-
-    # GIVEN a relay that has followed no new turn yet
-    # WHEN a client starts a chat, THEN the first read comes after the quickest poll interval, not at once
-    assert first_read_after(0.3, 0.35) == pytest.approx(FAST.poll_min_s)
-    # WHEN it has seen a first token written 0.3 s into a chat, and then one written after 1.2 s (a slow start)
-    first_read_after(1.2, 1.25)
-    # THEN the next chat's first read waits most of the quickest of them: the slow one does not delay it
-    assert list(service.first_tokens.recent) == pytest.approx([0.3, 1.2], abs=0.002)
-    assert first_read_after(0.2, 0.25) == pytest.approx(FIRST_POLL_FRACTION * 0.3, abs=0.002)
-    # AND what it learns is when the proxy wrote the token, not when a read found it: a quicker one counts in full
-    assert min(service.first_tokens.recent) == pytest.approx(0.2, abs=0.002)
-    assert first_read_after(0.2, 0.25) == pytest.approx(FIRST_POLL_FRACTION * 0.2, abs=0.002)
-
-
-def test_a_resumed_turn_is_read_at_once_and_teaches_nothing(
-    service: RelayService, chat_table: ChatTable, clock: FakeClock
-) -> None:
-    # GIVEN a turn that is generating
-    session_id = meta_of(chat(service, "hello"))["session_id"]
-    write_turn(chat_table, session_id, 1, ["Hi"])
-    # WHEN a client resumes it
-    response = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", caller=ALICE))
-    stream = rest_of(response, clock)
-    # THEN it is read without a wait, and the relay's first-token times are not changed by it
-    assert stream.text == "Hi" and clock.sleeps == []
-    assert list(service.first_tokens.recent) == []
+    # GIVEN a chat the relay has just started (it has only just invoked the proxy: nothing can be there yet)
+    response = chat(service, "hello")
+    session_id = meta_of(response)["session_id"]
+    started = clock.t
+    clock.at(started + 0.3, lambda: write_turn(chat_table, session_id, 1, ["Hi"]))
+    # WHEN its stream is read
+    assert rest_of(response, clock).text == "Hi"
+    # THEN the first read of the table comes after the shortest poll interval, not at once
+    assert queried_at[0] - started == pytest.approx(FAST.poll_min_s)
+    # AND a client resuming the turn is answered from a read made at once
+    queried_at.clear()
+    resumed_at = clock.t
+    resumed = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", caller=ALICE))
+    assert rest_of(resumed, clock).text == "Hi"
+    assert queried_at[0] == resumed_at

@@ -38,8 +38,8 @@ what this saves). Until the first token, and until the cadence is known (for at 
 ``FIRST_TOKEN_FAST_S``), the wait grows only by a
 quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
 what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
-rate for seconds. A turn the request itself started is not read at once: its first poll waits most of the
-quickest recent first token (:class:`FirstTokenTimes`). A wait is never shorter than the last Query took:
+rate for seconds. A turn the request itself started is not read at once (the proxy has only just been invoked):
+its first poll comes ``poll_min_s`` after the stream starts. A wait is never shorter than the last Query took:
 when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
 read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new
 follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A
@@ -55,7 +55,6 @@ is still there follows the ``reconnect`` and pays one new request for it.
 
 from __future__ import annotations
 
-import collections
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -81,31 +80,6 @@ FIRST_TOKEN_GROWTH = 1.25  # the interval's growth per idle poll before the firs
 FIRST_TOKEN_MAX_FACTOR = 4.0  # … up to this many times poll_min_s
 CADENCE_FRACTION = 0.8  # after records came, wait this share of the interval at which they have been coming
 CADENCE_WEIGHT = 0.3  # the weight of the latest interval in the smoothed cadence
-FIRST_POLL_FRACTION = 0.8  # a new turn's first poll waits this share of the quickest recent first token …
-FIRST_POLL_MAX_S = 1.0  # … at most this long
-FIRST_TOKEN_MEMORY = 8  # … among this many recent new turns
-
-
-@dataclass
-class FirstTokenTimes:
-    """How long the new turns one execution environment followed took to produce their first token (from the
-    follower's start to the first text record's ``ts``, when the proxy wrote it), so that the next new turn's first
-    poll comes when a token can be there instead of from the first millisecond: a new turn has no record until the
-    proxy has read the turn, called the model and written the record, and the consumer has materialized it. The
-    quickest of the recent ones, so one slow start (a cold proxy, a busy moment) does not delay the next chats' first
-    tokens. ``ts`` comes from the proxy's clock, another host's: an offset between the two clocks moves the first
-    poll by as much (earlier costs a Query, later costs latency); the fraction of the wait absorbs small ones."""
-
-    recent: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=FIRST_TOKEN_MEMORY))
-
-    def observe(self, seconds: float) -> None:
-        self.recent.append(seconds)
-
-    def first_poll_after(self, poll_min_s: float) -> float:
-        """How long a new turn's follower waits before its first poll (``poll_min_s`` until one was seen)."""
-        if not self.recent:
-            return poll_min_s
-        return min(FIRST_POLL_MAX_S, max(poll_min_s, FIRST_POLL_FRACTION * min(self.recent)))
 
 
 def events_url(session_id: str, turn: int) -> str:
@@ -287,12 +261,9 @@ class Follower:
     settings: FollowSettings = field(default_factory=FollowSettings)
     clock: Clock = field(default_factory=Clock)
     stats: FollowStats = field(default_factory=FollowStats)
-    # A new turn (POST /chat): nothing can be there at once, so the first poll waits this long; when the proxy wrote
-    # the first text record is reported to ``first_tokens``.
+    # A turn the request itself started (POST /chat) has no record yet: its first poll waits this long.
     first_poll_after_s: float = 0.0
-    first_tokens: FirstTokenTimes | None = None
     pacer: Pacer = field(init=False)
-    _begin_ms: int = field(default=0, init=False, repr=False)  # the wall clock when following began
 
     def __post_init__(self) -> None:
         self.pacer = Pacer(enabled=self.settings.pace)
@@ -310,7 +281,6 @@ class Follower:
 
     def _events(self) -> Iterator[str]:
         begin = self.clock.monotonic()
-        self._begin_ms = self.clock.now_ms()
         after = self.after if not isinstance(self.after, int) else Position(self.after) if self.after >= 0 else None
         cursor = _Cursor(
             # Seq 0 (start) is no event, so "after 0" and "from the start" read the same items.
@@ -413,11 +383,6 @@ class Follower:
             if record.is_terminal:
                 raise _End(self._emit(record))
             text = text_event(record)
-            if text is not None and self.first_tokens is not None:
-                # When the proxy wrote it (its ``ts``), not when a poll found it: a time found by polling would be
-                # no shorter than the wait before the first poll, and the waits could only grow.
-                self.first_tokens.observe(max(record.ts - self._begin_ms, 0) / 1000)
-                self.first_tokens = None  # once per turn
             if text is not None and skip < len(text.text):
                 self.pacer.add(TextEvent(text.kind, text.seq, text.text[skip:], start=skip), now, cursor.cadence)
             cursor.position = Position(record.seq)

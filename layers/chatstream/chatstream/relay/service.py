@@ -37,16 +37,7 @@ from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInPr
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord
 from chatstream.relay import sse
-from chatstream.relay.follow import (
-    Clock,
-    FirstTokenTimes,
-    Follower,
-    FollowSettings,
-    FollowStats,
-    StreamOutcome,
-    events_url,
-    render,
-)
+from chatstream.relay.follow import Clock, Follower, FollowSettings, FollowStats, StreamOutcome, events_url, render
 from chatstream.relay.http import (
     HttpError,
     Request,
@@ -104,7 +95,6 @@ class RelayService:
     config: RelayConfig
     clock: Clock = field(default_factory=Clock)
     settings: FollowSettings | None = None
-    first_tokens: FirstTokenTimes = field(default_factory=FirstTokenTimes)  # this environment's new turns
 
     def __post_init__(self) -> None:
         if self.settings is None:
@@ -295,14 +285,12 @@ class _Exchange:
         *,
         new_turn: bool = False,
     ) -> Follower:
-        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). For
-        a turn this request started, its first poll waits until a token can be there
-        (:class:`~chatstream.relay.follow.FirstTokenTimes`)."""
+        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
+        turn this request started is not read at once: the proxy has only just been invoked."""
         settings = self.service.settings
         assert settings is not None
         if pace is not None and pace is not settings.pace:
             settings = replace(settings, pace=pace)
-        first_tokens = self.service.first_tokens if new_turn else None
         return Follower(
             self.table,
             session_id,
@@ -311,8 +299,7 @@ class _Exchange:
             settings=settings,
             clock=self.clock,
             stats=stats,
-            first_poll_after_s=first_tokens.first_poll_after(settings.poll_min_s) if first_tokens else 0.0,
-            first_tokens=first_tokens,
+            first_poll_after_s=settings.poll_min_s if new_turn else 0.0,
         )
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
