@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import coldstart, procstat
+from bench import coldstart, firsttoken, procstat
 from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_tokens, fixed_monthly, price_table
 from bench.load import ChatSample, LoadRunner
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
@@ -104,6 +104,7 @@ class Workload:
     repeat_at_1: int = 5
     rounds_up_to_10: int = 3  # rounds of chats at once, up to 10: one round of 10 is 10 samples of a noisy p50
     coldstart_repeat: int = 7
+    first_token_chats: int = 12  # chats one after another measured to their first token (bench/firsttoken.py)
     naive_max_concurrency: int = 10  # see bench/README.md: beyond this the local emulator falls behind for good
     # Informative cells beside the issue's: the same numbers of chats, sent this far apart instead of at once (at
     # 20 ms a token a reply lasts 6 s, so all of them still stream at the same time once the last one is sent).
@@ -135,6 +136,7 @@ QUICK = Workload(
     spread_concurrency=(4,),
     unpaced_concurrency=(1, 4),
     coldstart_repeat=2,
+    first_token_chats=2,
     naive_max_concurrency=4,
 )
 
@@ -373,7 +375,7 @@ def run_record(target: Target, cell: Cell, m: Measured, expected: str) -> RunRec
         cell=cell,
         clients=ClientMeasures.of(m.samples, m.wall_s, expected),
         aws=AwsUsage.of(m.counts, tokens, len(m.samples), units_of(target, m, tokens)),
-        cpu=CpuUse.of(m.cpu_s, target.function_names["relay"], tokens),
+        cpu=CpuUse.of(m.cpu_s, target.function_names["relay"], tokens, functions=target.function_names),
     )
 
 
@@ -494,8 +496,36 @@ def rerender(path: Path) -> None:
     write_plot(results, path.with_suffix(".png"))
 
 
-def measure_variants(variants: Sequence[str], workload: Workload) -> tuple[list[RunRecord], list[RunRecord]]:
-    """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones."""
+def measure_first_token(target: Target, workload: Workload) -> firsttoken.FirstTokenPath:
+    """The first token's path of a pipeline variant (bench/firsttoken.py): CPU per function, AWS calls before it."""
+    calls = target.calls
+    assert calls is not None
+
+    def set_delay(ms: int) -> None:
+        target.model.delay_ms = ms
+
+    path = firsttoken.measure(
+        target.variant,
+        target.url,
+        calls.moto_url,
+        target.function_names,
+        settle=lambda: settle(target, quiet_s=0.5),
+        reset_calls=calls.reset,
+        set_model_delay=set_delay,
+        chats=workload.first_token_chats,
+    )
+    log(
+        f"{target.variant}: first token's path: CPU ms {path.cpu_ms_to_first_token}, "
+        f"{path.sequential_calls_before_first_token:g} sequential AWS calls, TTFT p50 {path.ttft_ms_p50} ms"
+    )
+    return path
+
+
+def measure_variants(
+    variants: Sequence[str], workload: Workload, first_token: list[firsttoken.FirstTokenPath] | None = None
+) -> tuple[list[RunRecord], list[RunRecord]]:
+    """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones (and,
+    into ``first_token``, each pipeline variant's first-token path)."""
     expected = plan_reply(workload.message).text
     runs: list[RunRecord] = []
     spread: list[RunRecord] = []
@@ -511,6 +541,8 @@ def measure_variants(variants: Sequence[str], workload: Workload) -> tuple[list[
                     runs += _measure_unpaced(target, load, workload, expected)
                 if variant != "naive":
                     spread += _measure_spread(target, load, workload, expected)
+                if first_token is not None and variant != "direct":
+                    first_token.append(measure_first_token(target, workload))
     finally:
         load.close()
     return runs, spread
@@ -603,8 +635,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_coldstart:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
         cold_start = coldstart.measure(workload.coldstart_repeat)
-    runs, spread = measure_variants(variants, workload)
+    first_token: list[firsttoken.FirstTokenPath] = []
+    runs, spread = measure_variants(variants, workload, first_token)
     results["runs"] = [run.to_json() for run in runs]
+    results["first_token_path"] = [path.to_json() for path in first_token]
     results["spread_arrivals"] = [run.to_json() for run in spread]
     if cold_start is not None:
         results["cold_start"] = cold_start

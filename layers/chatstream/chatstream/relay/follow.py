@@ -39,11 +39,12 @@ what this saves). Until the first token, and until the cadence is known (for at 
 ``FIRST_TOKEN_FAST_S``), the wait grows only by a
 quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
 what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
-rate for seconds. A wait is never shorter than the last Query took: when the table answers slowly,
-followers ask less often instead of queueing more work on it. The turn item is read only after
-``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new follower
-first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
-comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
+rate for seconds. A turn the request itself started is not read at once (the proxy has only just been invoked):
+its first poll comes ``poll_min_s`` after the stream starts. A wait is never shorter than the last Query took:
+when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
+read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new
+follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A
+``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 
 The follower never learns that its client went away: on Lambda a Function URL client that disconnects does not
@@ -267,6 +268,8 @@ class Follower:
     settings: FollowSettings = field(default_factory=FollowSettings)
     clock: Clock = field(default_factory=Clock)
     stats: FollowStats = field(default_factory=FollowStats)
+    # A turn the request itself started (POST /chat) has no record yet: its first poll waits this long.
+    first_poll_after_s: float = 0.0
     pacer: Pacer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -299,6 +302,8 @@ class Follower:
             # of a turn that has ended); a resuming one reads it at once.
             next_status_check=begin + self.settings.status_check_s if after is None else begin,
         )
+        if self.first_poll_after_s > 0:
+            self.clock.sleep(self.first_poll_after_s)
         try:
             while True:
                 yield from self._poll(cursor)
