@@ -184,7 +184,7 @@ class _Exchange:
         )
         if failure is not None:
             return sse_response(self._failed_stream(meta, failure, stats), info)
-        follower = self.follower(session_id, turn, None, stats, pace)
+        follower = self.follower(session_id, turn, None, stats, pace, new_turn=True)
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
@@ -281,14 +281,31 @@ class _Exchange:
         return _Owned(session_id, turn)
 
     def follower(
-        self, session_id: str, turn: int, after: Position | None, stats: FollowStats, pace: bool | None
+        self,
+        session_id: str,
+        turn: int,
+        after: Position | None,
+        stats: FollowStats,
+        pace: bool | None,
+        *,
+        new_turn: bool = False,
     ) -> Follower:
-        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``)."""
+        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
+        turn this request started is not read at once: the proxy has only just been invoked."""
         settings = self.service.settings
         assert settings is not None
         if pace is not None and pace is not settings.pace:
             settings = replace(settings, pace=pace)
-        return Follower(self.table, session_id, turn, after=after, settings=settings, clock=self.clock, stats=stats)
+        return Follower(
+            self.table,
+            session_id,
+            turn,
+            after=after,
+            settings=settings,
+            clock=self.clock,
+            stats=stats,
+            first_poll_after_s=settings.poll_min_s if new_turn else 0.0,
+        )
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
         """Start the generation; on failure end the turn in the table and return its error record."""
