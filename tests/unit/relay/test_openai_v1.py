@@ -284,3 +284,10 @@ def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_conten
     datas = [chunk.removeprefix("data: ").strip() for chunk in chunks]
     content = "".join(json.loads(data)["choices"][0]["delta"].get("content") or "" for data in datas[:-1])
     assert content == "Hi" and datas[-1] == "[DONE]"
+
+
+def test_an_empty_body_is_told_what_to_send() -> None:
+    with pytest.raises(HttpError, match='"input": "hello"'):
+        parse_responses_request(b"", max_tokens_limit=100, valid_base64=True)
+    with pytest.raises(HttpError, match='"messages"'):
+        parse_chat_completion_request(b" ", max_tokens_limit=100, valid_base64=True)

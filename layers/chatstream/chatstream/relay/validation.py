@@ -64,7 +64,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json_object(body: bytes | None, *, valid_base64: bool = True) -> dict[str, Any]:
+def parse_json_object(
+    body: bytes | None, *, valid_base64: bool = True, example: str = '{"message": "hello"}'
+) -> dict[str, Any]:
     """The body as a JSON object, or the ``413``/``400`` error that says what is wrong with it."""
     if not valid_base64:
         raise _invalid_json("the body is marked base64-encoded but is not valid base64")
@@ -73,7 +75,7 @@ def parse_json_object(body: bytes | None, *, valid_base64: bool = True) -> dict[
             413, "payload_too_large", f"the body is {len(body)} bytes; the limit is {MAX_BODY_BYTES} bytes (64 KiB)"
         )
     if not body or not body.strip():
-        raise _invalid_json('the body is empty; send a JSON object such as {"message": "hello"}')
+        raise _invalid_json(f"the body is empty; send a JSON object such as {example}")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:

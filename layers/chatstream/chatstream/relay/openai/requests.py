@@ -124,7 +124,7 @@ class ChatCompletionRequest(TurnRequest):
 
 
 def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_base64: bool) -> ResponsesRequest:
-    fields = parse_json_object(body, valid_base64=valid_base64)
+    fields = parse_json_object(body, valid_base64=valid_base64, example='{"model": "chatstream", "input": "hello"}')
     _check_fields(fields, _RESPONSES_FIELDS, _RESPONSES_UNSUPPORTED)
     if fields.get("store", True) is not True:
         raise unsupported("store", "only true: every response is stored")
@@ -166,7 +166,8 @@ def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_
 def parse_chat_completion_request(
     body: bytes | None, *, max_tokens_limit: int, valid_base64: bool
 ) -> ChatCompletionRequest:
-    fields = parse_json_object(body, valid_base64=valid_base64)
+    example = '{"model": "chatstream", "messages": [{"role": "user", "content": "hello"}]}'
+    fields = parse_json_object(body, valid_base64=valid_base64, example=example)
     _check_fields(fields, _CHAT_FIELDS, _CHAT_UNSUPPORTED)
     raw = fields.get("messages")
     if not isinstance(raw, list) or not raw:
