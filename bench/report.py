@@ -7,13 +7,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-VARIANT_ORDER = ("direct", "naive", "chatstream", "chatstream-polling", "chatstream-efo", "poll-fast", "flush-100")
+VARIANT_ORDER = (
+    "direct",
+    "naive",
+    "chatstream",
+    "chatstream-unpaced",
+    "chatstream-polling",
+    "chatstream-efo",
+    "poll-fast",
+    "flush-100",
+)
 READ_MODE_VARIANTS = ("chatstream", "chatstream-polling", "chatstream-efo")  # the product, read one way or the other
 TUNING_VARIANTS = ("poll-fast", "flush-100")
 COLORS = {
     "direct": "#4c72b0",
     "naive": "#dd8452",
     "chatstream": "#55a868",
+    "chatstream-unpaced": "#8c8c8c",
     "chatstream-polling": "#c44e52",
     "chatstream-efo": "#64b5cd",
     "poll-fast": "#8172b3",
@@ -186,6 +196,42 @@ def read_mode_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
+PACING_DELAY_MS = 20  # the gap targets hold at this model delay (a token every 20 ms)
+GAP_P50_TARGET_MS = 50
+GAP_P99_TARGET_MS = 150
+
+
+def pacing_table(results: dict[str, Any]) -> list[str]:
+    """The gaps between token events, paced (``chatstream``) and not (``chatstream-unpaced``), beside direct."""
+    index = _index(results)
+    cells = sorted({r["concurrency"] for r in results["runs"] if r["variant"] == "chatstream-unpaced"})
+    if not cells:
+        return []
+    lines = [
+        "| chats at once | variant | gap p50 / p99 ms | token events a reply | TTFT p50 ms | exact |",
+        "|---:|---|---:|---:|---:|:---:|",
+    ]
+    for c in cells:
+        for variant in ("direct", "chatstream", "chatstream-unpaced"):
+            r = index.get((variant, PACING_DELAY_MS, c))
+            if r is None:
+                continue
+            lines.append(
+                f"| {c} | {variant} | {_cell(r['gap_ms']['p50'])} / {_cell(r['gap_ms']['p99'])} "
+                f"| {_cell(r.get('token_events_per_chat'))} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['exact'])} |"
+            )
+    return [
+        "## Smooth text: gaps between token events",
+        "",
+        f"At {PACING_DELAY_MS} ms a token. `chatstream` releases each record's text in word-sized pieces over the "
+        "turn's interval between records (HTTP_API.md, \"Pacing\"); `chatstream-unpaced` is the same stack's streams "
+        "with `?pace=0`, one event a record. Both write the same records.",
+        "",
+        *lines,
+        "",
+    ]
+
+
 def targets(results: dict[str, Any]) -> list[str]:
     index = _index(results)
     lines = []
@@ -203,6 +249,13 @@ def targets(results: dict[str, Any]) -> list[str]:
         if d is not None and r["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None:
             over = r["ttft_ms"]["p50"] - d["ttft_ms"]["p50"]
             checks.append(f"TTFT p50 {over:+.0f} ms over direct {'✔' if over <= 100 else '✘'}")
+        gap = r["gap_ms"]
+        if key[0] == PACING_DELAY_MS and gap["p50"] is not None and gap["p99"] is not None:
+            smooth = gap["p50"] <= GAP_P50_TARGET_MS and gap["p99"] <= GAP_P99_TARGET_MS
+            checks.append(
+                f"gap p50 {gap['p50']:.0f} ms / p99 {gap['p99']:.0f} ms "
+                f"(≤ {GAP_P50_TARGET_MS} / ≤ {GAP_P99_TARGET_MS}) {'✔' if smooth else '✘'}"
+            )
         lines.append(f"- delay {key[0]} ms, {key[1]} at once: " + "; ".join(checks))
     return lines
 
@@ -391,10 +444,11 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "",
         *ratio_table(results),
         "",
-        "## Targets (issue 7)",
+        "## Targets",
         "",
         *targets(results),
         "",
+        *pacing_table(results),
         "## Arrivals spread out (informative, beside the issue's cells)",
         "",
         "The same numbers of chats, each sent a fixed gap after the previous one instead of all in the same "

@@ -17,13 +17,15 @@ The checks, in order (HTTP_API.md says what each answer must be):
 7. ``409 turn_finished``: cancelling the finished first turn is refused;
 8. one bad request per error family: ``400 invalid_json``, ``400 invalid_request``, ``404 not_found``,
    ``404 session_not_found``, ``405 method_not_allowed`` (with ``Allow``), ``413 payload_too_large``;
+8a. ``/v1 chat completion``: ``POST /v1/chat/completions`` (OpenAI's API, model ``chatstream``) answers a
+   ``chat.completion`` with text, and the native ``GET /sessions/{id}`` of its ``X-Chatstream-Session-Id`` holds it;
 9. with signed requests: ``403 unsigned``: the Function URL refuses a request without a signature;
 10. with ``--second-profile NAME``: ``another principal``: that profile's identity gets ``404`` for the first
     one's session (history, events, cancel).
 
 Requests are signed with SigV4 (:class:`~chatstream_client.auth.SigV4Auth`, your default credentials or
 ``AWS_PROFILE``) when ``--iam`` is given or the URL is a Function URL (``*.lambda-url.<region>.on.aws``); the
-second principal signs with ``--second-profile``. A deployment pays for one short reply and the start of a long one
+second principal signs with ``--second-profile``. A deployment pays for two short replies and the start of a long one
 (cancelled as soon as it has started; at most 1,000 output tokens).
 """
 
@@ -142,6 +144,7 @@ class Smoke:
             ("404 session_not_found", self.session_not_found),
             ("405 method_not_allowed", self.method_not_allowed),
             ("413 payload_too_large", self.payload_too_large),
+            ("/v1 chat completion", self.openai_chat_completion),
         ]
         if self.signed:
             planned.append(("403 unsigned", self.unsigned_refused))
@@ -308,6 +311,21 @@ class Smoke:
             if response.status_code != 404 or _code(response) not in ("session_not_found", "turn_not_found"):
                 raise CheckFailed(f"{what} as the second principal answered {_describe(response)}")
         return "history, events and cancel of the first principal's session → 404 for the second"
+
+    def openai_chat_completion(self) -> str:
+        body = {"model": "chatstream", "messages": [{"role": "user", "content": CHAT_MESSAGE}], "max_tokens": 200}
+        response = self.http.post("/v1/chat/completions", json=body)
+        _expect_status(response, 200)
+        completion = response.json()
+        text = completion["choices"][0]["message"]["content"] if completion.get("choices") else None
+        if completion.get("object") != "chat.completion" or not text:
+            raise CheckFailed(f"POST /v1/chat/completions answered {response.text[:200]!r}, not a chat.completion")
+        session_id = response.headers.get("x-chatstream-session-id", "")
+        turns = self.http.get(f"/sessions/{session_id}")
+        _expect_status(turns, 200)
+        if [turn["assistant"] for turn in turns.json()["turns"]] != [text]:
+            raise CheckFailed(f"GET /sessions/{session_id} does not hold the completion's text")
+        return f"POST /v1/chat/completions → 200 chat.completion {_quoted(text)}, in session {session_id}"
 
     def _needs_first(self) -> Turn:
         if self.first is None or not self.first.ids:

@@ -36,6 +36,7 @@ CHECKS = [
     "404 session_not_found",
     "405 method_not_allowed",
     "413 payload_too_large",
+    "/v1 chat completion",
 ]
 ALICE = Principal("smoke-alice", "AKIASMOKEALICE", "alice-secret")
 BOB = Principal("smoke-bob", "AKIASMOKEBOB", "bob-secret")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import TYPE_CHECKING
 
 import httpx
 import openai
 import pytest
 from botocore.credentials import Credentials
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note_event
+from hypothesis import strategies as st
 
 from chatstream.status import TurnStatus
 from chatstream_client.api import ChatClient
@@ -162,6 +166,29 @@ def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -
     assert response.status == "incomplete"
     assert response.incomplete_details is not None and response.incomplete_details.reason == "max_output_tokens"
     assert response.output_text == plan_reply("/long 20", 5).text
+
+
+def test_reasoning_is_a_reasoning_item_before_the_message_and_never_chat_content(client: openai.OpenAI) -> None:
+    # GIVEN a reply the local model reasons before (/think N: N reasoning words, then the reply to the rest)
+    events = list(client.responses.create(model=ALIAS, input="/think 5 hello", stream=True))
+    reasoning = "".join(event.delta for event in events if event.type == "response.reasoning_text.delta")
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    # THEN the reasoning streams as a reasoning item, the reply as the message after it
+    assert reasoning == "r1 r2 r3 r4 r5" and text == plan_reply("hello").text
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["reasoning", "message"] and final.output_text == text
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    # AND a resume from inside the reasoning is exact
+    rest = list(client.responses.retrieve(final.id, stream=True, starting_after=5))
+    assert [event.model_dump() for event in rest] == [event.model_dump() for event in events[6:]]
+    # AND a chat completion's content is the reply alone, streamed or not
+    messages = [{"role": "user", "content": "/think 5 hello"}]
+    completion = client.chat.completions.create(model=ALIAS, messages=messages)
+    assert completion.choices[0].message.content == plan_reply("hello").text
+    chunks = list(client.chat.completions.create(model=ALIAS, messages=messages, stream=True))
+    assert (
+        "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices) == plan_reply("hello").text
+    )
 
 
 # ------------------------------------------------------------------------------ chat completions
@@ -332,3 +359,103 @@ def test_under_aws_iam_the_sdk_signs_with_sigv4_and_responses_belong_to_their_si
                 anonymous.models.list()
     finally:
         iam.stop()
+
+
+# ------------------------------------------------------------------------------ any body
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 200) | st.floats(-1, 3) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "developer", "tool", "x"])},
+    optional={
+        "content": st.text(max_size=8)
+        | st.lists(
+            st.fixed_dictionaries({"type": st.sampled_from(["text", "input_text", "image_url"]), "text": JSON_VALUES})
+        ),
+        "name": JSON_VALUES,
+    },
+)
+FIELDS = ["model", "messages", "input", "stream", "stream_options", "max_tokens", "max_completion_tokens"]
+FIELDS += ["max_output_tokens", "temperature", "top_p", "stop", "instructions", "store", "n", "tools", "background"]
+FIELDS += ["previous_response_id", "reasoning", "zzz"]
+BODY = st.dictionaries(
+    st.sampled_from(FIELDS),
+    JSON_VALUES | st.lists(MESSAGE, max_size=4) | st.sampled_from([ALIAS, "gpt-4o", "/long 3", ["END"]]),
+    max_size=6,
+).map(lambda body: {"model": ALIAS, "stream": False, **body})
+
+
+WORDS = st.text(st.sampled_from("ab /\n"), min_size=1, max_size=6).filter(str.strip)
+OPTIONS = st.dictionaries(
+    st.sampled_from(["temperature", "top_p", "max_tokens", "max_output_tokens", "stop", "instructions", "stream"]),
+    st.floats(0, 1) | st.integers(1, 5) | WORDS | st.lists(WORDS, max_size=5) | st.booleans(),
+    max_size=3,
+)
+NEAR_VALID = st.builds(
+    lambda middle, texts, options: {
+        "model": ALIAS,
+        "messages": [
+            {"role": role, "content": text} for role, text in zip(["user", *middle, "user"], texts, strict=False)
+        ],
+        **options,
+    },
+    st.lists(st.sampled_from(["user", "assistant", "system", "developer"]), max_size=3),
+    st.lists(WORDS, min_size=5, max_size=5),
+    OPTIONS | st.just({}),
+)
+PATHS = {"messages": "/v1/chat/completions", "input": "/v1/responses"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=BODY | NEAR_VALID | NEAR_VALID.map(lambda body: {"input": body.pop("messages"), **body}))
+def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: LocalStack, body: dict) -> None:
+    path = PATHS["input" if "input" in body else "messages"]
+    response = httpx.post(f"{stack.url}{path}", json=body, timeout=60)
+    note_event(f"status {response.status_code}")
+    assert response.status_code in (200, 400, 404, 409, 413), response.text
+    if response.status_code != 200:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    elif response.headers["content-type"].startswith("text/event-stream"):
+        assert response.text.rstrip().endswith(("data: [DONE]", '"response.completed"', "}")), response.text[-300:]
+    else:
+        assert response.json()["object"] in ("chat.completion", "response")
+
+
+# ------------------------------------------------------------------------------ shapes, strictly
+
+
+def sse_datas(response: httpx.Response) -> list[str]:
+    return [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+
+
+def test_every_object_and_event_validates_strictly_against_the_sdks_types(stack: LocalStack) -> None:
+    # The SDK builds its objects without validating them; pydantic's validation proves the shapes are OpenAI's
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    union = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+    event_types = {typing.get_args(kind.model_fields["type"].annotation)[0]: kind for kind in union}
+    with httpx.Client(base_url=f"{stack.url}/v1", timeout=60) as http:
+        for body in ({"input": "hello"}, {"input": "/long 20", "max_output_tokens": 3}):
+            with http.stream("POST", "/responses", json={"model": ALIAS, "stream": True, **body}) as response:
+                datas = sse_datas(response)
+            assert len(datas) >= 9
+            for data in datas:
+                event_types[json.loads(data)["type"]].model_validate_json(data)
+            response_id = json.loads(datas[0])["response"]["id"]
+            Response.model_validate_json(http.get(f"/responses/{response_id}").text)
+        Response.model_validate_json(http.post("/responses", json={"model": ALIAS, "input": "hi"}).text)
+        messages = [{"role": "user", "content": "hello"}]
+        ChatCompletion.model_validate_json(
+            http.post("/chat/completions", json={"model": ALIAS, "messages": messages}).text
+        )
+        stream = {"model": ALIAS, "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+        with http.stream("POST", "/chat/completions", json=stream) as response:
+            datas = sse_datas(response)
+        assert datas[-1] == "[DONE]"
+        for data in datas[:-1]:
+            ChatCompletionChunk.model_validate_json(data)

@@ -14,6 +14,7 @@ from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, Tur
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import _deser, _ser
+from chatstream.turn_options import TurnOptions
 from tests.builders import turn_records
 
 if TYPE_CHECKING:
@@ -134,6 +135,17 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
 
 
+@pytest.mark.parametrize(("asked", "stored"), [(1.57e-176, 0.0), (1e-130, 1e-130), (0.0, 0.0), (1.0, 1.0)])
+def test_a_number_closer_to_zero_than_dynamodb_numbers_go_is_stored_as_zero(
+    chat_table: ChatTable, asked: float, stored: float
+) -> None:
+    # GIVEN a turn asked with a temperature and a top_p (DynamoDB's smallest non-zero magnitude is 1E-130)
+    session_id = chat_table.start_session(OWNER, "hi", temperature=asked, options=TurnOptions(top_p=asked))
+    # THEN the turn is stored, with the nearest values DynamoDB can hold
+    (turn,) = chat_table.list_turns(session_id)
+    assert (turn.temperature, turn.options.top_p) == (stored, stored)
+
+
 def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> None:
     # GIVEN a terminal record replayed for a turn the table no longer has
     session_id = chat_table.create_session(OWNER)
@@ -210,3 +222,11 @@ def test_a_value_of_a_type_the_table_does_not_store_is_refused(value: object) ->
 def test_an_attribute_of_a_kind_the_table_does_not_store_is_refused() -> None:
     with pytest.raises(TypeError, match="ChatTable stores no SS attributes"):
         _deser({"x": {"SS": ["a"]}})
+
+
+@pytest.mark.parametrize("number", [Decimal("1." + "1" * 38), Decimal("1E+999"), Decimal("Infinity"), Decimal("NaN")])
+def test_a_number_dynamodb_cannot_store_is_refused_before_the_call_as_boto3_refuses_it(number: Decimal) -> None:
+    with pytest.raises((ArithmeticError, TypeError)):
+        TypeSerializer().serialize(number)
+    with pytest.raises((ArithmeticError, TypeError)):
+        _ser({"x": number})

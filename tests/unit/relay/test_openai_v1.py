@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import typing
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from openai.types.responses import ResponseStreamEvent
 
 from chatstream.records import ErrorInfo
 from chatstream.relay.http import HttpError
+from chatstream.relay.openai.chat import ChunkStream
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import ResponseStream, parse_response_id, record_events, response_id
+from chatstream.relay.openai.turn_events import turn_events
 from chatstream.status import StopReason
 from chatstream.turn_options import HistoryMessage
 from tests.unit.relay.relay_support import write_turn
@@ -64,6 +68,15 @@ def test_a_responses_input_string_is_the_message_and_instructions_the_system_pro
     request = responses({"model": "m", "input": "hi", "instructions": "be brief", "max_output_tokens": 3})
     assert (request.message, request.options.system, request.max_tokens) == ("hi", "be brief", 3)
     assert request.options.history == () and not request.stream and not request.background
+
+
+def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
+    # GIVEN max_output_tokens 3.0 (JSON has one number type; the OpenAPI document's integer accepts it) THEN it is 3
+    assert responses({"model": "m", "input": "hi", "max_output_tokens": 3.0}).max_tokens == 3
+    assert error_of(responses, {"model": "m", "input": "hi", "max_output_tokens": 3.5})[1:] == (
+        "invalid_request",
+        "max_output_tokens",
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,12 +193,23 @@ def test_a_response_id_names_a_session_and_a_turn() -> None:
         assert parse_response_id(bad) is None
 
 
+_UNION = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+SDK_EVENTS = {typing.get_args(kind.model_fields["type"].annotation)[0]: kind for kind in _UNION}
+
+
+def validated(chunks: list[str]) -> list[dict[str, Any]]:
+    """The events' data, each validated against the openai SDK's type for it (the SDK itself does not validate)."""
+    events = [json.loads(chunk.split("data: ", 1)[1]) for chunk in chunks]
+    for event in events:
+        SDK_EVENTS[event["type"]].model_validate(event)
+    return events
+
+
 def events_of(table: ChatTable, session_id: str, after: int) -> list[dict[str, Any]]:
     turn = table.get_turn(session_id, 1)
     assert turn is not None
     stream = ResponseStream(table, turn, "model-x", after)
-    chunks = [*stream.prelude(), *stream.events(record_events(table.query_records(session_id, 1)))]
-    return [json.loads(chunk.split("data: ", 1)[1]) for chunk in chunks]
+    return validated([*stream.prelude(), *stream.events(record_events(table.query_records(session_id, 1)))])
 
 
 @pytest.mark.parametrize(
@@ -213,3 +237,50 @@ def test_sequence_numbers_follow_from_the_records_so_every_resume_is_a_suffix(
     # AND a resume after any number is exactly the rest
     for after in range(-1, len(whole) + 1):
         assert events_of(chat_table, session_id, after) == whole[after + 1 :]
+
+
+def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_content(chat_table: ChatTable) -> None:
+    # GIVEN a turn whose native stream shows reasoning, then the reply
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["x", "y", "z"])
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    native = [
+        'id: 1\nevent: reasoning\ndata: {"text":"Think"}\n\n',
+        'id: 2\nevent: reasoning\ndata: {"text":"ing."}\n\n',
+        'id: 3\nevent: token\ndata: {"text":"Hi"}\n\n',
+        'id: 4\nevent: done\ndata: {"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":3}}\n\n',
+    ]
+    # WHEN it is spelt as a response
+    stream = ResponseStream(chat_table, turn, "model-x")
+    events = validated([*stream.prelude(), *stream.events(turn_events(native))])
+    # THEN the reasoning is a reasoning item (output 0), the reply a message item (output 1), in OpenAI's events
+    assert [event["type"] for event in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    output = events[-1]["response"]["output"]
+    assert [(item["type"], item["content"][0]["type"], item["content"][0]["text"]) for item in output] == [
+        ("reasoning", "reasoning_text", "Thinking."),
+        ("message", "output_text", "Hi"),
+    ]
+    # AND a chat completion's content is the reply alone
+    chunks = ChunkStream(session_id, "model-x", 0, include_usage=False).chunks(turn_events(native))
+    datas = [chunk.removeprefix("data: ").strip() for chunk in chunks]
+    content = "".join(json.loads(data)["choices"][0]["delta"].get("content") or "" for data in datas[:-1])
+    assert content == "Hi" and datas[-1] == "[DONE]"

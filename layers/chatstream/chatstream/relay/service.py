@@ -10,7 +10,8 @@ Identity (who owns a session):
 - ``AUTH_TYPE=NONE``: every caller is :data:`ANONYMOUS_OWNER`; a session id (128 random bits) is the
   capability to use the session.
 
-The routes are declared once, at import (:data:`ROUTES`); every route under ``/sessions/{session_id}``
+The routes are declared once, at import (:data:`ROUTES`), and described by the OpenAPI document served at
+``GET /openapi.json`` (:mod:`chatstream.relay.openapi`); every route under ``/sessions/{session_id}``
 passes the one ownership check (:meth:`_Exchange.owned`) before it reads anything.
 
 ``POST /chat`` allocates the turn (one generating turn per session, a conditional write; the turn item
@@ -51,6 +52,7 @@ from chatstream.relay.http import (
     sse_response,
 )
 from chatstream.relay.openai import endpoints as openai
+from chatstream.relay.openapi import DOCUMENT
 from chatstream.relay.page import SITE, VENDOR
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
@@ -150,6 +152,9 @@ class _Exchange:
 
     def health(self, params: Mapping[str, str]) -> Response:
         return json_response(200, {"status": "ok"})
+
+    def openapi(self, params: Mapping[str, str]) -> Response:
+        return DOCUMENT.response(self.config.max_tokens_limit, openai.served_models(self))
 
     def page(self, params: Mapping[str, str]) -> Response:
         return SITE.index()
@@ -402,6 +407,7 @@ def _turn_not_found(session_id: str, turn: int) -> HttpError:
 ROUTES: Router[_Exchange] = Router(
     (
         Route("GET", "/health", _Exchange.health),
+        Route("GET", "/openapi.json", _Exchange.openapi),
         Route("GET", "/", _Exchange.page),
         Route("GET", "/static/{name}", _Exchange.asset),
         Route("GET", "/static/vendor/{name}", _Exchange.vendor_asset),

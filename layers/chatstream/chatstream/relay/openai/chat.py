@@ -7,6 +7,7 @@ field): the assistant role first, one chunk per token record, a last chunk with 
 then ``data: [DONE]``. A turn that fails (or a stream that cannot go on) ends with ``data: {"error": {…}}`` and no
 ``[DONE]``, which OpenAI's SDKs raise as an ``APIError``.
 
+Reasoning text (``event: reasoning`` in the native stream) is left out.
 ``finish_reason``: ``stop`` (``end_turn``, ``stop_sequence``, ``cancelled``), ``length`` (``max_tokens``),
 ``content_filter`` (``content_filtered``, ``guardrail_intervened``).
 """
@@ -84,7 +85,8 @@ class ChunkStream:
             if isinstance(event, KeepAlive):
                 yield sse.comment("keep-alive")
             elif isinstance(event, Token):
-                yield self._chunk({"content": event.text})
+                if event.kind == "token":  # the model's reasoning is not the reply's content
+                    yield self._chunk({"content": event.text})
             elif isinstance(event, Done):
                 yield self._chunk({}, finish_reason(event.stop_reason))
                 if self.include_usage:

@@ -13,15 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import TurnFinished, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
+from chatstream.records import RecordType
 from chatstream.relay.follow import FollowStats
 from chatstream.relay.http import SSE_HEADERS, HttpError, Request, Response, StreamInfo, StreamKind, json_response
 from chatstream.relay.openai.chat import ChunkStream, completion_object
 from chatstream.relay.openai.errors import OpenAIError, error_response, invalid, openai_api
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import (
+    Output,
     ResponseStream,
+    output_of,
     parse_response_id,
-    record_events,
     response_id,
     response_object,
 )
@@ -31,7 +33,7 @@ from chatstream.relay.validation import parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
     from chatstream.relay.follow import Follower
     from chatstream.relay.service import _Exchange
@@ -111,9 +113,11 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     if request.stream:
         return _response_stream(exchange, turn, -1, headers)
     if request.background:
-        return json_response(200, response_object(turn, model, "", status="queued"), headers)
+        return json_response(
+            200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
+        )
     _drain(exchange, session_id, turn_number)
-    return json_response(200, response_object(_turn(exchange, session_id, turn_number), model), headers)
+    return json_response(200, _object(exchange, _turn(exchange, session_id, turn_number)), headers)
 
 
 @openai_api
@@ -124,9 +128,7 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     if stream not in ("true", "false"):
         raise invalid("stream must be true or false", "stream")
     if stream == "false":
-        text = None if turn.finished else exchange.table.assemble_texts(turn.session_id, turn.turn)[0]
-        headers = _session_headers(turn.session_id, turn.turn)
-        return json_response(200, response_object(turn, exchange.config.model_id, text), headers)
+        return json_response(200, _object(exchange, turn), _session_headers(turn.session_id, turn.turn))
     after = _sequence_number(query.get("starting_after"), "starting_after")
     return _response_stream(
         exchange, turn, -1 if after is None else after, _session_headers(turn.session_id, turn.turn)
@@ -136,7 +138,6 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 @openai_api
 def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     turn = _owned_response(exchange, params["response_id"])
-    model = exchange.config.model_id
     try:
         exchange.table.request_cancel(turn.session_id, turn.turn)
     except TurnNotFound:
@@ -144,7 +145,7 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     except TurnFinished:
         ended = _turn(exchange, turn.session_id, turn.turn)
         if ended.status is TurnStatus.CANCELLED:
-            return json_response(200, response_object(ended, model))
+            return json_response(200, _object(exchange, ended))
         raise OpenAIError(
             409, "response_finished", f"response {params['response_id']} already ended; there is nothing to cancel"
         ) from None
@@ -153,22 +154,34 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     while not turn.finished and clock.monotonic() < deadline:
         clock.sleep(_CANCEL_POLL_S)
         turn = _turn(exchange, turn.session_id, turn.turn)
-    text = None if turn.finished else exchange.table.assemble_texts(turn.session_id, turn.turn)[0]
-    return json_response(200, response_object(turn, model, text))
+    return json_response(200, _object(exchange, turn))
 
 
 def _response_stream(exchange: _Exchange, turn: Turn, after: int, headers: Mapping[str, str]) -> Response:
     events = ResponseStream(exchange.table, turn, exchange.config.model_id, after)
     stats = FollowStats()
-    source: Iterable[Any]
-    if turn.finished:
-        source = record_events(exchange.table.query_records(turn.session_id, turn.turn))
-    else:
-        source = turn_events(_follower(exchange, turn.session_id, turn.turn, events.record_after, stats).events())
+    # The events are computed from the turn's start whatever `after` is (what the client has is skipped), so their
+    # numbers are the same in every request; the follower replays a finished turn, waiting for its last records.
+    source = turn_events(_follower(exchange, turn.session_id, turn.turn, -1, stats).events())
     info = StreamInfo(
         StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
     )
     return Response(200, {**SSE_HEADERS, **headers}, chain(events.prelude(), events.events(source)), info)
+
+
+def _object(exchange: _Exchange, turn: Turn) -> dict[str, Any]:
+    """The response object of ``turn`` as stored now (its output from its records)."""
+    records = exchange.table.query_records(turn.session_id, turn.turn)
+    if turn.finished and not (records and records[-1].is_terminal):
+        # The consumer ends the turn item before it writes the turn's last records: the item has the whole reply.
+        records = [record for record in records if record.type is not RecordType.DELTA]
+        output = output_of(turn.session_id, turn.turn, records, finished=False)
+        if turn.assistant:
+            output.add("token", turn.assistant)
+        output.close()
+    else:
+        output = output_of(turn.session_id, turn.turn, records, finished=turn.finished)
+    return response_object(turn, exchange.config.model_id, output)
 
 
 def _previous(exchange: _Exchange, previous: str) -> str:
@@ -194,7 +207,12 @@ def _owned_response(exchange: _Exchange, value: str) -> Turn:
     if parsed is None:
         raise _response_not_found(value)
     session_id, turn_number = parsed
-    exchange.owned({"session_id": session_id})  # 403 without a caller; 404 for another principal's
+    try:
+        exchange.owned({"session_id": session_id})  # 403 without a caller
+    except HttpError as err:
+        if err.status != 404:
+            raise
+        raise _response_not_found(value) from None  # another principal's, or no such session
     turn = exchange.table.get_turn(session_id, turn_number)
     if turn is None:
         raise _response_not_found(value)
@@ -248,7 +266,7 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
 
 def _follower(exchange: _Exchange, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
     """A follower of the turn from after record ``after`` (-1: its start), one event a record: a ``/v1`` stream's
-    sequence numbers count records (responses.py), so its text is not paced."""
+    sequence numbers are computed from the records (responses.py), so its text is not paced."""
     return exchange.follower(session_id, turn, None if after < 0 else Position(after), stats, pace=False)
 
 

@@ -1,15 +1,17 @@
 """The Responses API's objects and events, built from a turn (its item and its token records).
 
-A response is a turn: its id is ``resp_<session_id>_<turn>`` (its message item's ``msg_<session_id>_<turn>``), and
-``previous_response_id`` of turn *n* > 1 is turn *n − 1*'s response.
+A response is a turn: its id is ``resp_<session_id>_<turn>``, and ``previous_response_id`` of turn *n* > 1 is turn
+*n − 1*'s response. Its output is one item per run of records of one kind: a ``message`` item (``output_text``) for
+the reply's text, a ``reasoning`` item (``reasoning_text``) for the model's reasoning, should the turn have any;
+item ``i`` of the turn is ``msg_<session_id>_<turn>_<i>`` (or ``rs_…``).
 
-**Sequence numbers** are a function of the turn's records, so ``starting_after`` resumes exactly, in any later
-request: ``response.created`` 0, ``response.in_progress`` 1, ``response.output_item.added`` 2,
-``response.content_part.added`` 3; the delta record of ``seq`` *k* is ``response.output_text.delta`` 3 + *k*; the
-terminal record of ``seq`` *N* is ``response.output_text.done`` 3 + *N*, ``response.content_part.done`` 4 + *N*,
-``response.output_item.done`` 5 + *N* and ``response.completed`` (or ``response.incomplete``) 6 + *N*, or, when
-the turn failed, ``response.failed`` 3 + *N*. An ``error`` event (the stream's own failure, or the relay's time
-limit: resume from the last sequence number) takes the next number and is not replayed.
+**Sequence numbers** are a function of the turn's records: the events are computed from the records, always from
+the turn's start (``response.created`` 0, ``response.in_progress`` 1, then for each run of one kind
+``response.output_item.added``, ``response.content_part.added``, a delta per record, ``….done``,
+``response.content_part.done``, ``response.output_item.done``; then ``response.completed``,
+``response.incomplete`` or ``response.failed``), and a stream sends those numbered after ``starting_after``. So a
+resume, in any later request, is exact. An ``error`` event (the stream's own failure, or the relay's time limit:
+resume from the last sequence number) takes the next number and is not replayed.
 
 Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
 ``max_tokens`` (``incomplete_details.reason: max_output_tokens``) or was filtered (``content_filter``); a cancelled
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
     from chatstream.records import TokenRecord
     from chatstream.table import ChatTable, Turn
 
-PRELUDE_EVENTS = 4  # created, in_progress, output_item.added, content_part.added
 _FILTERED = frozenset({StopReason.CONTENT_FILTERED, StopReason.GUARDRAIL_INTERVENED})
 
 
@@ -62,33 +63,85 @@ def status_of(turn: Turn) -> str:
     return "completed"
 
 
-def _message_item(turn: Turn, text: str, status: str) -> dict[str, Any]:
-    return {
-        "id": f"msg_{turn.session_id}_{turn.turn}",
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": [] if status == "in_progress" and not text else [_text_part(text)],
-    }
+# A run of records of one kind → (the output item's type, its id prefix, its content part's type).
+_ITEMS = {"token": ("message", "msg", "output_text"), "reasoning": ("reasoning", "rs", "reasoning_text")}
 
 
-def _text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+@dataclass
+class _Item:
+    kind: str  # the native event's name: token or reasoning
+    index: int  # output_index
+    item_id: str
+    text: str = ""
+    done: bool = False
+
+    def part(self, text: str | None = None) -> dict[str, Any]:
+        _, _, part_type = _ITEMS[self.kind]
+        part: dict[str, Any] = {"type": part_type, "text": self.text if text is None else text}
+        if part_type == "output_text":
+            part.update(annotations=[], logprobs=[])
+        return part
+
+    def to_dict(self, status: str) -> dict[str, Any]:
+        item_type = _ITEMS[self.kind][0]
+        content = [self.part()] if self.done or self.text else []
+        if item_type == "message":
+            return {"id": self.item_id, "type": "message", "role": "assistant", "status": status, "content": content}
+        return {"id": self.item_id, "type": "reasoning", "status": status, "summary": [], "content": content}
 
 
-def response_object(turn: Turn, model: str, text: str | None = None, *, status: str | None = None) -> dict[str, Any]:
-    """The response object of ``turn`` (``text``: its reply so far, for a turn in progress)."""
+@dataclass
+class Output:
+    """A response's output items, built from its text records in order (``add``)."""
+
+    session_id: str
+    turn: int
+    items: list[_Item] = field(default_factory=list)
+
+    def add(self, kind: str, text: str) -> tuple[_Item | None, _Item | None]:
+        """Append a record's text; returns (the item it closed, the item it opened), either ``None``."""
+        current = self.items[-1] if self.items and not self.items[-1].done else None
+        if current is not None and current.kind == kind:
+            current.text += text
+            return None, None
+        closed = self.close()
+        prefix = _ITEMS[kind][1]
+        index = len(self.items)
+        opened = _Item(kind, index, f"{prefix}_{self.session_id}_{self.turn}_{index}", text)
+        self.items.append(opened)
+        return closed, opened
+
+    def close(self) -> _Item | None:
+        current = self.items[-1] if self.items and not self.items[-1].done else None
+        if current is not None:
+            current.done = True
+        return current
+
+    def to_list(self, status: str) -> list[dict[str, Any]]:
+        """The items as the response object shows them (an item still open is ``in_progress``)."""
+        last = "completed" if status == "completed" else "incomplete"
+        return [item.to_dict(last if item.done else "in_progress") for item in self.items]
+
+
+def output_of(session_id: str, turn: int, records: Iterable[TokenRecord], *, finished: bool) -> Output:
+    output = Output(session_id, turn)
+    for event in record_events(records):
+        if isinstance(event, Token):
+            output.add(event.kind, event.text)
+    if finished:
+        output.close()
+    return output
+
+
+def response_object(turn: Turn, model: str, output: Output, *, status: str | None = None) -> dict[str, Any]:
+    """The response object of ``turn`` with its ``output`` so far."""
     status = status or status_of(turn)
-    reply = turn.assistant if turn.finished else text
-    output = []
-    if reply or status not in ("in_progress", "queued"):
-        output.append(_message_item(turn, reply or "", _item_status(status)))
     usage = None
-    if turn.usage is not None:
+    if turn.usage is not None and status not in ("in_progress", "queued"):
         input_tokens, output_tokens = int(turn.usage.get("input_tokens", 0)), int(turn.usage.get("output_tokens", 0))
         usage = {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,
@@ -111,7 +164,7 @@ def response_object(turn: Turn, model: str, text: str | None = None, *, status: 
         "instructions": turn.options.system,
         "max_output_tokens": turn.max_tokens,
         "model": model,
-        "output": output,
+        "output": output.to_list(status),
         "parallel_tool_calls": False,
         "previous_response_id": response_id(turn.session_id, turn.turn - 1) if turn.turn > 1 else None,
         "store": True,
@@ -126,15 +179,11 @@ def response_object(turn: Turn, model: str, text: str | None = None, *, status: 
     }
 
 
-def _item_status(status: str) -> str:
-    return {"completed": "completed", "in_progress": "in_progress", "queued": "in_progress"}.get(status, "incomplete")
-
-
 def record_events(records: Iterable[TokenRecord]) -> Iterator[TurnEvent]:
-    """The events a finished turn's stored records make (what a follower would have sent)."""
+    """The events a turn's stored records make (what a follower would send)."""
     for record in records:
-        if record.type is RecordType.DELTA:
-            yield Token(record.seq, record.text or "")
+        if record.type in (RecordType.DELTA, RecordType.REASONING):
+            yield Token(record.seq, record.text or "", "token" if record.type is RecordType.DELTA else "reasoning")
         elif record.type is RecordType.STOP:
             usage = record.usage
             yield Done(
@@ -149,46 +198,38 @@ def record_events(records: Iterable[TokenRecord]) -> Iterator[TurnEvent]:
 
 @dataclass
 class ResponseStream:
-    """A response's events after sequence number ``after`` (-1: all), from the turn's events."""
+    """A response's events numbered after ``after`` (-1: all), from the turn's events since its start."""
 
     table: ChatTable
     turn: Turn  # the turn item as the stream began
     model: str
     after: int = -1
-    _last: int = field(default=-1, init=False)  # the last sequence number sent (or skipped as already had)
+    _number: int = field(default=-1, init=False)  # the last sequence number made (sent, or skipped as had)
 
-    @property
-    def record_after(self) -> int:
-        """The record ``seq`` to follow the turn from (-1: from its start)."""
-        return self.after - (PRELUDE_EVENTS - 1) if self.after >= PRELUDE_EVENTS else -1
+    def __post_init__(self) -> None:
+        self._output = Output(self.turn.session_id, self.turn.turn)
 
     def prelude(self) -> Iterator[str]:
         turn = replace(self.turn, status=TurnStatus.IN_PROGRESS, assistant=None, usage=None, stop_reason=None)
-        snapshot = response_object(turn, self.model, "", status="in_progress")
-        item = _message_item(turn, "", "in_progress")
-        yield from self._event(0, "response.created", {"response": snapshot})
-        yield from self._event(1, "response.in_progress", {"response": snapshot})
-        yield from self._event(2, "response.output_item.added", {"output_index": 0, "item": item})
-        yield from self._event(3, "response.content_part.added", {**self._where(), "part": _text_part("")})
+        snapshot = response_object(turn, self.model, Output(turn.session_id, turn.turn), status="in_progress")
+        yield from self._event("response.created", {"response": snapshot})
+        yield from self._event("response.in_progress", {"response": snapshot})
 
     def events(self, turn_events: Iterable[TurnEvent]) -> Iterator[str]:
         """The response's events for the turn's: ends after the terminal, or the stream's own error."""
-        last_record = max(self.record_after, 0)
         for event in turn_events:
             if isinstance(event, KeepAlive):
                 yield sse.comment("keep-alive")
             elif isinstance(event, Token):
-                last_record = event.seq
-                payload = {**self._where(), "delta": event.text, "logprobs": []}
-                yield from self._event(3 + event.seq, "response.output_text.delta", payload)
-            elif isinstance(event, Done | Failed) and (event.seq is not None or isinstance(event, Done)):
-                yield from self._terminal(last_record + 1 if event.seq is None else event.seq, event)
+                yield from self._text(event)
+            elif isinstance(event, Done) or (isinstance(event, Failed) and event.seq is not None):
+                yield from self._terminal(event)
                 return
             elif isinstance(event, Failed):
                 yield self._error(event.code, event.message)
                 return
             elif isinstance(event, Reconnect):
-                resume = f"GET /v1/responses/{self._id}?stream=true&starting_after={max(self._last, self.after)}"
+                resume = f"GET /v1/responses/{self._id}?stream=true&starting_after={self._number}"
                 yield self._error("stream_interrupted", f"the relay's time is up; resume with {resume}")
                 return
 
@@ -196,33 +237,70 @@ class ResponseStream:
     def _id(self) -> str:
         return response_id(self.turn.session_id, self.turn.turn)
 
-    def _terminal(self, seq: int, event: Done | Failed) -> Iterator[str]:
+    def _text(self, event: Token) -> Iterator[str]:
+        closed, opened = self._output.add(event.kind, event.text)
+        if closed is not None:
+            yield from self._close(closed)
+        if opened is not None:
+            item = opened.to_dict("in_progress")
+            yield from self._event("response.output_item.added", {"output_index": opened.index, "item": item})
+            part = opened.part("")
+            yield from self._event("response.content_part.added", {**self._where(opened), "part": part})
+            item_text = opened
+        else:
+            item_text = self._output.items[-1]
+        kind = "response.output_text.delta" if item_text.kind == "token" else "response.reasoning_text.delta"
+        payload: dict[str, Any] = {**self._where(item_text), "delta": event.text}
+        if item_text.kind == "token":
+            payload["logprobs"] = []
+        yield from self._event(kind, payload)
+
+    def _close(self, item: _Item, status: str = "completed") -> Iterator[str]:
+        where = self._where(item)
+        if item.kind == "token":
+            yield from self._event("response.output_text.done", {**where, "text": item.text, "logprobs": []})
+        else:
+            yield from self._event("response.reasoning_text.done", {**where, "text": item.text})
+        yield from self._event("response.content_part.done", {**where, "part": item.part()})
+        done = {"output_index": item.index, "item": item.to_dict(status)}
+        yield from self._event("response.output_item.done", done)
+
+    def _terminal(self, event: Done | Failed) -> Iterator[str]:
         final = self.table.get_turn(self.turn.session_id, self.turn.turn) or self.turn
         if isinstance(event, Failed) or final.status is TurnStatus.ERROR:
             if not final.finished:
                 final = _failed_copy(final, event)
-            response = response_object(final, self.model, status="failed")
-            yield from self._event(3 + seq, "response.failed", {"response": response})
+            self._output.close()
+            response = response_object(final, self.model, self._output, status="failed")
+            yield from self._event("response.failed", {"response": response})
             return
-        response = response_object(final, self.model)
-        text = final.assistant or ""
-        item = response["output"][0]
-        yield from self._event(3 + seq, "response.output_text.done", {**self._where(), "text": text, "logprobs": []})
-        yield from self._event(4 + seq, "response.content_part.done", {**self._where(), "part": _text_part(text)})
-        yield from self._event(5 + seq, "response.output_item.done", {"output_index": 0, "item": item})
-        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
-        yield from self._event(6 + seq, kind, {"response": response})
+        if not final.finished:  # rebuilt from a turn item that has not caught up: the record decides
+            final = replace(final, status=TurnStatus.COMPLETE, stop_reason=StopReason(event.stop_reason))
+        status = status_of(final)
+        if not self._output.items:  # a reply without text is still one (empty) message
+            self._output.add("token", "")
+            opened = self._output.items[-1]
+            yield from self._event(
+                "response.output_item.added", {"output_index": 0, "item": opened.to_dict("in_progress")}
+            )
+            yield from self._event("response.content_part.added", {**self._where(opened), "part": opened.part("")})
+        closing = self._output.close()
+        assert closing is not None
+        yield from self._close(closing, "completed" if status == "completed" else "incomplete")
+        response = response_object(final, self.model, self._output, status=status)
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        yield from self._event(kind, {"response": response})
 
-    def _where(self) -> dict[str, Any]:
-        return {"item_id": f"msg_{self.turn.session_id}_{self.turn.turn}", "output_index": 0, "content_index": 0}
+    def _where(self, item: _Item) -> dict[str, Any]:
+        return {"item_id": item.item_id, "output_index": item.index, "content_index": 0}
 
-    def _event(self, number: int, kind: str, payload: dict[str, Any]) -> Iterator[str]:
-        self._last = max(self._last, number)
-        if number > self.after:
-            yield sse.json_message({"type": kind, "sequence_number": number, **payload}, event=kind)
+    def _event(self, kind: str, payload: dict[str, Any]) -> Iterator[str]:
+        self._number += 1
+        if self._number > self.after:
+            yield sse.json_message({"type": kind, "sequence_number": self._number, **payload}, event=kind)
 
     def _error(self, code: str, message: str) -> str:
-        number = max(self._last, self.after) + 1
+        number = max(self._number, self.after) + 1
         payload = {"type": "error", "sequence_number": number, "code": code, "message": message, "param": None}
         return sse.json_message(payload, event="error")
 

@@ -15,8 +15,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Token:
+    """Text of a record: the reply's (``token``), or the model's reasoning (``reasoning``)."""
+
     seq: int
     text: str
+    kind: str = "token"
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,10 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
             yield KeepAlive()
             continue
         name, event_id, data = _fields(chunk)
-        seq = None if event_id is None else int(event_id)
-        if name == "token":
+        seq = None if event_id is None else int(event_id.split(".")[0])  # "<seq>" or "<seq>.<offset>" (a piece)
+        if name in ("token", "reasoning"):
             assert seq is not None
-            yield Token(seq, str(data["text"]))
+            yield Token(seq, str(data["text"]), name)
         elif name == "done":
             usage = data.get("usage") or {}
             yield Done(

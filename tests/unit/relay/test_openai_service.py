@@ -1,0 +1,148 @@
+"""The /v1 endpoints against moto's DynamoDB and a recording Lambda client (no proxy runs: tests write the turns)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.exceptions import EndpointConnectionError
+
+from chatstream.errors import Throttled
+from chatstream.records import assistant_text
+from chatstream.relay.http import Request
+from chatstream.relay.service import RelayService
+from tests.builders import turn_records
+from tests.support import load_event
+from tests.unit.relay.relay_support import FAST, FakeClock, relay_config
+
+if TYPE_CHECKING:
+    from chatstream.relay.http import Response
+    from chatstream.table import ChatTable
+
+ALICE = {"accountId": "123456789012", "callerId": "AIDAALICE", "userArn": "arn:aws:iam::123456789012:user/alice"}
+BOB = {"accountId": "123456789012", "callerId": "AIDABOB", "userArn": "arn:aws:iam::123456789012:user/bob"}
+MODEL = "us.amazon.nova-lite-v1:0"
+
+
+class RecordingLambda:
+    def __init__(self) -> None:
+        self.failure: Exception | None = None
+
+    def invoke(self, **kwargs: Any) -> dict[str, Any]:
+        if self.failure is not None:
+            raise self.failure
+        return {"StatusCode": 202}
+
+
+@pytest.fixture
+def proxy() -> RecordingLambda:
+    return RecordingLambda()
+
+
+@pytest.fixture
+def service(chat_table: ChatTable, proxy: RecordingLambda, table_name: str) -> RelayService:
+    config = relay_config(table_name, MODEL_ID=MODEL)
+    return RelayService(chat_table, proxy, config, clock=FakeClock().as_clock(), settings=FAST)  # type: ignore[arg-type]
+
+
+def call(
+    service: RelayService, method: str, path: str, body: Any = None, caller: dict[str, str] | None = ALICE
+) -> Response:
+    raw = copy.deepcopy(load_event("relay-health.json"))
+    path, _, query = path.partition("?")
+    raw["rawPath"] = path
+    raw["requestContext"]["http"].update(method=method, path=path)
+    if query:
+        raw["queryStringParameters"] = dict(pair.split("=") for pair in query.split("&"))
+    if caller is None:
+        raw["requestContext"].pop("authorizer", None)
+    else:
+        raw["requestContext"]["authorizer"] = {"iam": dict(caller)}
+    if body is not None:
+        raw["body"], raw["isBase64Encoded"] = json.dumps(body), False
+    return service.handle(Request.from_event(raw))
+
+
+def body_of(response: Response) -> Any:
+    return json.loads("".join(response.body))
+
+
+def openai_error(response: Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status
+    error: dict[str, Any] = body_of(response)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return error
+
+
+def background(service: RelayService, caller: dict[str, str] = ALICE) -> dict[str, Any]:
+    response = call(
+        service, "POST", "/v1/responses", {"model": "chatstream", "input": "hi", "background": True}, caller
+    )
+    assert response.status_code == 200
+    created: dict[str, Any] = body_of(response)
+    assert created["status"] == "queued" and created["model"] == MODEL
+    assert response.headers["X-Chatstream-Session-Id"] in created["id"]
+    return created
+
+
+def test_a_response_belongs_to_the_principal_that_signed_its_creation(service: RelayService) -> None:
+    created = background(service)
+    # WHEN another principal reads, cancels or continues it THEN it does not exist for them
+    assert openai_error(call(service, "GET", f"/v1/responses/{created['id']}", caller=BOB), 404)["code"] == "not_found"
+    assert openai_error(call(service, "POST", f"/v1/responses/{created['id']}/cancel", caller=BOB), 404)
+    follow_up = {"model": "chatstream", "input": "hi", "previous_response_id": created["id"]}
+    error = openai_error(call(service, "POST", "/v1/responses", follow_up, caller=BOB), 404)
+    assert error["param"] == "previous_response_id"
+    # AND its owner continuing it while it generates is a conflict, and a request without a caller is forbidden
+    assert openai_error(call(service, "POST", "/v1/responses", follow_up), 409)["code"] == "turn_in_progress"
+    assert (
+        openai_error(call(service, "GET", f"/v1/responses/{created['id']}", caller=None), 403)["type"]
+        == "permission_error"
+    )
+    # AND the owner reads it, in progress
+    assert body_of(call(service, "GET", f"/v1/responses/{created['id']}"))["status"] == "in_progress"
+
+
+def test_a_finished_response_read_before_its_last_records_are_stored_has_the_whole_reply(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN a turn whose item the consumer has ended, but whose last token items are not written yet
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    records = turn_records(session_id, 1, ["You", " said:", " hi"])
+    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.put_records(records[:2])
+    # WHEN it is read THEN its text is the whole reply
+    read = body_of(call(service, "GET", f"/v1/responses/{created['id']}"))
+    assert read["status"] == "completed"
+    assert read["output"][0]["content"][0]["text"] == "You said: hi"
+
+
+def test_a_generation_that_cannot_be_started_is_a_503_for_a_chat_completion(
+    service: RelayService, proxy: RecordingLambda
+) -> None:
+    proxy.failure = EndpointConnectionError(endpoint_url="https://lambda")
+    messages = [{"role": "user", "content": "hi"}]
+    response = call(service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": messages})
+    assert openai_error(response, 503)["code"] == "proxy_unavailable"
+
+
+def test_a_throttled_table_is_a_503_with_retry_after(
+    service: RelayService, chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def throttled(*args: Any, **kwargs: Any) -> str:
+        raise Throttled("DynamoDB ThrottlingException")
+
+    monkeypatch.setattr(chat_table, "start_session", throttled)
+    response = call(service, "POST", "/v1/responses", {"model": MODEL, "input": "hi"})
+    assert openai_error(response, 503)["code"] == "unavailable" and response.headers["Retry-After"] == "1"
+
+
+def test_the_stream_starts_with_created_at_once(service: RelayService) -> None:
+    response = call(service, "POST", "/v1/responses", {"model": MODEL, "input": "hi", "stream": True})
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    first = next(iter(response.body))
+    assert first.startswith("event: response.created\n")
+    assert json.loads(first.split("data: ", 1)[1])["sequence_number"] == 0
