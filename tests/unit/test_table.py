@@ -222,3 +222,11 @@ def test_a_value_of_a_type_the_table_does_not_store_is_refused(value: object) ->
 def test_an_attribute_of_a_kind_the_table_does_not_store_is_refused() -> None:
     with pytest.raises(TypeError, match="ChatTable stores no SS attributes"):
         _deser({"x": {"SS": ["a"]}})
+
+
+@pytest.mark.parametrize("number", [Decimal("1." + "1" * 38), Decimal("1E+999"), Decimal("Infinity"), Decimal("NaN")])
+def test_a_number_dynamodb_cannot_store_is_refused_before_the_call_as_boto3_refuses_it(number: Decimal) -> None:
+    with pytest.raises((ArithmeticError, TypeError)):
+        TypeSerializer().serialize(number)
+    with pytest.raises((ArithmeticError, TypeError)):
+        _ser({"x": number})

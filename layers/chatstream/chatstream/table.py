@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -496,9 +496,13 @@ class ChatTable:
 
 def _decimal(value: float) -> Decimal:
     """``value`` as a DynamoDB number. DynamoDB's smallest non-zero magnitude is 1E-130: anything closer to zero (a
-    temperature of 1e-176, which a model reads as 0 anyway) is stored as 0, where DynamoDB would refuse the item."""
+    temperature of 1e-176, which a model reads as 0 anyway) is stored as 0, where boto3 would refuse the item."""
     number = Decimal(str(value))
     return number if abs(number) >= Decimal("1E-130") else Decimal(0)
+
+
+# DynamoDB's numbers: 38 digits, exponents from -130 to 125 (boto3's DYNAMODB_CONTEXT).
+_NUMBERS = Context(Emin=-128, Emax=126, prec=38, traps=[Clamped, Overflow, Inexact, Rounded, Underflow])
 
 
 # DynamoDB's attribute values for the types the table stores (``boto3.dynamodb.types`` has the general codec; importing
@@ -510,7 +514,10 @@ def _attr(value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"BOOL": value}
     if isinstance(value, int | Decimal):
-        return {"N": str(value)}
+        number = str(_NUMBERS.create_decimal(value))  # refuses what DynamoDB cannot store, as boto3's codec does
+        if number in ("Infinity", "-Infinity", "NaN", "sNaN", "-NaN", "-sNaN"):
+            raise TypeError("DynamoDB stores no infinities or NaNs")
+        return {"N": number}
     if value is None:
         return {"NULL": True}
     if isinstance(value, dict):
