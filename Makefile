@@ -76,7 +76,7 @@ deploy: build
 	$(BIN)/sam deploy --guided
 
 clean:
-	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache tests/e2e/js/node_modules
 
 # Re-process ConsumerDLQ (docs/OPERATIONS.md). STACK=<stack name> reads the queue, table and stream from the
 # stack's outputs (or set DLQ_URL / CHAT_TABLE_NAME); ARGS="--dry-run --max 10" passes options through.

@@ -1,23 +1,39 @@
-"""Runtime cold start: process start → the runtime's first ``GET /next``, our streaming layer against awslambdaric.
+"""Cold start: process start → the runtime's first ``GET /next``, for each function, on its runtime and on awslambdaric.
 
 A tiny fake Runtime API on 127.0.0.1 notes when ``/next`` arrives and never answers it; the process is then
-killed. Each case is started ``repeat`` times, one at a time, and the median reported. The cases: the relay's
-own handler and the smallest handler, each on the streaming runtime layer (through its exec wrapper, as the relay
-runs) and on awslambdaric (the managed Python runtime's interface client). The environment is the one the local
-stack gives an execution environment (``chatstream_local.lambda_.runtime_executor``).
+killed. Each case is started ``repeat`` times, interleaved with the others, and the median reported.
+
+The cases: the relay, the proxy and the consumer (``functions/<name>``, with the environment the template gives them)
+and the smallest handler (``bench/hello``), each on the runtime it is deployed on (the relay on the streaming runtime
+layer through its exec wrapper; the proxy and the consumer on the managed runtime, whose interface client is
+awslambdaric) and on the other one, running the same handler.
+
+Where the packages come from matters as much as the code: the development virtual environment holds far more than a
+function has on Lambda (the CRT, pyOpenSSL, moto...), and botocore imports some of them when they are there
+(``awscrt`` in ``botocore.compat``, pyOpenSSL's context in ``botocore.httpsession``). So each case is measured twice:
+
+- ``deployed``: an interpreter that sees only what the deployed function has, the closures the layers'
+  ``requirements.txt`` pin (the chatstream layer's and the streaming runtime layer's), linked from the development
+  environment into a virtual environment of their own (:func:`deployed_site`);
+- ``dev``: the development environment, as ``make local`` runs the functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
+import re
 import signal
 import statistics
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+import venv
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chatstream_local.lambda_.function_spec import FunctionSpec, RuntimeKind
@@ -26,10 +42,9 @@ from chatstream_local.lambda_.runtime_executor import environment_variables, run
 ROOT = Path(__file__).resolve().parent.parent
 EXEC_WRAPPER = ROOT / "layers/streaming-runtime/bin/chatstream-streaming"
 LAYERS = [ROOT / "layers/chatstream", ROOT / "layers/streaming-runtime"]
-RELAY_ENV = {
+LAYER_REQUIREMENTS = [ROOT / "layers/chatstream/requirements.txt", ROOT / "layers/streaming-runtime/requirements.txt"]
+COMMON_ENV = {
     "CHAT_TABLE_NAME": "bench-table",
-    "PROXY_FUNCTION_NAME": "bench-proxy",
-    "AUTH_TYPE": "NONE",
     "POWERTOOLS_SERVICE_NAME": "chatstream",
     "POWERTOOLS_TRACE_DISABLED": "true",
     "POWERTOOLS_METRICS_DISABLED": "true",
@@ -37,6 +52,15 @@ RELAY_ENV = {
     "AWS_SECRET_ACCESS_KEY": "local",
     "AWS_SESSION_TOKEN": "local",
 }
+# Each function's own variables (template.yaml's, with placeholder values), and the runtime it is deployed on.
+FUNCTIONS: dict[str, tuple[dict[str, str], RuntimeKind]] = {
+    "relay": ({"PROXY_FUNCTION_NAME": "bench-proxy", "AUTH_TYPE": "NONE"}, "streaming"),
+    "proxy": ({"TOKEN_STREAM_NAME": "bench-stream", "MODEL_ID": "bench-model"}, "awslambdaric"),
+    "consumer": ({"DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/bench-dlq"}, "awslambdaric"),
+    "hello": ({}, "streaming"),
+}
+RUNTIMES: tuple[RuntimeKind, ...] = ("streaming", "awslambdaric")
+SITES = ("deployed", "dev")
 
 
 class _NextServer(ThreadingHTTPServer):
@@ -68,23 +92,45 @@ class _NextHandler(BaseHTTPRequestHandler):
 
 
 def _spec(case: str, runtime: RuntimeKind) -> FunctionSpec:
-    if case == "relay":
-        code_dirs = [ROOT / "functions/relay", *LAYERS]
-        env = RELAY_ENV
-    else:
-        code_dirs = [ROOT / "bench/hello", *LAYERS]
-        env = {}
+    env, _ = FUNCTIONS[case]
+    code = ROOT / "bench/hello" if case == "hello" else ROOT / "functions" / case
     return FunctionSpec(
         name=f"coldstart-{case}-{runtime}",
         handler="app.handler",
-        code_dirs=code_dirs,
-        environment=env,
+        code_dirs=[code, *LAYERS],
+        environment={**COMMON_ENV, **env},
         runtime=runtime,
         exec_wrapper=EXEC_WRAPPER if runtime == "streaming" else None,
     )
 
 
-def time_to_first_next(spec: FunctionSpec, timeout_s: float = 30.0) -> float:
+def _requirement_names(files: list[Path]) -> list[str]:
+    names = []
+    for path in files:
+        for line in path.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                names.append(re.split(r"[=<>~!\[; ]", line, maxsplit=1)[0])
+    return names
+
+
+def deployed_site(directory: Path) -> Path:
+    """A virtual environment in ``directory`` whose site-packages hold only the layers' pinned packages (linked from
+    this environment, the versions the tests run with); its interpreter's path."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(directory)
+    site = next(directory.glob("lib/python*/site-packages"))
+    for name in _requirement_names(LAYER_REQUIREMENTS):
+        dist = importlib.metadata.distribution(name)
+        for top in {PurePosixPath(str(f)).parts[0] for f in dist.files or ()}:
+            if top in ("..", "__pycache__") or top.endswith(".pth"):
+                continue
+            source, target = Path(str(dist.locate_file(top))), site / top
+            if source.exists() and not target.exists():
+                target.symlink_to(source)
+    return directory / "bin" / "python"
+
+
+def time_to_first_next(spec: FunctionSpec, python: str = sys.executable, timeout_s: float = 30.0) -> float:
     """Seconds from spawning the runtime's process to its first ``GET /next``."""
     server = _NextServer()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -92,7 +138,7 @@ def time_to_first_next(spec: FunctionSpec, timeout_s: float = 30.0) -> float:
     env = environment_variables(spec, f"{host!s}:{port}", "coldstart", parent=os.environ)
     started = time.monotonic()
     process = subprocess.Popen(  # noqa: S603 - argv from the spec
-        runtime_command(spec),
+        runtime_command(spec, python),
         cwd=spec.task_root,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -113,20 +159,53 @@ def time_to_first_next(spec: FunctionSpec, timeout_s: float = 30.0) -> float:
 
 
 def measure(repeat: int = 7) -> dict[str, Any]:
-    """Median milliseconds per case, and the ratios streaming layer / awslambdaric."""
-    cases = [(case, runtime) for case in ("hello", "relay") for runtime in ("streaming", "awslambdaric")]
-    samples: dict[str, list[float]] = {f"{case}_{runtime}": [] for case, runtime in cases}
-    for _ in range(repeat):  # interleaved, so a busy moment of the machine hits every case alike
-        for case, runtime in cases:
-            runtime_kind: RuntimeKind = "streaming" if runtime == "streaming" else "awslambdaric"
-            samples[f"{case}_{runtime}"].append(time_to_first_next(_spec(case, runtime_kind)) * 1000)
-    medians = {name: round(statistics.median(values), 1) for name, values in samples.items()}
+    """Median milliseconds per function, runtime and site; each function's runtime as deployed; ratios of the
+    deployed runtime to awslambdaric (the relay's: streaming layer / awslambdaric)."""
+    with tempfile.TemporaryDirectory(prefix="chatstream-deployed-site-") as tmp:
+        pythons = {"deployed": str(deployed_site(Path(tmp))), "dev": sys.executable}
+        samples: dict[str, dict[str, dict[str, list[float]]]] = {
+            site: {case: {runtime: [] for runtime in RUNTIMES} for case in FUNCTIONS} for site in SITES
+        }
+        for _ in range(repeat):  # interleaved, so a busy moment of the machine hits every case alike
+            for site in SITES:
+                for case in FUNCTIONS:
+                    for runtime in RUNTIMES:
+                        seconds = time_to_first_next(_spec(case, runtime), pythons[site])
+                        samples[site][case][runtime].append(seconds * 1000)
+    medians = {
+        site: {
+            case: {runtime: round(statistics.median(v), 1) for runtime, v in by_runtime.items()}
+            for case, by_runtime in by_case.items()
+        }
+        for site, by_case in samples.items()
+    }
+    deployed_on = {case: runtime for case, (_, runtime) in FUNCTIONS.items()}
     return {
         "repeat": repeat,
+        "deployed_runtime": deployed_on,
         "median_ms": medians,
-        "samples_ms": {name: [round(v, 1) for v in values] for name, values in samples.items()},
-        "ratio_streaming_over_awslambdaric": {
-            case: round(medians[f"{case}_streaming"] / medians[f"{case}_awslambdaric"], 2)
-            for case in ("hello", "relay")
+        "ratio_deployed_runtime_over_awslambdaric": {
+            site: {
+                case: round(by_case[case][deployed_on[case]] / by_case[case]["awslambdaric"], 2) for case in FUNCTIONS
+            }
+            for site, by_case in medians.items()
+        },
+        "samples_ms": {
+            site: {case: {rt: [round(x, 1) for x in v] for rt, v in by_rt.items()} for case, by_rt in by_case.items()}
+            for site, by_case in samples.items()
         },
     }
+
+
+def main() -> int:
+    """``python -m bench.coldstart [repeat]``: the cold start table alone, as JSON."""
+    import json
+
+    repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+    result = measure(repeat)
+    sys.stdout.write(json.dumps({k: result[k] for k in ("repeat", "median_ms")}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,9 +37,15 @@ class ChatSample:
 
 
 def _one_chat(
-    url: str, message: str, barrier: threading.Barrier, out: list[ChatSample], index: int, gap_s: float = 0.0
+    url: str,
+    message: str,
+    barrier: threading.Barrier,
+    out: list[ChatSample],
+    index: int,
+    gap_s: float = 0.0,
+    pace: bool | None = None,
 ) -> None:
-    with ChatClient(url, timeout=120) as client:
+    with ChatClient(url, timeout=120, pace=pace) as client:
         barrier.wait()
         if gap_s:
             time.sleep(index * gap_s)  # arrivals spread out: chat i is sent i gaps after the first
@@ -76,13 +82,15 @@ def _problem(result: TurnResult) -> str | None:
     return None
 
 
-def run_load(url: str, message: str, concurrency: int, gap_s: float = 0.0) -> list[dict[str, object]]:
-    """``concurrency`` chats of ``message`` started together (or ``gap_s`` apart); their samples as dicts
-    (picklable)."""
+def run_load(
+    url: str, message: str, concurrency: int, gap_s: float = 0.0, pace: bool | None = None
+) -> list[dict[str, object]]:
+    """``concurrency`` chats of ``message`` started together (or ``gap_s`` apart), with ``?pace=`` when ``pace``
+    is given; their samples as dicts (picklable)."""
     barrier = threading.Barrier(concurrency)
     out: list[ChatSample] = [ChatSample(ok=False, error="not run")] * concurrency
     threads = [
-        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i, gap_s), daemon=True)
+        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i, gap_s, pace), daemon=True)
         for i in range(concurrency)
     ]
     for thread in threads:
@@ -98,8 +106,10 @@ class LoadRunner:
     def __init__(self) -> None:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
-    def run(self, url: str, message: str, concurrency: int, gap_s: float = 0.0) -> list[ChatSample]:
-        samples = self._pool.submit(run_load, url, message, concurrency, gap_s).result()
+    def run(
+        self, url: str, message: str, concurrency: int, gap_s: float = 0.0, pace: bool | None = None
+    ) -> list[ChatSample]:
+        samples = self._pool.submit(run_load, url, message, concurrency, gap_s, pace).result()
         return [ChatSample(**sample) for sample in samples]  # type: ignore[arg-type]
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ holds (``bench/report.py`` reads its keys), and :meth:`RunRecord.from_json` read
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bench.cost import UnitCounts
@@ -176,9 +176,14 @@ class CpuUse:
 
     relay_cpu_ms_per_1k_tokens: float | None
     cpu_ms_per_1k_tokens_by_process: Mapping[str, float | None]
+    # role (relay, proxy, consumer) -> CPU ms per 1,000 tokens; empty in results written before it was kept
+    cpu_ms_per_1k_tokens_by_function: Mapping[str, float | None] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, cpu_s: Mapping[str, float | None], relay: str, tokens: int) -> CpuUse:
+    def of(
+        cls, cpu_s: Mapping[str, float | None], relay: str, tokens: int, functions: Mapping[str, str] | None = None
+    ) -> CpuUse:
+        """``functions``: role -> function name, for the per-function figures (a role not measured is ``None``)."""
         per_1k = 1000 / tokens if tokens else 0.0
 
         def per_1k_ms(seconds: float | None) -> float | None:
@@ -187,6 +192,9 @@ class CpuUse:
         return cls(
             relay_cpu_ms_per_1k_tokens=per_1k_ms(cpu_s.get(relay)),
             cpu_ms_per_1k_tokens_by_process={k: per_1k_ms(v) for k, v in sorted(cpu_s.items())},
+            cpu_ms_per_1k_tokens_by_function={
+                role: per_1k_ms(cpu_s.get(name)) for role, name in (functions or {}).items()
+            },
         )
 
 
@@ -236,6 +244,8 @@ class RunRecord:
             "ttft_samples_ms": list(clients.ttft_samples_ms),
             "gap_samples_ms": list(clients.gap_samples_ms),
         }
+        if cpu.cpu_ms_per_1k_tokens_by_function:
+            out["cpu_ms_per_1k_tokens_by_function"] = dict(cpu.cpu_ms_per_1k_tokens_by_function)
         if cell.arrival_gap_ms is not None:
             out["arrival_gap_ms"] = cell.arrival_gap_ms
         return out
@@ -273,5 +283,6 @@ class RunRecord:
             cpu=CpuUse(
                 relay_cpu_ms_per_1k_tokens=raw["relay_cpu_ms_per_1k_tokens"],
                 cpu_ms_per_1k_tokens_by_process=dict(raw["cpu_ms_per_1k_tokens_by_process"]),
+                cpu_ms_per_1k_tokens_by_function=dict(raw.get("cpu_ms_per_1k_tokens_by_function", {})),
             ),
         )

@@ -7,13 +7,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-VARIANT_ORDER = ("direct", "naive", "chatstream", "chatstream-polling", "chatstream-efo", "poll-fast", "flush-100")
+VARIANT_ORDER = (
+    "direct",
+    "naive",
+    "chatstream",
+    "chatstream-unpaced",
+    "chatstream-polling",
+    "chatstream-efo",
+    "poll-fast",
+    "flush-100",
+)
 READ_MODE_VARIANTS = ("chatstream", "chatstream-polling", "chatstream-efo")  # the product, read one way or the other
 TUNING_VARIANTS = ("poll-fast", "flush-100")
 COLORS = {
     "direct": "#4c72b0",
     "naive": "#dd8452",
     "chatstream": "#55a868",
+    "chatstream-unpaced": "#8c8c8c",
     "chatstream-polling": "#c44e52",
     "chatstream-efo": "#64b5cd",
     "poll-fast": "#8172b3",
@@ -186,6 +196,42 @@ def read_mode_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
+PACING_DELAY_MS = 20  # the gap targets hold at this model delay (a token every 20 ms)
+GAP_P50_TARGET_MS = 50
+GAP_P99_TARGET_MS = 150
+
+
+def pacing_table(results: dict[str, Any]) -> list[str]:
+    """The gaps between token events, paced (``chatstream``) and not (``chatstream-unpaced``), beside direct."""
+    index = _index(results)
+    cells = sorted({r["concurrency"] for r in results["runs"] if r["variant"] == "chatstream-unpaced"})
+    if not cells:
+        return []
+    lines = [
+        "| chats at once | variant | gap p50 / p99 ms | token events a reply | TTFT p50 ms | exact |",
+        "|---:|---|---:|---:|---:|:---:|",
+    ]
+    for c in cells:
+        for variant in ("direct", "chatstream", "chatstream-unpaced"):
+            r = index.get((variant, PACING_DELAY_MS, c))
+            if r is None:
+                continue
+            lines.append(
+                f"| {c} | {variant} | {_cell(r['gap_ms']['p50'])} / {_cell(r['gap_ms']['p99'])} "
+                f"| {_cell(r.get('token_events_per_chat'))} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['exact'])} |"
+            )
+    return [
+        "## Smooth text: gaps between token events",
+        "",
+        f"At {PACING_DELAY_MS} ms a token. `chatstream` releases each record's text in word-sized pieces over the "
+        "turn's interval between records (HTTP_API.md, \"Pacing\"); `chatstream-unpaced` is the same stack's streams "
+        "with `?pace=0`, one event a record. Both write the same records.",
+        "",
+        *lines,
+        "",
+    ]
+
+
 def targets(results: dict[str, Any]) -> list[str]:
     index = _index(results)
     lines = []
@@ -203,6 +249,13 @@ def targets(results: dict[str, Any]) -> list[str]:
         if d is not None and r["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None:
             over = r["ttft_ms"]["p50"] - d["ttft_ms"]["p50"]
             checks.append(f"TTFT p50 {over:+.0f} ms over direct {'✔' if over <= 100 else '✘'}")
+        gap = r["gap_ms"]
+        if key[0] == PACING_DELAY_MS and gap["p50"] is not None and gap["p99"] is not None:
+            smooth = gap["p50"] <= GAP_P50_TARGET_MS and gap["p99"] <= GAP_P99_TARGET_MS
+            checks.append(
+                f"gap p50 {gap['p50']:.0f} ms / p99 {gap['p99']:.0f} ms "
+                f"(≤ {GAP_P50_TARGET_MS} / ≤ {GAP_P99_TARGET_MS}) {'✔' if smooth else '✘'}"
+            )
         lines.append(f"- delay {key[0]} ms, {key[1]} at once: " + "; ".join(checks))
     return lines
 
@@ -275,6 +328,95 @@ def fixed_table(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+ROLES = ("relay", "proxy", "consumer")
+
+
+def first_token_table(results: dict[str, Any]) -> list[str]:
+    """Per pipeline variant: CPU per function on the first token's path and per 1,000 tokens, and the AWS calls
+    made before the first token (bench/firsttoken.py)."""
+    paths = results.get("first_token_path") or []
+    if not paths:
+        return []
+    index = _index(results)
+    delay = max(r["model_delay_ms"] for r in results["runs"])
+    lines = [
+        "## The first token's path, per function",
+        "",
+        f"Chats of two model deltas {paths[0]['model_delay_ms']} ms apart, one after another ({paths[0]['chats']}; "
+        "CPU as means, `/proc` counts it in 10 ms ticks; the rest medians): CPU each function's execution "
+        "environments spent from the request to the client's first `token` event, and to the chat's end; the AWS "
+        "calls made before the first token (moto's timeline, plus the relay's `Invoke` and the proxy's "
+        "`ConverseStream`), the relay's polls apart; `sequential` is the chain's length. CPU per 1,000 tokens: "
+        f"the same variant's run at {delay} ms a token, 1 chat at once.",
+        "",
+        "| variant | TTFT p50 ms | CPU ms to first token: relay / proxy / consumer / **product** "
+        "| CPU ms whole chat (product) | CPU ms /1k tokens: relay / proxy / consumer | calls before first token "
+        "| relay polls | sequential |",
+        "|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for path in sorted(paths, key=lambda p: _order(p["variant"])):
+        first, whole = path["cpu_ms_to_first_token"], path["cpu_ms_whole_chat"]
+        run = index.get((path["variant"], delay, 1))
+        by_function = (run or {}).get("cpu_ms_per_1k_tokens_by_function") or {}
+        per_1k = " / ".join(_cpu(by_function.get(role)) for role in ROLES) if by_function else "–"
+        calls = ", ".join(f"{name} {count:g}" for name, count in path["calls_before_first_token"].items())
+        lines.append(
+            f"| {path['variant']} | {_cell(path['ttft_ms_p50'])} "
+            f"| {' / '.join(_cpu(first.get(role)) for role in ROLES)} / **{_cpu(first.get('product'))}** "
+            f"| {_cpu(whole.get('product'))} | {per_1k} | {calls} | {path['relay_polls_before_first_token']:g} "
+            f"| {path['sequential_calls_before_first_token']:g} |"
+        )
+    return [*lines, ""]
+
+
+COLD_START_CASES = {
+    "relay": "the relay (`functions/relay`)",
+    "proxy": "the proxy (`functions/proxy`)",
+    "consumer": "the consumer (`functions/consumer`)",
+    "hello": "smallest handler (`bench/hello`)",
+}
+
+
+def cold_start_table(cold: dict[str, Any]) -> list[str]:
+    """Init per function (process start → first ``/next``), on its runtime and on awslambdaric, in the packages the
+    deployed function has and in the development environment (bench/coldstart.py)."""
+    if not cold:
+        return []
+    med = cold["median_ms"]
+    if "deployed" not in med:  # results written before every function was measured
+        return [
+            f"## Runtime cold start (process start → first `/next`, median of {cold['repeat']})",
+            "",
+            "| handler | streaming runtime layer | awslambdaric |",
+            "|---|---:|---:|",
+            f"| smallest handler | {med['hello_streaming']} ms | {med['hello_awslambdaric']} ms |",
+            f"| the relay | {med['relay_streaming']} ms | {med['relay_awslambdaric']} ms |",
+            "",
+        ]
+    deployed_on = cold["deployed_runtime"]
+    lines = [
+        f"## Cold start: init per function (process start → first `/next`, median of {cold['repeat']})",
+        "",
+        "`deployed`: an interpreter that sees only the packages the deployed function has (the layers' pinned "
+        "requirements); `dev`: the development environment, where botocore also finds and imports the CRT and "
+        "pyOpenSSL. The function's own runtime is in bold.",
+        "",
+        "| function | deployed on | deployed: streaming layer | deployed: awslambdaric | dev: streaming layer "
+        "| dev: awslambdaric |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for case, label in COLD_START_CASES.items():
+        if case not in med["deployed"]:
+            continue
+        cells = []
+        for site in ("deployed", "dev"):
+            for runtime in ("streaming", "awslambdaric"):
+                value = f"{med[site][case][runtime]} ms"
+                cells.append(f"**{value}**" if runtime == deployed_on[case] else value)
+        lines.append(f"| {label} | {deployed_on[case]} | {' | '.join(cells)} |")
+    return [*lines, ""]
+
+
 def write_markdown(results: dict[str, Any], path: Path) -> None:
     env = results["environment"]
     cold = results.get("cold_start", {})
@@ -302,10 +444,11 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "",
         *ratio_table(results),
         "",
-        "## Targets (issue 7)",
+        "## Targets",
         "",
         *targets(results),
         "",
+        *pacing_table(results),
         "## Arrivals spread out (informative, beside the issue's cells)",
         "",
         "The same numbers of chats, each sent a fixed gap after the previous one instead of all in the same "
@@ -331,19 +474,8 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             f"| **{b['total']:.4f}** | {b['kinesis_provisioned']:.4f} |"
         )
     lines += ["", f"Basis: {results.get('cost_basis', '')}.", "", *fixed_table(results)]
-    if cold:
-        med = cold["median_ms"]
-        ratio = cold["ratio_streaming_over_awslambdaric"]
-        lines += [
-            f"## Runtime cold start (process start → first `/next`, median of {cold['repeat']})",
-            "",
-            "| handler | streaming runtime layer | awslambdaric | ratio |",
-            "|---|---:|---:|---:|",
-            f"| smallest handler | {med['hello_streaming']} ms | {med['hello_awslambdaric']} ms | {ratio['hello']} |",
-            f"| the relay (`functions/relay`) | {med['relay_streaming']} ms | {med['relay_awslambdaric']} ms "
-            f"| {ratio['relay']} |",
-            "",
-        ]
+    lines += cold_start_table(cold)
+    lines += first_token_table(results)
     lines += candidates_table(results)
     lines += ["## Where the time goes", "", *time_goes(results), ""]
     path.write_text("\n".join(lines))

@@ -4,10 +4,11 @@ For each variant (``direct``: ConverseStream straight out as SSE, see ``bench/di
 coalescing off, one Kinesis record and one table item per model delta; ``chatstream``: the template's defaults; and
 ``chatstream-polling`` or ``chatstream-efo``: the defaults with the consumer reading the stream the other way,
 ``EnhancedFanOut`` false or true, so that both ways a user can deploy are measured), at
-model delay 0 and 20 ms, at 1, 10 and 50 concurrent chats, it measures what clients see (exactness, time to first
-token, gaps between token events, throughput) and what the pipeline spends (Kinesis records and calls, DynamoDB
-units, Lambda requests and durations, CPU by function), then writes ``bench/results.json``, ``bench/results.md``
-and ``bench/results.png``. See ``bench/README.md``.
+model delay 0 and 20 ms, at 1, 10 and 50 concurrent chats (and, on chatstream's stack, ``chatstream-unpaced``:
+the same streams with ``?pace=0``, each record one event, at 20 ms and 1 and 10 chats), it measures what clients
+see (exactness, time to first token, gaps between token events, throughput) and what the pipeline spends
+(Kinesis records and calls, DynamoDB units, Lambda requests and durations, CPU by function), then writes
+``bench/results.json``, ``bench/results.md`` and ``bench/results.png``. See ``bench/README.md``.
 
 Usage: ``python -m bench.run [--quick] [--out-dir bench]``.
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import coldstart, procstat
+from bench import coldstart, firsttoken, procstat
 from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_tokens, fixed_monthly, price_table
 from bench.load import ChatSample, LoadRunner
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
@@ -103,12 +104,16 @@ class Workload:
     repeat_at_1: int = 5
     rounds_up_to_10: int = 3  # rounds of chats at once, up to 10: one round of 10 is 10 samples of a noisy p50
     coldstart_repeat: int = 7
+    first_token_chats: int = 12  # chats one after another measured to their first token (bench/firsttoken.py)
     naive_max_concurrency: int = 10  # see bench/README.md: beyond this the local emulator falls behind for good
     # Informative cells beside the issue's: the same numbers of chats, sent this far apart instead of at once (at
     # 20 ms a token a reply lasts 6 s, so all of them still stream at the same time once the last one is sent).
     spread_gap_ms: int = 100
     spread_concurrency: tuple[int, ...] = (10, 50)
     spread_delay_ms: int = 20
+    # chatstream's streams without pacing (?pace=0), beside the paced ones, on the same stack: what pacing changes
+    unpaced_delay_ms: int = 20
+    unpaced_concurrency: tuple[int, ...] = (1, 10)
 
     @property
     def message(self) -> str:
@@ -129,7 +134,9 @@ QUICK = Workload(
     repeat_at_1=2,
     rounds_up_to_10=1,
     spread_concurrency=(4,),
+    unpaced_concurrency=(1, 4),
     coldstart_repeat=2,
+    first_token_chats=2,
     naive_max_concurrency=4,
 )
 
@@ -315,7 +322,13 @@ def settle(target: Target, quiet_s: float = 1.0, limit_s: float = 90.0) -> None:
 
 
 def measure_cell(
-    target: Target, load: LoadRunner, workload: Workload, concurrency: int, *, gap_s: float = 0.0
+    target: Target,
+    load: LoadRunner,
+    workload: Workload,
+    concurrency: int,
+    *,
+    gap_s: float = 0.0,
+    pace: bool | None = None,
 ) -> Measured:
     samples: list[ChatSample] = []
     wall_s = 0.0
@@ -327,7 +340,7 @@ def measure_cell(
     for round_ in range(1 if gap_s else workload.rounds(concurrency, target.variant)):
         if round_ and concurrency > 1:
             settle(target)  # each round starts on a quiet stack, as the first did
-        batch = load.run(target.url, workload.message, concurrency, gap_s)
+        batch = load.run(target.url, workload.message, concurrency, gap_s, pace)
         samples.extend(batch)
         wall_s += max(s.finished for s in batch) - min(s.started for s in batch)
     settle(target)  # the consumer's turn completions land after the stop records the relay sent
@@ -362,7 +375,7 @@ def run_record(target: Target, cell: Cell, m: Measured, expected: str) -> RunRec
         cell=cell,
         clients=ClientMeasures.of(m.samples, m.wall_s, expected),
         aws=AwsUsage.of(m.counts, tokens, len(m.samples), units_of(target, m, tokens)),
-        cpu=CpuUse.of(m.cpu_s, target.function_names["relay"], tokens),
+        cpu=CpuUse.of(m.cpu_s, target.function_names["relay"], tokens, functions=target.function_names),
     )
 
 
@@ -407,7 +420,11 @@ def environment(workload: Workload, variants: Sequence[str]) -> dict[str, Any]:
         "settings": {
             **{v: dataclasses.asdict(PIPELINE_VARIANTS[v]) for v in variants if v in PIPELINE_VARIANTS},
             "chatstream": "template.yaml defaults",
-            "read_modes": {v: read_mode(v).value for v in variants if v in PIPELINE_VARIANTS},
+            "read_modes": {
+                **{v: read_mode(v).value for v in variants if v in PIPELINE_VARIANTS},
+                **({UNPACED: read_mode("chatstream").value} if "chatstream" in variants else {}),
+            },
+            **({UNPACED: "chatstream's stack, its streams with ?pace=0"} if "chatstream" in variants else {}),
             "template_sha1": _sha1(template),
         },
         "prices": price_table(),
@@ -479,8 +496,36 @@ def rerender(path: Path) -> None:
     write_plot(results, path.with_suffix(".png"))
 
 
-def measure_variants(variants: Sequence[str], workload: Workload) -> tuple[list[RunRecord], list[RunRecord]]:
-    """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones."""
+def measure_first_token(target: Target, workload: Workload) -> firsttoken.FirstTokenPath:
+    """The first token's path of a pipeline variant (bench/firsttoken.py): CPU per function, AWS calls before it."""
+    calls = target.calls
+    assert calls is not None
+
+    def set_delay(ms: int) -> None:
+        target.model.delay_ms = ms
+
+    path = firsttoken.measure(
+        target.variant,
+        target.url,
+        calls.moto_url,
+        target.function_names,
+        settle=lambda: settle(target, quiet_s=0.5),
+        reset_calls=calls.reset,
+        set_model_delay=set_delay,
+        chats=workload.first_token_chats,
+    )
+    log(
+        f"{target.variant}: first token's path: CPU ms {path.cpu_ms_to_first_token}, "
+        f"{path.sequential_calls_before_first_token:g} sequential AWS calls, TTFT p50 {path.ttft_ms_p50} ms"
+    )
+    return path
+
+
+def measure_variants(
+    variants: Sequence[str], workload: Workload, first_token: list[firsttoken.FirstTokenPath] | None = None
+) -> tuple[list[RunRecord], list[RunRecord]]:
+    """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones (and,
+    into ``first_token``, each pipeline variant's first-token path)."""
     expected = plan_reply(workload.message).text
     runs: list[RunRecord] = []
     spread: list[RunRecord] = []
@@ -492,8 +537,12 @@ def measure_variants(variants: Sequence[str], workload: Workload) -> tuple[list[
                 top = max(workload.concurrency)
                 warm_up(target, load, min(top, workload.naive_max_concurrency) if variant == "naive" else top)
                 runs += _measure_cells(target, load, workload, expected)
+                if variant == "chatstream":
+                    runs += _measure_unpaced(target, load, workload, expected)
                 if variant != "naive":
                     spread += _measure_spread(target, load, workload, expected)
+                if first_token is not None and variant != "direct":
+                    first_token.append(measure_first_token(target, workload))
     finally:
         load.close()
     return runs, spread
@@ -513,9 +562,28 @@ def _measure_cells(target: Target, load: LoadRunner, workload: Workload, expecte
             clients = record.clients
             log(
                 f"{target.variant} delay={delay} c={concurrency}: exact={clients.exact} "
-                f"ttft p50={clients.ttft_ms.p50} ms, gap p50={clients.gap_ms.p50} ms, "
+                f"ttft p50={clients.ttft_ms.p50} ms, gap p50={clients.gap_ms.p50} ms p99={clients.gap_ms.p99} ms, "
                 f"{clients.tokens_per_s} tok/s, records/1k={record.aws.kinesis_records_per_1k_tokens}"
             )
+    return records
+
+
+UNPACED = "chatstream-unpaced"
+
+
+def _measure_unpaced(target: Target, load: LoadRunner, workload: Workload, expected: str) -> list[RunRecord]:
+    """chatstream's streams with ``?pace=0`` (each record one token event), beside the paced cells."""
+    records = []
+    target.model.delay_ms = workload.unpaced_delay_ms
+    for concurrency in workload.unpaced_concurrency:
+        m = measure_cell(target, load, workload, concurrency, pace=False)
+        record = run_record(target, Cell(UNPACED, workload.unpaced_delay_ms, concurrency), m, expected)
+        records.append(record)
+        clients = record.clients
+        log(
+            f"{UNPACED} delay={workload.unpaced_delay_ms} c={concurrency}: exact={clients.exact} "
+            f"ttft p50={clients.ttft_ms.p50} ms, gap p50={clients.gap_ms.p50} ms p99={clients.gap_ms.p99} ms"
+        )
     return records
 
 
@@ -546,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deltas", type=int, help="model deltas per reply")
     parser.add_argument("--concurrency", help="comma-separated, e.g. 1,10,50")
+    parser.add_argument("--delays", help="model delays in ms, comma-separated, e.g. 20")
     parser.add_argument("--rerender", type=Path, help="only rewrite the report from this results.json")
     parser.add_argument("--no-coldstart", action="store_true", help="skip the runtime cold start measurement")
     args = parser.parse_args(argv)
@@ -557,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         workload = dataclasses.replace(workload, deltas=args.deltas)
     if args.concurrency:
         workload = dataclasses.replace(workload, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
+    if args.delays:
+        workload = dataclasses.replace(workload, delays_ms=tuple(int(d) for d in args.delays.split(",")))
     variants = [v for v in args.variants.split(",") if v]
     began = time.monotonic()
     results: dict[str, Any] = {"environment": environment(workload, variants)}
@@ -564,8 +635,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_coldstart:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
         cold_start = coldstart.measure(workload.coldstart_repeat)
-    runs, spread = measure_variants(variants, workload)
+    first_token: list[firsttoken.FirstTokenPath] = []
+    runs, spread = measure_variants(variants, workload, first_token)
     results["runs"] = [run.to_json() for run in runs]
+    results["first_token_path"] = [path.to_json() for path in first_token]
     results["spread_arrivals"] = [run.to_json() for run in spread]
     if cold_start is not None:
         results["cold_start"] = cold_start

@@ -2,10 +2,11 @@
 
 It sends ``POST /chat``, reads the stream, and, as its :class:`~chaos.plan.ChatPlan` says, closes the
 connection after a few token events; then it resumes from the events URL with ``Last-Event-ID`` until the
-turn's ``done`` or ``error``. The relay paces text in word-sized pieces, so a planned drop usually falls inside a
-record and the resume starts from a piece's id (``<seq>.<offset>``): :attr:`StreamSeen.mid_record_resumes`
-counts those. It retries as a user's client would, with exponential backoff and full jitter
-(:class:`chatstream.backoff.Backoff`):
+turn's ``done`` or ``error``. The relay paces text in word-sized pieces: a planned drop waits for the first piece
+inside a record (an id ``<seq>.<offset>``) from the planned count on, so the resume starts mid-record and the
+checks prove it exact (:attr:`StreamSeen.mid_record_resumes` counts those; a reply with no such piece left is
+not dropped). A plan to drop after 0 tokens drops right after ``meta``. It retries as a user's client would, with
+exponential backoff and full jitter (:class:`chatstream.backoff.Backoff`):
 
 - an answer ``429``, ``502`` or ``503`` (throttled, the function failed before its first byte, the service is
   unavailable), or no answer at all: the same request again (``POST /chat`` only when it got no stream, so
@@ -76,7 +77,8 @@ class StreamSeen:
 
 
 def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int | None) -> bool:
-    """Read events into ``seen``; True when the connection was dropped on purpose after ``stop_after`` tokens."""
+    """Read events into ``seen``; True when the connection was dropped on purpose after ``stop_after`` tokens (at
+    the first token from there that is a piece inside a record)."""
     tokens_here = 0
     for event in events:
         data = json.loads(event.data) if event.data else {}
@@ -97,7 +99,8 @@ def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int
         elif event.event == "reconnect":
             seen.events_url = data.get("events_url", seen.events_url)
             return False
-        if stop_after is not None and tokens_here >= stop_after and seen.events_url:
+        planned = stop_after is not None and tokens_here >= stop_after and bool(seen.events_url)
+        if planned and (stop_after == 0 or "." in seen.last_id):  # before any token, or inside a record
             return True
     return False
 

@@ -126,8 +126,10 @@ class ChatClient:
         retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        pace: bool | None = None,  # ?pace= on every stream (HTTP_API.md, "Pacing"); None: the relay's setting
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.pace = pace
         self.max_resumes = max_resumes
         self.retry = retry or RetryPolicy()
         self._clock = clock
@@ -402,6 +404,8 @@ class ChatClient:
         """A response below 400, after sending the request again (with backoff) when it answered a status in
         ``retry_on`` or could not connect; any other error answer is an :class:`ApiError`. A GET is also sent
         again after a connection that broke before any answer (it changes nothing)."""
+        if self.pace is not None and kwargs.get("headers", {}).get("Accept") == SSE["Accept"]:
+            kwargs = {**kwargs, "params": {"pace": "1" if self.pace else "0"}}  # a stream: POST /chat, GET events
         for attempt in range(1, self.retry.attempts + 1):
             last = attempt == self.retry.attempts
             with contextlib.ExitStack() as stack:

@@ -12,9 +12,9 @@ response (the event source mapping retries from the lowest failed sequence numbe
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import boto3
+import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -28,16 +28,18 @@ from chatstream.table import ChatTable
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer()
+tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
 
 CONFIG = ConsumerConfig.from_env(os.environ)
-_session = boto3.session.Session()
+_session = botocore.session.get_session()
 # The table adapter retries unprocessed items itself; botocore adds a few retries for transport errors.
-DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
-SQS = _session.client("sqs", config=AWS_RETRIES)
+DYNAMODB = cast("DynamoDBClient", _session.create_client("dynamodb", config=AWS_RETRIES))
+SQS = cast("SQSClient", _session.create_client("sqs", config=AWS_RETRIES))
 
 
 class MaterializingProcessor(BatchProcessor):

@@ -7,9 +7,9 @@ the Kinesis token stream as ordered, coalesced token records; the logic lives in
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import boto3
+import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
@@ -22,18 +22,23 @@ from chatstream.table import ChatTable
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_bedrock_runtime import BedrockRuntimeClient
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_kinesis import KinesisClient
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer()
+tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
 
 CONFIG = ProxyConfig.from_env(os.environ)
-_session = boto3.session.Session()
+_session = botocore.session.get_session()
 # Bedrock: a stalled model stream fails after 60 s instead of hanging until the function times out.
-BEDROCK = _session.client("bedrock-runtime", config=AWS_RETRIES.merge(Config(read_timeout=60)))
+BEDROCK = cast(
+    "BedrockRuntimeClient", _session.create_client("bedrock-runtime", config=AWS_RETRIES.merge(Config(read_timeout=60)))
+)
 # Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
-KINESIS = _session.client("kinesis", config=AWS_RETRIES)
-DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
+KINESIS = cast("KinesisClient", _session.create_client("kinesis", config=AWS_RETRIES))
+DYNAMODB = cast("DynamoDBClient", _session.create_client("dynamodb", config=AWS_RETRIES))
 SETTINGS = GenerationSettings.from_config(CONFIG)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import boto3
+import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -24,13 +24,14 @@ from chatstream.table import ChatTable
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer()
+tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
 
 CONFIG = TableConfig.from_env(os.environ)
-DYNAMODB = boto3.session.Session().client("dynamodb", config=AWS_RETRIES)
+DYNAMODB = cast("DynamoDBClient", botocore.session.get_session().create_client("dynamodb", config=AWS_RETRIES))
 TABLE = ChatTable(DYNAMODB, CONFIG.table_name, ttl_days=CONFIG.ttl_days)
 processor = BatchProcessor(event_type=EventType.SQS)
 

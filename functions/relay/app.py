@@ -11,9 +11,9 @@ turns only), ``Reconnects`` and ``StreamErrors``.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import boto3
+import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
@@ -31,20 +31,25 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
 
     from chatstream.relay.http import StreamInfo
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer()
+tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
 # The core logs through the standard library; give its loggers this Logger's JSON format and level.
 copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.relay.service"})
 
 CONFIG = RelayConfig.from_env(os.environ)
-_session = boto3.session.Session()
-DYNAMODB = _session.client("dynamodb", config=AWS_RETRIES)
+_session = botocore.session.get_session()
+DYNAMODB = cast("DynamoDBClient", _session.create_client("dynamodb", config=AWS_RETRIES))
 # The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
-LAMBDA = _session.client("lambda", config=AWS_RETRIES.merge(Config(connect_timeout=5, read_timeout=10)))
+LAMBDA = cast(
+    "LambdaClient",
+    _session.create_client("lambda", config=AWS_RETRIES.merge(Config(connect_timeout=5, read_timeout=10))),
+)
 SERVICE = RelayService(
     table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
     lambda_client=LAMBDA,

@@ -21,6 +21,7 @@ import pytest
 from chatstream_local.lambda_.function_spec import FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
+from chatstream_local.template import Template
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ def built_relay(built: Built) -> Iterator[str]:
             "CHAT_TABLE_NAME": "chatstream-ChatTable",
             "PROXY_FUNCTION_NAME": "chatstream-ProxyFunction",
             "AUTH_TYPE": "NONE",
+            "MODEL_ID": Template.load().raw["Parameters"]["ModelId"]["Default"],
             "POWERTOOLS_SERVICE_NAME": "chatstream",
             "POWERTOOLS_METRICS_NAMESPACE": "Chatstream",
             "POWERTOOLS_TRACE_DISABLED": "true",
@@ -111,6 +113,14 @@ def test_the_built_layer_ships_the_chat_page(built: Built, built_relay: str) -> 
     assert served.status_code == 200 and served.content == (static / "vendor/markdown-it.umd.min.js").read_bytes()
     shipped = built.folders["ChatstreamLayer"] / "python/chatstream/relay/static/vendor"
     assert {path.name for path in shipped.iterdir()} == {path.name for path in (static / "vendor").iterdir()}
+
+
+def test_the_built_layer_ships_the_openapi_document(built_relay: str) -> None:
+    # WHEN the built relay (the template's default model and MaxTokensLimit) is asked for its OpenAPI document
+    # THEN it is the repository's, byte for byte
+    served = httpx.get(f"{built_relay}/openapi.json", timeout=30)
+    assert served.status_code == 200 and served.headers["content-type"] == "application/json"
+    assert served.content == (REPO_ROOT / "layers/chatstream/chatstream/relay/openapi.json").read_bytes()
 
 
 def test_the_built_artifacts_ship_no_bytecode(built: Built) -> None:

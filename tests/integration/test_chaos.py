@@ -49,3 +49,5 @@ def test_no_token_is_lost_or_duplicated_and_every_turn_ends_under_faults(aws_env
     assert {"kinesis", "dynamodb"} <= services, line
     assert result.proxy_kills >= 1 and result.consumer_kills >= 1, line
     assert totals.drops > 0 and totals.resumes >= totals.drops and totals.model_errors > 0, line
+    # AND a dropped stream resumed from a paced piece inside a record, exactly (the counts above)
+    assert totals.mid_record_resumes > 0, line

@@ -349,3 +349,14 @@ def test_head_gets_the_status_and_headers_without_a_body(
     assert response.status_code == 201
     assert response.headers["x-custom"] == "yes"
     assert response.content == b""
+
+
+@pytest.mark.parametrize("method", ["TRACE", "QUERY", "PROPFIND"])
+def test_every_method_reaches_the_function(
+    url_for: Callable[..., FunctionUrlServer], http: httpx.Client, method: str
+) -> None:
+    # GIVEN a handler that returns its event WHEN a method http.server has no handler for is used
+    response = http.request(method, f"{url_for('echo-event').url}/x")
+    # THEN the function answers it (the relay answers 405 to a method it does not serve), not the front end's 501
+    assert response.status_code == 200, response.text[:200]
+    assert response.json()["requestContext"]["http"]["method"] == method

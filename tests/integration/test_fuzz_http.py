@@ -1,8 +1,14 @@
-"""Property-based requests through the local Function URL front end of a running stack (one per module).
+"""The HTTP API fuzzed through the local Function URL front end of a running stack (one per module).
 
-Whatever the method, path, headers or body, the answer is a JSON error from HTTP_API.md (its status
-and code in the table) or a valid response of the route (an SSE stream that ends with ``done`` or
-``error``; a JSON document): never a 5xx, a hang, or a traceback.
+Two fuzzers, one contract (the OpenAPI document the relay serves, ``GET /openapi.json``):
+
+- schemathesis generates requests from the document, valid and invalid, for every operation, and checks every
+  answer against it: a documented status, content type, headers and body (each SSE event's name, id and data
+  too), never a 5xx; what the document calls valid is accepted, what it calls invalid refused.
+- a hand-written hypothesis strategy sends what no document describes: other paths and methods, bodies that are
+  not JSON or nested without end, huge headers. The answer is an error the document lists (or the router's
+  ``404 not_found``/``405 method_not_allowed``) or a valid response of the route: never a 5xx, a hang, or a
+  traceback.
 """
 
 from __future__ import annotations
@@ -12,9 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+from schemathesis.config import SchemathesisConfig
 
+from chatstream.relay.openapi import DOCUMENT_PATH
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:
@@ -22,17 +34,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-ERRORS = {
-    (400, "invalid_json"),
-    (400, "invalid_request"),
-    (404, "not_found"),
-    (404, "session_not_found"),
-    (404, "turn_not_found"),
-    (405, "method_not_allowed"),
-    (409, "turn_in_progress"),
-    (409, "turn_finished"),
-    (413, "payload_too_large"),
-}
+ROUTER_ERRORS = {(404, "not_found"), (405, "method_not_allowed")}  # a path or method no operation has
 ASCII = st.characters(min_codepoint=32, max_codepoint=126)
 SEGMENT = st.sampled_from(["0", "1", "-1", "99999999999999999999", "a" * 129, "%00", "..", "x y"]) | st.text(
     ASCII.filter(lambda c: c not in "/?#%"), min_size=1, max_size=20
@@ -60,6 +62,157 @@ def session(stack: LocalStack) -> dict[str, Any]:
         text = http.post("/chat", json={"message": "hello"}).text
     meta = json.loads(text.split("event: meta\ndata: ", 1)[1].split("\n", 1)[0])
     return dict(meta)
+
+
+@pytest.fixture(scope="module")
+def document(stack: LocalStack) -> dict[str, Any]:
+    """The OpenAPI document as the running relay serves it."""
+    response = httpx.get(f"{stack.url}/openapi.json", timeout=30)
+    assert response.status_code == 200, response.text[:300]
+    return dict(response.json())
+
+
+# --------------------------------------------------------------------------------- schemathesis, from the document
+
+EXAMPLES_PER_OPERATION = 50
+SCHEMA = schemathesis.openapi.from_path(
+    DOCUMENT_PATH,
+    config=SchemathesisConfig.from_dict(
+        {
+            "request-timeout": 30,
+            # A failure's curl line shows every value (schemathesis hides fields such as max_tokens as secrets)
+            "output": {"sanitization": {"enabled": False}},
+            # How fast examples are generated depends on the machine's load, not on the API
+            "suppress-health-check": ["too_slow", "filter_too_much"],
+            "max-stream-events": 100_000,  # read every stream to its end
+            "generation": {"max-examples": EXAMPLES_PER_OPERATION, "mode": "all"},
+            "phases": {"stateful": {"enabled": False}},  # the streams' ids are not links a document can follow
+        }
+    ),
+)
+REAL_SESSION: dict[str, Any] = {}  # the module's real session (the `session` fixture's), once it exists
+
+
+@SCHEMA.hook
+def flatmap_case(context: schemathesis.HookContext, case: schemathesis.Case) -> st.SearchStrategy[schemathesis.Case]:
+    """A valid case that names a session names the real one half the time, so fuzzing reaches existing turns too."""
+    names_a_session = bool({"session_id", "response_id"} & set(case.path_parameters)) or (
+        isinstance(case.body, dict)
+        and (case.body.get("session_id") is not None or case.body.get("previous_response_id") is not None)
+    )
+    if not REAL_SESSION or not names_a_session or case.meta is None or case.meta.generation.mode.is_negative:
+        return st.just(case)
+    return st.booleans().map(lambda real: _name_the_real_session(case) if real else case)
+
+
+def _name_the_real_session(case: schemathesis.Case) -> schemathesis.Case:
+    session_id, turn = REAL_SESSION["session_id"], REAL_SESSION["turn"]
+    if "session_id" in case.path_parameters:
+        case.path_parameters["session_id"] = session_id
+        if "turn" in case.path_parameters:
+            case.path_parameters["turn"] = str(turn)
+    elif "response_id" in case.path_parameters:
+        case.path_parameters["response_id"] = f"resp_{session_id}_{turn}"
+    elif "previous_response_id" in case.body:
+        # A new response continues the conversation's latest (the relay refuses an older one: it does not branch)
+        history = httpx.get(f"{REAL_SESSION['url']}/sessions/{session_id}", timeout=30).json()
+        case.body["previous_response_id"] = f"resp_{session_id}_{history['turns'][-1]['turn']}"
+    else:
+        case.body["session_id"] = session_id
+    return case
+
+
+@SCHEMA.parametrize()
+def test_every_answer_conforms_to_the_document(
+    case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
+) -> None:
+    # GIVEN a request schemathesis generated from the document, valid or not
+    REAL_SESSION.update(session, url=stack.url)
+    if case.meta is not None and not case.meta.generation.mode.is_negative:
+        start_and_end_with_the_user(case)
+    # WHEN it is sent THEN every check holds: no 5xx, a documented status, content type, headers and body, valid
+    # data accepted and invalid refused; and a stream's events carry the data the document gives them, in order
+    response = case.call_and_validate(base_url=stack.url)
+    if response.headers.get("content-type", [""])[0].startswith("text/event-stream"):
+        operation = document["paths"][case.operation.path][case.method.lower()]
+        stream = operation["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"]
+        check_stream(document, stream, response.content.decode("utf-8"))
+
+
+CONVERSATIONS = {"/v1/responses": ("input", "input_text"), "/v1/chat/completions": ("messages", "text")}
+
+
+def start_and_end_with_the_user(case: schemathesis.Case) -> None:
+    """The one rule of a valid request JSON Schema cannot state (the document states it in prose, and the relay
+    answers 400): a conversation starts and ends with the user's message. A valid case is made to follow it."""
+    field, user_part = CONVERSATIONS.get(case.operation.path, ("", ""))
+    messages = case.body.get(field) if isinstance(case.body, dict) else None
+    if not isinstance(messages, list):
+        return
+    conversation = [message for message in messages if message.get("role") not in ("system", "developer")]
+    if not conversation:
+        messages.append({"role": "user", "content": "hello"})
+    for message in conversation[:1] + conversation[-1:]:
+        message["role"] = "user"
+        for part in message["content"] if isinstance(message["content"], list) else []:
+            part["type"] = user_part
+
+
+def check_stream(document: dict[str, Any], stream_ref: str, text: str) -> None:
+    """Each event is one the stream's schema describes, with the data its ``contentSchema`` (or ``const``) gives; a
+    native stream also ends as HTTP_API.md says."""
+    if stream_ref.endswith(("/ChatStreamEvent", "/TurnStreamEvent")):
+        _check_sse(text)
+    registry: Registry[Any] = Registry().with_resource("urn:openapi", Resource(document, DRAFT202012))
+    options = stream_events(document, stream_ref)
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
+        if "data" not in fields:
+            continue  # the `retry:` prelude
+        event = fields.get("event", "message")
+        problems = []
+        for name, data in options:
+            if name != event:
+                continue
+            if "const" in data:
+                problems.append([] if fields["data"] == data["const"] else [f"not {data['const']!r}"])
+                continue
+            try:
+                value = json.loads(fields["data"])
+            except ValueError:
+                problems.append(["not JSON"])
+                continue
+            validator = Draft202012Validator({"$ref": "urn:openapi" + data["contentSchema"]["$ref"]}, registry=registry)
+            problems.append([error.message for error in validator.iter_errors(value)])
+        assert problems and [] in problems, (fields, problems)
+
+
+def stream_events(document: dict[str, Any], stream_ref: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event name, data schema) of each event a stream's schema describes (a ``oneOf`` of events, or of streams)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for option in document["components"]["schemas"][stream_ref.rsplit("/", 1)[1]]["oneOf"]:
+        if "$ref" in option:
+            found.extend(stream_events(document, option["$ref"]))
+        else:
+            found.append((option["properties"]["event"]["const"], option["properties"]["data"]))
+    return found
+
+
+# ------------------------------------------------------------------- hypothesis, what no document describes
+
+
+def documented_errors(document: dict[str, Any]) -> set[tuple[int, str]]:
+    """Every (status, code) an operation of the document lists."""
+    errors = set()
+    for item in document["paths"].values():
+        for operation in item.values():
+            for status, answer in operation["responses"].items():
+                while "$ref" in answer:
+                    answer = document["components"]["responses"][answer["$ref"].rsplit("/", 1)[1]]
+                if int(status) >= 400:
+                    code = answer["content"]["application/json"]["schema"]["properties"]["error"]["properties"]["code"]
+                    errors.update((int(status), name) for name in code.get("enum", []))
+    return errors
 
 
 def _sized_message(total: int) -> bytes:
@@ -122,6 +275,13 @@ def requests(draw: st.DrawFn) -> tuple[str, str, dict[str, str], bytes]:
                 "/sessions/{real}/turns/1/cancel",
                 "/sessions/{real}",
                 f"/sessions/{{real}}/turns/1/events?after={s}",
+                "/v1/responses",
+                "/v1/chat/completions",
+                f"/v1/responses/{s}",
+                f"/v1/responses/{s}/cancel",
+                f"/v1/{s}",
+                "/v1/responses/resp_{real}_1?stream=true",
+                f"/v1/responses/resp_{{real}}_1?stream=true&starting_after={s}",
             ]
         )
     )
@@ -152,7 +312,10 @@ def _check_sse(text: str) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(request=requests())
 def test_any_request_gets_a_documented_error_or_a_valid_answer(
-    stack: LocalStack, session: dict[str, Any], request: tuple[str, str, dict[str, str], bytes]
+    stack: LocalStack,
+    session: dict[str, Any],
+    document: dict[str, Any],
+    request: tuple[str, str, dict[str, str], bytes],
 ) -> None:
     # GIVEN any request
     method, path, headers, body = request
@@ -169,10 +332,13 @@ def test_any_request_gets_a_documented_error_or_a_valid_answer(
     content_type = response.headers.get("content-type", "")
     if response.status_code >= 400:
         error = response.json()["error"]
-        assert (response.status_code, error["code"]) in ERRORS, (method, path, response.status_code, error)
+        allowed = documented_errors(document) | ROUTER_ERRORS
+        assert (response.status_code, error["code"]) in allowed, (method, path, response.status_code, error)
         assert isinstance(error["message"], str) and error["message"]
         if response.status_code == 405:
             assert response.headers.get("allow")
+    elif content_type.startswith("text/event-stream") and path.startswith("/v1/"):
+        check_stream(document, "#/components/schemas/ResponseStreamEvent", text)
     elif content_type.startswith("text/event-stream"):
         _check_sse(text)
     elif response.request.url.path == "/":  # the client resolved a dot segment ("/sessions/..") to the page

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.cost import GB, KINESIS_ON_DEMAND_EFO_PER_GB_OUT, KINESIS_ON_DEMAND_PER_GB_OUT, UnitCounts
+from bench.firsttoken import ChatPath, FirstTokenPath
 from bench.load import ChatSample
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, RunRecord, percentile
 from bench.report import run_table, time_goes
@@ -236,3 +237,29 @@ def test_costs_come_from_the_pipeline_runs_at_one_chat_and_the_realistic_delay()
     assert fixed["ON_DEMAND"]["enhanced-fan-out"] == fixed["ON_DEMAND"]["polling"]
     provisioned = next(value for key, value in fixed.items() if key.startswith("PROVISIONED"))
     assert provisioned["enhanced-fan-out"]["total"] > provisioned["polling"]["total"]
+
+
+def test_cpu_per_thousand_tokens_by_function_names_each_role() -> None:
+    functions = {"relay": "relay-fn", "proxy": "proxy-fn", "consumer": "consumer-fn"}
+    cpu = CpuUse.of({"relay-fn": 0.5, "proxy-fn": 0.25, "consumer-fn": None}, "relay-fn", 500, functions=functions)
+
+    assert cpu.cpu_ms_per_1k_tokens_by_function == {"relay": 1000.0, "proxy": 500.0, "consumer": None}
+
+
+def test_the_first_token_path_is_the_median_chat_and_its_chain_of_calls() -> None:
+    # GIVEN three chats' first tokens, one with a consumer that was not measured
+    def path(ttft: float, relay: float, consumer: float | None, polls: int) -> ChatPath:
+        calls = {"relay.TransactWriteItems": 1, "relay.Invoke": 1, "relay.Query": polls, "proxy.PutRecords": 2}
+        cpu = {"relay": relay, "proxy": 10.0, "consumer": consumer}
+        return ChatPath(ttft, cpu, cpu, calls)
+
+    # WHEN they are summed up
+    summary = FirstTokenPath.of("chatstream", 400, [path(50, 8, 5, 2), path(60, 13, 7, 3), path(40, 9, None, 1)])
+
+    # THEN CPU is the mean per chat (a role not measured in one chat is not measured at all), TTFT the median
+    assert summary.ttft_ms_p50 == 50
+    assert summary.cpu_ms_to_first_token == {"relay": 10.0, "proxy": 10.0, "consumer": None, "product": None}
+    # AND the polls are apart: only the one that found the token is on the chain
+    assert summary.relay_polls_before_first_token == 2
+    assert summary.sequential_calls_before_first_token == 1 + 1 + 2 + 1
+    assert FirstTokenPath.from_json(summary.to_json()) == summary

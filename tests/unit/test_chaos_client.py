@@ -125,11 +125,13 @@ def test_a_client_out_of_patience_gives_up_and_says_why() -> None:
     assert seen.failure == 'GET events 502: {"Message":"Internal Server Error"}'
 
 
-@pytest.mark.parametrize(("drop_after", "drops"), [(1, 1), (5, 0)])
+@pytest.mark.parametrize(("drop_after", "drops"), [(0, 1), (1, 1), (5, 0)])
 def test_a_drop_counts_only_when_it_happened(drop_after: int, drops: int) -> None:
-    # GIVEN a chat planned to drop after `drop_after` tokens, whose first stream has two
+    # GIVEN a chat planned to drop after `drop_after` tokens, whose first stream has three, the second a piece
     plan = ChatPlan(index=0, message="/long 3", drop_after=drop_after)
-    run, _ = chat([sse(META, token(1), token(2)), sse(token(2), token(3), DONE)], plan)
+    first = sse(META, token(1), ("token", "2.3", {"text": " w2"}), ("token", "2", {"text": " w3"}))
+    rest: list[Event] = [("token", "2", {"text": " w3"}), ("token", "3", {"text": " w4"}), DONE]
+    run, _ = chat([first, sse(*rest)], plan)
 
     seen = run()
 
@@ -138,9 +140,9 @@ def test_a_drop_counts_only_when_it_happened(drop_after: int, drops: int) -> Non
     assert seen.done == DONE[2]
 
 
-def test_a_drop_inside_a_record_resumes_from_the_pieces_id() -> None:
-    # GIVEN a chat planned to drop after two tokens, whose first stream paces record 1 (" w1 w2") in two pieces
-    plan = ChatPlan(index=0, message="/long 3", drop_after=2)
+def test_a_drop_waits_for_a_piece_inside_a_record_and_resumes_from_its_id() -> None:
+    # GIVEN a chat planned to drop after one token, whose first stream paces record 2 (" w1 w2") in two pieces
+    plan = ChatPlan(index=0, message="/long 3", drop_after=1)
     first = sse(
         META, ("token", "1", {"text": " w0"}), ("token", "2.3", {"text": " w1"}), ("token", "2", {"text": " w2"})
     )
@@ -148,7 +150,8 @@ def test_a_drop_inside_a_record_resumes_from_the_pieces_id() -> None:
 
     seen = run()
 
-    # THEN it resumed from the piece's id, counted as a resume inside a record, and saw each piece once
+    # THEN it dropped at the first piece inside a record (not after the whole record 1), resumed from the piece's
+    # id, counted as a resume inside a record, and saw each piece once
     assert [request.headers.get("last-event-id") for request in requests] == [None, "2.3"]
     assert (seen.drops, seen.resumes, seen.mid_record_resumes) == (1, 1, 1)
     assert (seen.text, seen.last_id) == (" w0 w1 w2 w3", "3")

@@ -262,3 +262,23 @@ def test_the_idle_bound_comes_from_the_template_and_a_bad_one_fails_the_cold_sta
     # AND a value out of range fails the cold start, naming the variable
     with pytest.raises(ConfigError, match="IDLE_RECONNECT_S"):
         RelayConfig.from_env({**variables, "IDLE_RECONNECT_S": "0"})
+
+
+@pytest.mark.parametrize(("value", "paced"), [(None, True), ("true", True), ("FALSE", False), (" false ", False)])
+def test_text_is_paced_unless_pace_text_says_false(
+    template: Template, table_name: str, value: str | None, paced: bool
+) -> None:
+    # GIVEN the relay's environment as the template sets it (no PACE_TEXT), or with PACE_TEXT set
+    variables = dict(template.function_settings("RelayFunction")["Environment"]["Variables"])
+    variables["CHAT_TABLE_NAME"] = table_name
+    if value is not None:
+        variables["PACE_TEXT"] = value
+    # WHEN the configuration is read THEN text is paced unless the variable says false
+    assert RelayConfig.from_env(variables).pace_text is paced
+
+
+def test_a_pace_text_that_is_not_a_boolean_fails_the_cold_start(template: Template, table_name: str) -> None:
+    variables = dict(template.function_settings("RelayFunction")["Environment"]["Variables"])
+    variables["CHAT_TABLE_NAME"] = table_name
+    with pytest.raises(ConfigError, match="PACE_TEXT must be true or false"):
+        RelayConfig.from_env({**variables, "PACE_TEXT": "0"})

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import threading
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pytest
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
+from chatstream.table import _deser, _ser
+from chatstream.turn_options import TurnOptions
 from tests.builders import turn_records
 
 if TYPE_CHECKING:
@@ -131,6 +135,17 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
 
 
+@pytest.mark.parametrize(("asked", "stored"), [(1.57e-176, 0.0), (1e-130, 1e-130), (0.0, 0.0), (1.0, 1.0)])
+def test_a_number_closer_to_zero_than_dynamodb_numbers_go_is_stored_as_zero(
+    chat_table: ChatTable, asked: float, stored: float
+) -> None:
+    # GIVEN a turn asked with a temperature and a top_p (DynamoDB's smallest non-zero magnitude is 1E-130)
+    session_id = chat_table.start_session(OWNER, "hi", temperature=asked, options=TurnOptions(top_p=asked))
+    # THEN the turn is stored, with the nearest values DynamoDB can hold
+    (turn,) = chat_table.list_turns(session_id)
+    assert (turn.temperature, turn.options.top_p) == (stored, stored)
+
+
 def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> None:
     # GIVEN a terminal record replayed for a turn the table no longer has
     session_id = chat_table.create_session(OWNER)
@@ -174,3 +189,36 @@ def test_deleting_a_session_removes_its_turns_and_records_only(chat_table: ChatT
     assert chat_table.query_records(doomed, 1) == []
     assert chat_table.get_session(kept) is not None and len(chat_table.query_records(kept, 1)) == 3
     assert chat_table.delete_session(doomed) == 0
+
+
+ITEM_OF_EVERY_STORED_TYPE = {
+    "pk": "S#abc",
+    "turn": 3,
+    "temperature": Decimal("0.7"),
+    "cancel_requested": False,
+    "stop_reason": None,
+    "usage": {"input_tokens": 12, "output_tokens": 0},
+    "error": {"code": "throttled", "message": "é ✓", "retryable": True},
+    "parts": ["a", 1, [True]],
+}
+
+
+def test_items_are_written_as_boto3s_codec_writes_them_and_read_back_as_it_reads_them() -> None:
+    # GIVEN an item holding every type the table stores
+    # WHEN it is turned into DynamoDB attribute values and back
+    written = _ser(ITEM_OF_EVERY_STORED_TYPE)
+    # THEN the wire form is boto3's, and reading it back gives boto3's values (numbers as Decimals)
+    assert written == {key: TypeSerializer().serialize(value) for key, value in ITEM_OF_EVERY_STORED_TYPE.items()}
+    assert _deser(written) == {key: TypeDeserializer().deserialize(value) for key, value in written.items()}
+    assert isinstance(_deser(written)["turn"], Decimal)
+
+
+@pytest.mark.parametrize("value", [0.5, b"bytes", {"a", "b"}])
+def test_a_value_of_a_type_the_table_does_not_store_is_refused(value: object) -> None:
+    with pytest.raises(TypeError, match="ChatTable stores no"):
+        _ser({"x": value})
+
+
+def test_an_attribute_of_a_kind_the_table_does_not_store_is_refused() -> None:
+    with pytest.raises(TypeError, match="ChatTable stores no SS attributes"):
+        _deser({"x": {"SS": ["a"]}})

@@ -276,7 +276,7 @@ def test_callers_get_a_policy_with_exactly_the_two_actions_on_the_relay(deployme
 def test_the_consumer_reads_through_enhanced_fan_out_exactly_when_chosen(deployment: Deployment) -> None:
     # GIVEN the consumer's event source mapping and role in this deployment
     mappings = deployment.of_type("AWS::Lambda::EventSourceMapping").values()
-    (mapping,) = [m for m in mappings if m["Properties"]["FunctionName"] == {"Ref": "ConsumerFunction"}]
+    (mapping,) = [m for m in mappings if m["Properties"]["FunctionName"] == {"Ref": CONSUMER_ALIAS}]
     actions = {
         action
         for policy in deployment.properties("ConsumerFunctionRole")["Policies"]
@@ -293,6 +293,30 @@ def test_the_consumer_reads_through_enhanced_fan_out_exactly_when_chosen(deploym
         assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["TokenStream", "Arn"]}
         assert "TokenStreamConsumer" not in deployment.resources
         assert "kinesis:SubscribeToShard" not in actions
+
+
+CONSUMER_ALIAS = "ConsumerFunctionAliaslive"  # the alias SAM creates for AutoPublishAlias: live
+
+
+def test_only_the_consumer_can_use_snapstart_and_its_mapping_invokes_its_published_version(
+    source: dict[str, Any], deployment: Deployment
+) -> None:
+    # GIVEN the functions as written
+    functions = {name: r["Properties"] for name, r in source["Resources"].items() if r["Type"].endswith("::Function")}
+    # THEN SnapStart is the ConsumerSnapStart parameter's choice on the consumer, off by default, and on no other
+    # function (the relay's streaming runtime has no snapshot handshake; the proxy is invoked unqualified)
+    assert functions["ConsumerFunction"]["SnapStart"] == {
+        "ApplyOn": {"Fn::If": ["UseConsumerSnapStart", "PublishedVersions", "None"]}
+    }
+    assert source["Conditions"]["UseConsumerSnapStart"] == {"Fn::Equals": [{"Ref": "ConsumerSnapStart"}, "true"]}
+    assert source["Parameters"]["ConsumerSnapStart"]["Default"] == "false"
+    assert [name for name, props in functions.items() if "SnapStart" in props] == ["ConsumerFunction"]
+    # AND SnapStart applies to published versions only, so the stream's mapping invokes the alias of the latest one
+    assert functions["ConsumerFunction"]["AutoPublishAlias"] == "live"
+    mappings = deployment.of_type("AWS::Lambda::EventSourceMapping").values()
+    stream_mappings = [m for m in mappings if "StartingPosition" in m["Properties"]]
+    assert [m["Properties"]["FunctionName"] for m in stream_mappings] == [{"Ref": CONSUMER_ALIAS}]
+    assert deployment.properties(CONSUMER_ALIAS)["FunctionName"] == {"Ref": "ConsumerFunction"}
 
 
 # ---------------------------------------------------------------------------------------- alarms

@@ -94,3 +94,11 @@ def test_a_later_turn_replays_the_history_an_earlier_turn_was_sent_with(chat_tab
         ("assistant", "four"),
         ("user", "/history"),
     ]
+
+
+def test_history_text_is_blank_as_the_api_says_so() -> None:
+    # GIVEN history whose text the API accepts as not blank (a control character, not whitespace in JSON Schema's
+    # sense) THEN the options can be made; whitespace alone still cannot
+    assert TurnOptions(history=(HistoryMessage("user", "\x1d"), HistoryMessage("assistant", "\x85"))).history
+    with pytest.raises(ValueError, match="history"):
+        TurnOptions(history=(HistoryMessage("user", "\u3000\ufeff"), HistoryMessage("assistant", "y")))

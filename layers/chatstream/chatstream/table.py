@@ -26,9 +26,9 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from chatstream.backoff import Backoff
@@ -54,9 +54,6 @@ THROTTLE_CODES = frozenset(
         "TransactionConflictException",
     }
 )
-
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
 
 
 def new_session_id() -> str:
@@ -294,7 +291,12 @@ class ChatTable:
         if temperature is not None:
             item["temperature"] = _decimal(temperature)
         if options is not None:
-            item.update(options.to_item())
+            item.update(
+                {
+                    key: _decimal(value) if isinstance(value, float) else value
+                    for key, value in options.to_item().items()
+                }
+            )
         return item
 
     def delete_session(self, session_id: str) -> int:
@@ -492,18 +494,55 @@ class ChatTable:
         return now_ms // 1000 + self.ttl_days * 86_400
 
 
-def _decimal(value: float) -> Any:
-    from decimal import Decimal
+def _decimal(value: float) -> Decimal:
+    """``value`` as a DynamoDB number. DynamoDB's smallest non-zero magnitude is 1E-130: anything closer to zero (a
+    temperature of 1e-176, which a model reads as 0 anyway) is stored as 0, where DynamoDB would refuse the item."""
+    number = Decimal(str(value))
+    return number if abs(number) >= Decimal("1E-130") else Decimal(0)
 
-    return Decimal(str(value))
+
+# DynamoDB's attribute values for the types the table stores (``boto3.dynamodb.types`` has the general codec; importing
+# it imports boto3 and s3transfer, ~14 ms of every cold start, for these six types). As boto3's: numbers are ints or
+# Decimals (a float is refused) and read back as Decimals.
+def _attr(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int | Decimal):
+        return {"N": str(value)}
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, dict):
+        return {"M": {key: _attr(inner) for key, inner in value.items()}}
+    if isinstance(value, list | tuple):
+        return {"L": [_attr(inner) for inner in value]}
+    raise TypeError(f"ChatTable stores no {type(value).__name__} values")
+
+
+def _value(attr: Mapping[str, Any]) -> Any:
+    (kind, raw), *_ = attr.items()
+    if kind == "S":
+        return raw
+    if kind == "N":
+        return Decimal(raw)
+    if kind == "BOOL":
+        return bool(raw)
+    if kind == "NULL":
+        return None
+    if kind == "M":
+        return {key: _value(inner) for key, inner in raw.items()}
+    if kind == "L":
+        return [_value(inner) for inner in raw]
+    raise TypeError(f"ChatTable stores no {kind} attributes")
 
 
 def _ser(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _serializer.serialize(value) for key, value in item.items()}
+    return {key: _attr(value) for key, value in item.items()}
 
 
 def _deser(raw: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _deserializer.deserialize(value) for key, value in raw.items()}
+    return {key: _value(value) for key, value in raw.items()}
 
 
 def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from chatstream.text import is_blank
+
 MAX_STOP_SEQUENCES = 4
 
 Role = Literal["user", "assistant"]
@@ -42,20 +44,19 @@ class TurnOptions:
             raise ValueError(f"stop holds 1 to {MAX_STOP_SEQUENCES} non-empty sequences")
         for index, message in enumerate(self.history):
             expected = "user" if index % 2 == 0 else "assistant"
-            if message.role != expected or not message.text.strip():
+            if message.role != expected or is_blank(message.text):
                 raise ValueError(f"history[{index}] must be a non-empty {expected} message (roles alternate)")
         if len(self.history) % 2:
             raise ValueError("history must end with an assistant message (the turn's message is the next user one)")
 
     def to_item(self) -> dict[str, Any]:
-        """The turn item's attributes for these options (none for an option not set)."""
-        from decimal import Decimal
-
+        """The turn item's attributes for these options (none for an option not set), as plain values: the table
+        makes its numbers DynamoDB's."""
         item: dict[str, Any] = {}
         if self.system is not None:
             item["system"] = self.system
         if self.top_p is not None:
-            item["top_p"] = Decimal(str(self.top_p))
+            item["top_p"] = self.top_p
         if self.stop:
             item["stop"] = list(self.stop)
         if self.history:

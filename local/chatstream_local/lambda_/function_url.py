@@ -266,10 +266,12 @@ class _UrlHandler(QuietHandler):
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._serve()
-
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET  # noqa: N815
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        """``do_<METHOD>`` for every method: the function answers the ones it does not serve (the relay: 405 with
+        ``Allow``), where http.server alone would answer 501 to a method it has no ``do_`` for (TRACE, QUERY, …)."""
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
 
     # -- request --------------------------------------------------------------------------------------
     def _read_body(self) -> bytes | None:

@@ -70,6 +70,15 @@ def test_a_responses_input_string_is_the_message_and_instructions_the_system_pro
     assert request.options.history == () and not request.stream and not request.background
 
 
+def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
+    # GIVEN max_output_tokens 3.0 (JSON has one number type; the OpenAPI document's integer accepts it) THEN it is 3
+    assert responses({"model": "m", "input": "hi", "max_output_tokens": 3.0}).max_tokens == 3
+    assert error_of(responses, {"model": "m", "input": "hi", "max_output_tokens": 3.5})[1:] == (
+        "invalid_request",
+        "max_output_tokens",
+    )
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code", "param"),
     [

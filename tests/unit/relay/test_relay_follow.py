@@ -620,3 +620,43 @@ def test_a_reconnect_names_where_the_paced_client_is(chat_table: ChatTable, sess
     assert stream.events[-1].at is not None and stream.events[-1].at < 0.2
     assert stream.events[-1].at == stream.events[-2].at
     assert stream.kinds[-1] == "reconnect" and stream.events[-1].json()["last_event_id"] == 2
+
+
+def test_a_reconnect_before_a_resumed_record_is_read_names_the_piece(
+    chat_table: ChatTable, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a client resuming from inside record 2 ("2.4"), a table that throttles every read, and an invocation
+    # whose time is already within the reconnect margin
+    write_turn(chat_table, session_id, 1, CHUNKS)
+
+    def throttled(*args: object, **kwargs: object) -> list[TokenRecord]:
+        raise Throttled("DynamoDB ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(chat_table, "query_records", throttled)
+    clock = FakeClock(deadline_s=FAST.reconnect_margin_s - 1)
+    # WHEN it follows the turn
+    stream = read_stream(follow(chat_table, session_id, clock, after=Position(2, 4)).events())
+    # THEN reconnect names exactly where the client is: inside record 2, as the piece's id (a string)
+    assert stream.kinds == ["reconnect"]
+    assert stream.events[0].json()["last_event_id"] == "2.4"
+
+
+def test_the_start_and_the_first_delta_teach_no_cadence(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN a turn whose start record and first word are found by two polls 20 ms apart (both are written at once),
+    # then records of five words every 0.3 s (the proxy's flush timer)
+    chunks = ["Hi", " a b c d e", " f g h i j", " k l m n o"]
+    records = turn_records(session_id, 1, chunks)
+    clock = FakeClock()
+    chat_table.put_records(records[:1])
+    clock.at(0.02, lambda: chat_table.put_records(records[1:2]))
+    for i, record in enumerate(records[2:], start=1):
+        clock.at(0.02 + 0.3 * i, lambda record=record: chat_table.put_records([record]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock, settings=replace(FAST, poll_max_s=0.5)).events(), clock)
+    # THEN the second record's words are spread over about the records' interval, not over the 20 ms between the
+    # start and the first word: its last word goes out shortly before the next record, not long before it
+    assert stream.text == "".join(chunks)
+    second = [event.at for event in stream.of("token") if event.id is not None and event.id.startswith("2")]
+    third = next(event.at for event in stream.of("token") if event.id is not None and event.id.startswith("3"))
+    assert len(second) == 5 and all(at is not None for at in second) and third is not None
+    assert third - second[-1] <= 0.1, (second, third)  # type: ignore[operator]

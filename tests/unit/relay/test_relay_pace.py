@@ -7,6 +7,7 @@ import pytest
 from chatstream.relay.pace import (
     DEFAULT_INTERVAL_S,
     MAX_INTERVAL_S,
+    SPREAD_FACTOR,
     MalformedPosition,
     Pacer,
     Position,
@@ -56,8 +57,8 @@ def test_the_rest_of_a_record_keeps_its_offsets() -> None:
 def test_the_first_piece_is_due_at_once_and_the_rest_spread_over_the_interval() -> None:
     # GIVEN a pacer with nothing waiting
     pacer = Pacer()
-    # WHEN a record of four words arrives at t=10 s, records coming every 0.2 s
-    pacer.add(TextEvent("token", 2, " a b c d"), 10.0, 0.2)
+    # WHEN a record of four words arrives at t=10 s, records coming at a cadence whose spread is 0.2 s
+    pacer.add(TextEvent("token", 2, " a b c d"), 10.0, 0.2 / SPREAD_FACTOR)
     # THEN its first piece is due at once, and the others one every 0.05 s
     assert texts(pacer.due(10.0)) == [" a"]
     assert pacer.next_due() == pytest.approx(10.05)
@@ -70,11 +71,11 @@ def test_the_first_piece_is_due_at_once_and_the_rest_spread_over_the_interval() 
 def test_a_record_that_finds_a_backlog_is_spread_with_it_over_one_interval() -> None:
     # GIVEN two pieces still waiting at t=0.1 (the first of four went at 0)
     pacer = Pacer()
-    pacer.add(TextEvent("token", 1, "a b c d"), 0.0, 0.4)
+    pacer.add(TextEvent("token", 1, "a b c d"), 0.0, 0.4 / SPREAD_FACTOR)
     assert texts(pacer.due(0.1)) == ["a", " b"]
     # WHEN the next record (two words) arrives at 0.1
-    pacer.add(TextEvent("token", 2, " e f"), 0.1, 0.4)
-    # THEN the next piece keeps its time, and the four waiting are spread to end within 0.4 s of 0.1
+    pacer.add(TextEvent("token", 2, " e f"), 0.1, 0.4 / SPREAD_FACTOR)
+    # THEN the next piece keeps its time, and the four waiting are spread to end within one spread (0.4 s) of 0.1
     assert pacer.next_due() == pytest.approx(0.2)
     times = []
     while (due := pacer.next_due()) is not None:

@@ -664,3 +664,31 @@ def test_no_chat_body_produces_a_server_error(service: RelayService, fields: dic
     # WHEN any JSON object is posted THEN the answer is a stream or a client error, never a 5xx
     response = service.handle(request("POST", "/chat", body=json.dumps(fields)))
     assert response.status_code in (200, 400, 404)
+
+
+def test_a_new_turns_first_read_waits_the_shortest_poll_interval_and_a_resumed_one_reads_at_once(
+    service: RelayService, chat_table: ChatTable, clock: FakeClock
+) -> None:
+    queried_at: list[float] = []
+    query_records = chat_table.query_records
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        queried_at.append(clock.t)
+        return query_records(*args, **kwargs)
+
+    chat_table.query_records = counted  # type: ignore[method-assign]
+    # GIVEN a chat the relay has just started (it has only just invoked the proxy: nothing can be there yet)
+    response = chat(service, "hello")
+    session_id = meta_of(response)["session_id"]
+    started = clock.t
+    clock.at(started + 0.3, lambda: write_turn(chat_table, session_id, 1, ["Hi"]))
+    # WHEN its stream is read
+    assert rest_of(response, clock).text == "Hi"
+    # THEN the first read of the table comes after the shortest poll interval, not at once
+    assert queried_at[0] - started == pytest.approx(FAST.poll_min_s)
+    # AND a client resuming the turn is answered from a read made at once
+    queried_at.clear()
+    resumed_at = clock.t
+    resumed = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", caller=ALICE))
+    assert rest_of(resumed, clock).text == "Hi"
+    assert queried_at[0] == resumed_at

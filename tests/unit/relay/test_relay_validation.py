@@ -45,6 +45,13 @@ def test_optional_fields_may_be_absent_or_null() -> None:
     assert request == ChatRequest(message="hi")
 
 
+def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
+    # GIVEN max_tokens 5.0 (JSON has one number type; JSON Schema's integer and the OpenAPI document accept it)
+    # WHEN parsed THEN it is the integer 5
+    request = parse('{"message": "hi", "max_tokens": 5.0}')
+    assert request.max_tokens == 5 and isinstance(request.max_tokens, int)
+
+
 def test_the_message_limit_counts_characters_not_bytes() -> None:
     # GIVEN a message of exactly 32,000 non-ASCII characters (96,000 bytes of UTF-8 would be too long
     # for the body, so use 2-byte characters: 64,000 bytes fit under 64 KiB with the JSON around them)
@@ -68,7 +75,8 @@ def test_the_message_limit_counts_characters_not_bytes() -> None:
         ('{"message": "hi", "session_id": ""}', "session_id must not be empty"),
         ('{"message": "hi", "max_tokens": 0}', "max_tokens must be between 1 and 4096, got 0"),
         ('{"message": "hi", "max_tokens": 4097}', "max_tokens must be between 1 and 4096, got 4097"),
-        ('{"message": "hi", "max_tokens": 5.0}', "max_tokens must be an integer, not a number"),
+        ('{"message": "hi", "max_tokens": 5.5}', "max_tokens must be an integer, not a number"),
+        ('{"message": "hi", "max_tokens": 1e400}', "max_tokens must be an integer, not a number"),
         ('{"message": "hi", "max_tokens": true}', "max_tokens must be an integer, not a boolean"),
         ('{"message": "hi", "max_tokens": "64"}', "max_tokens must be an integer, not a string"),
         ('{"message": "hi", "temperature": -0.01}', "temperature must be between 0 and 1"),

@@ -31,18 +31,20 @@ once before the stream's ending event. Besides the records, the follower ends a 
 
 Polling is adaptive. After a poll that brought records (no wait when the page was full) the follower
 waits ``CADENCE_FRACTION`` of the turn's cadence, the smoothed interval between records (the time
-between the polls that brought records, divided by the records each brought; at most ``poll_max_s``):
+between the polls that brought records, divided by the records each brought, counting only records after the
+first delta, which is written at once with the start record; the wait is at most ``poll_max_s``):
 the proxy flushes on a timer, so the next records are not due before then. Each idle poll after that
 doubles the wait from ``poll_min_s`` up to ``poll_max_s`` (ARCHITECTURE.md, "How the relay polls", says
 what this saves). Until the first token, and until the cadence is known (for at most
 ``FIRST_TOKEN_FAST_S``), the wait grows only by a
 quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
 what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
-rate for seconds. A wait is never shorter than the last Query took: when the table answers slowly,
-followers ask less often instead of queueing more work on it. The turn item is read only after
-``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new follower
-first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``: keep-alive``
-comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
+rate for seconds. A turn the request itself started is not read at once (the proxy has only just been invoked):
+its first poll comes ``poll_min_s`` after the stream starts. A wait is never shorter than the last Query took:
+when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
+read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new
+follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A
+``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
 
 The follower never learns that its client went away: on Lambda a Function URL client that disconnects does not
@@ -79,6 +81,7 @@ FIRST_TOKEN_GROWTH = 1.25  # the interval's growth per idle poll before the firs
 FIRST_TOKEN_MAX_FACTOR = 4.0  # … up to this many times poll_min_s
 CADENCE_FRACTION = 0.8  # after records came, wait this share of the interval at which they have been coming
 CADENCE_WEIGHT = 0.3  # the weight of the latest interval in the smoothed cadence
+FIRST_TIMED_SEQ = 2  # start (0) and the first delta (1) are written at once; later records on the flush timer
 
 
 def events_url(session_id: str, turn: int) -> str:
@@ -143,7 +146,7 @@ class FollowStats:
     """What one stream sent, for metrics."""
 
     events_sent: int = 0
-    tokens_sent: int = 0
+    tokens_sent: int = 0  # token events (paced pieces, or whole records)
     first_token_at: float | None = None  # Clock.monotonic() when the first token event was produced
     outcome: StreamOutcome = StreamOutcome.OPEN
     error_code: str | None = None
@@ -237,11 +240,16 @@ class _Cursor:
     cadence: float | None = None  # smoothed seconds between records
     last_progress: float | None = None
 
-    def progressed(self, now: float, fresh: int, status_check_s: float) -> None:
-        """A poll brought ``fresh`` records (a page that was not full)."""
+    def progressed(self, now: float, timed: int, status_check_s: float) -> None:
+        """A poll brought records (a page that was not full), ``timed`` of them written on the proxy's flush timer.
+
+        The ``start`` record and the first delta are written together, at once (``FIRST_TIMED_SEQ``): the time
+        between them says nothing of the turn's rhythm, and taken for it would make the cadence a few
+        milliseconds, so only later records teach it.
+        """
         self.next_status_check = max(self.next_status_check, now + status_check_s)  # records flow: the turn lives
-        if self.last_progress is not None:
-            interval = (now - self.last_progress) / fresh  # a late poll finds several flushes' records
+        if self.last_progress is not None and timed:
+            interval = (now - self.last_progress) / timed  # a late poll finds several flushes' records
             self.cadence = (
                 interval if self.cadence is None else self.cadence + CADENCE_WEIGHT * (interval - self.cadence)
             )
@@ -260,6 +268,8 @@ class Follower:
     settings: FollowSettings = field(default_factory=FollowSettings)
     clock: Clock = field(default_factory=Clock)
     stats: FollowStats = field(default_factory=FollowStats)
+    # A turn the request itself started (POST /chat) has no record yet: its first poll waits this long.
+    first_poll_after_s: float = 0.0
     pacer: Pacer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -292,6 +302,8 @@ class Follower:
             # of a turn that has ended); a resuming one reads it at once.
             next_status_check=begin + self.settings.status_check_s if after is None else begin,
         )
+        if self.first_poll_after_s > 0:
+            self.clock.sleep(self.first_poll_after_s)
         try:
             while True:
                 yield from self._poll(cursor)
@@ -316,7 +328,8 @@ class Follower:
             cursor.gap_since, cursor.finished_since, cursor.idle_polls = None, None, 0
             if len(records) >= s.page_size:
                 return  # a full page: more are waiting, read again at once
-            cursor.progressed(now, fresh, s.status_check_s)
+            timed = sum(1 for record in records[:fresh] if record.seq >= FIRST_TIMED_SEQ)
+            cursor.progressed(now, timed, s.status_check_s)
         else:
             cursor.idle_polls += 1
         self._watch_gap(cursor, now, pending)

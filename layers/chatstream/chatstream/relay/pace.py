@@ -4,12 +4,13 @@ The proxy coalesces the model's deltas into one record every ``FLUSH_INTERVAL_MS
 records and table writes of one record per delta), so a follower that sent each record as one event would make
 the text lurch a few times a second. The relay follows the turn for the whole stream anyway: it cuts each record's
 text into pieces at word boundaries (a run of spaces and the word after it, as the AI SDK's ``smoothStream`` does in
-the client) and releases them evenly over the interval at which records have been coming (the follower's cadence),
-so the client sees text at a rhythm close to the model's own, at no AWS cost.
+the client) and releases them evenly over a little more than the interval at which records have been coming (the
+follower's cadence, times :data:`SPREAD_FACTOR`: the next record is found a poll or two after it lands, and the
+pieces should last until then), so the client sees text at a rhythm close to the model's own, at no AWS cost.
 
 - The first piece of a record that finds nothing waiting goes out at once: time to first token never waits.
-- A record that arrives while pieces still wait joins them, and the whole backlog is spread over one interval
-  from now: the text never falls more than about one interval behind the table.
+- A record that arrives while pieces still wait joins them, and the whole backlog is spread over one spread from
+  now: the text never falls more than about one spread behind the table.
 - What is left goes out at once when the stream ends (the terminal record, an error, a ``reconnect``).
 - Without pacing (``PACE_TEXT=false``, ``?pace=0``) each record is one event, due at once.
 
@@ -27,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 DEFAULT_INTERVAL_S = 0.3  # the spread before the cadence is known: the proxy's default FLUSH_INTERVAL_MS
+SPREAD_FACTOR = 1.2  # pieces are spread over this many cadences: they last until the next record is found
 MAX_INTERVAL_S = 1.0  # a slow turn's pieces are spread over at most this long: text never lags more
 MAX_SEQ_DIGITS = 8  # records.MAX_SEQ
 MAX_OFFSET_DIGITS = 7  # a record holds at most coalescer.MAX_RECORD_CHARS characters
@@ -125,7 +127,7 @@ class Pacer:
             self._spacing = 0.0
             return
         self._waiting.extend(pieces(event))
-        spread = min(DEFAULT_INTERVAL_S if interval is None else interval, MAX_INTERVAL_S)
+        spread = min(DEFAULT_INTERVAL_S if interval is None else interval * SPREAD_FACTOR, MAX_INTERVAL_S)
         self._spacing = max(now + spread - self._next_at, 0.0) / len(self._waiting)
 
     def next_due(self) -> float | None:

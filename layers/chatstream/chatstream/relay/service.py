@@ -10,7 +10,8 @@ Identity (who owns a session):
 - ``AUTH_TYPE=NONE``: every caller is :data:`ANONYMOUS_OWNER`; a session id (128 random bits) is the
   capability to use the session.
 
-The routes are declared once, at import (:data:`ROUTES`); every route under ``/sessions/{session_id}``
+The routes are declared once, at import (:data:`ROUTES`), and described by the OpenAPI document served at
+``GET /openapi.json`` (:mod:`chatstream.relay.openapi`); every route under ``/sessions/{session_id}``
 passes the one ownership check (:meth:`_Exchange.owned`) before it reads anything.
 
 ``POST /chat`` allocates the turn (one generating turn per session, a conditional write; the turn item
@@ -51,6 +52,7 @@ from chatstream.relay.http import (
     sse_response,
 )
 from chatstream.relay.openai import endpoints as openai
+from chatstream.relay.openapi import DOCUMENT
 from chatstream.relay.page import SITE, VENDOR
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
@@ -151,6 +153,9 @@ class _Exchange:
     def health(self, params: Mapping[str, str]) -> Response:
         return json_response(200, {"status": "ok"})
 
+    def openapi(self, params: Mapping[str, str]) -> Response:
+        return DOCUMENT.response(self.config.max_tokens_limit, openai.served_models(self))
+
     def page(self, params: Mapping[str, str]) -> Response:
         return SITE.index()
 
@@ -179,7 +184,7 @@ class _Exchange:
         )
         if failure is not None:
             return sse_response(self._failed_stream(meta, failure, stats), info)
-        follower = self.follower(session_id, turn, None, stats, pace)
+        follower = self.follower(session_id, turn, None, stats, pace, new_turn=True)
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
@@ -276,14 +281,31 @@ class _Exchange:
         return _Owned(session_id, turn)
 
     def follower(
-        self, session_id: str, turn: int, after: Position | None, stats: FollowStats, pace: bool | None
+        self,
+        session_id: str,
+        turn: int,
+        after: Position | None,
+        stats: FollowStats,
+        pace: bool | None,
+        *,
+        new_turn: bool = False,
     ) -> Follower:
-        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``)."""
+        """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
+        turn this request started is not read at once: the proxy has only just been invoked."""
         settings = self.service.settings
         assert settings is not None
         if pace is not None and pace is not settings.pace:
             settings = replace(settings, pace=pace)
-        return Follower(self.table, session_id, turn, after=after, settings=settings, clock=self.clock, stats=stats)
+        return Follower(
+            self.table,
+            session_id,
+            turn,
+            after=after,
+            settings=settings,
+            clock=self.clock,
+            stats=stats,
+            first_poll_after_s=settings.poll_min_s if new_turn else 0.0,
+        )
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
         """Start the generation; on failure end the turn in the table and return its error record."""
@@ -385,6 +407,7 @@ def _turn_not_found(session_id: str, turn: int) -> HttpError:
 ROUTES: Router[_Exchange] = Router(
     (
         Route("GET", "/health", _Exchange.health),
+        Route("GET", "/openapi.json", _Exchange.openapi),
         Route("GET", "/", _Exchange.page),
         Route("GET", "/static/{name}", _Exchange.asset),
         Route("GET", "/static/vendor/{name}", _Exchange.vendor_asset),

@@ -12,7 +12,8 @@
    - ``session_id``: optional (``null`` is the same as absent); otherwise a non-empty string. A string
      that cannot be a session id is answered ``404 session_not_found`` by the service, like any
      unknown session;
-   - ``max_tokens``: optional, an integer (not a boolean, not ``5.0``) from 1 to the configured maximum;
+   - ``max_tokens``: optional, an integer (not a boolean; ``5.0`` is the integer 5, as JSON Schema's ``integer``
+     and the OpenAPI document say, while ``5.5`` is refused) from 1 to the configured maximum;
    - ``temperature``: optional, a finite number (not a boolean) from 0 to 1;
    - any other field is refused (``invalid_request`` naming it), so a misspelt option such as
      ``"max_token"`` fails loudly instead of being ignored.
@@ -36,6 +37,7 @@ from typing import Any
 from chatstream.records import MAX_SEQ
 from chatstream.relay.http import HttpError
 from chatstream.relay.pace import MAX_OFFSET_DIGITS, MalformedPosition, Position
+from chatstream.text import WHITESPACE, is_blank
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_MESSAGE_CHARS = 32_000
@@ -112,7 +114,7 @@ def _message(value: object) -> str:
         raise invalid_request("message is required: the text to send to the model")
     if not isinstance(value, str):
         raise invalid_request(f"message must be a string, not {_json_type(value)}")
-    if not value.strip():
+    if is_blank(value):
         raise invalid_request("message must not be empty or only whitespace")
     if len(value) > MAX_MESSAGE_CHARS:
         raise invalid_request(f"message is {len(value)} characters; the limit is {MAX_MESSAGE_CHARS}")
@@ -136,6 +138,8 @@ def _session_id(value: object) -> str | None:
 def _max_tokens(value: object, limit: int) -> int | None:
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type: 5.0 and 5 are the same number
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid_request(f"max_tokens must be an integer, not {_json_type(value)}")
     if not 1 <= value <= limit:
@@ -160,7 +164,7 @@ def parse_position(value: str | None, name: str, *, blank_is_absent: bool = Fals
     """
     if value is None:
         return None
-    text = value.strip()
+    text = value.strip(WHITESPACE)
     if not text and blank_is_absent:
         return None
     try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.relay.openai.errors import OpenAIError, invalid, unsupported
 from chatstream.relay.validation import MAX_MESSAGE_CHARS, parse_json_object
+from chatstream.text import is_blank
 from chatstream.turn_options import MAX_STOP_SEQUENCES, HistoryMessage, TurnOptions
 
 if TYPE_CHECKING:
@@ -230,7 +231,7 @@ def _model(fields: Mapping[str, Any]) -> str:
 def _text(value: object, param: str) -> str:
     if not isinstance(value, str):
         raise invalid(f"{param} must be a string", param)
-    if not value.strip():
+    if is_blank(value):
         raise invalid(f"{param} must not be empty or only whitespace", param)
     if len(value) > MAX_MESSAGE_CHARS:
         raise invalid(f"{param} is {len(value)} characters; the limit is {MAX_MESSAGE_CHARS}", param)
@@ -336,6 +337,8 @@ def _max_tokens(fields: Mapping[str, Any], names: tuple[str, ...], limit: int) -
         value = fields.get(name)
         if value is None:
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON has one number type: 5.0 and 5 are the same number
         if isinstance(value, bool) or not isinstance(value, int):
             raise invalid(f"{name} must be an integer", name)
         if not 1 <= value <= limit:

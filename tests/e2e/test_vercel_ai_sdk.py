@@ -1,0 +1,88 @@
+"""The Vercel AI SDK (``ai`` with ``@ai-sdk/openai``, TypeScript) streams a reply from the local stack's ``/v1``.
+
+``tests/e2e/js/`` is a small Node project: ``package.json`` and ``package-lock.json`` pin the SDK, and ``stream.mjs``
+does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey: 'unused'})`` then ``streamText`` with
+the Chat Completions provider or the Responses one. The test installs it with ``npm ci`` from the lockfile (once:
+``node_modules`` stays in that folder, ignored by git, and is installed again when the lockfile changes) and runs it
+with the machine's Node. It skips only when ``node`` or ``npm`` is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from chatstream_local.bedrock.model import plan_reply
+from chatstream_local.stack import LocalStack, StackSettings
+from chatstream_local.template import Template
+from tests.support import REPO_ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.e2e
+JS_DIR = REPO_ROOT / "tests/e2e/js"
+ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    """The machine's ``node``, with the project's packages installed from its lockfile."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed: the Vercel AI SDK test needs Node.js 18 or newer with npm")
+    installed = JS_DIR / "node_modules" / ".package-lock.json"  # npm's record of what node_modules holds
+    if not installed.exists() or installed.stat().st_mtime < (JS_DIR / "package-lock.json").stat().st_mtime:
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_DIR, check=True, timeout=600)
+    return node
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in ENV.items():
+            patch.setenv(name, value)
+        local = LocalStack(StackSettings(port=0, model_delay_ms=5))
+        try:
+            yield local.start()
+        finally:
+            local.stop()
+
+
+def stream(node: str, stack: LocalStack, api: str, model: str, message: str) -> dict[str, Any]:
+    """What ``stream.mjs`` printed: the streamed text, the number of text deltas, the finish reason and the usage."""
+    done = subprocess.run(
+        [node, "stream.mjs", stack.url, api, model, message], cwd=JS_DIR, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize(
+    ("api", "message"),
+    [("chat", "hello from TypeScript: héllo wörld 👋"), ("responses", "/long 60"), ("chat", "/long 60")],
+)
+def test_the_vercel_ai_sdk_streams_the_reply_exactly(node: str, stack: LocalStack, api: str, message: str) -> None:
+    # GIVEN the deployment's model, by its id
+    model = Template.load().raw["Parameters"]["ModelId"]["Default"]
+    # WHEN an application streams a reply with the Vercel AI SDK's OpenAI provider pointed at the stack's /v1
+    result = stream(node, stack, api, model, message)
+    # THEN the text it streamed is the local model's reply, exactly, and the stream finished as a whole reply
+    reply = plan_reply(message)
+    assert result["text"] == reply.text
+    assert result["finishReason"] == "stop"
+    assert result["deltas"] >= 1 and result["usage"]["outputTokens"] > 0
+
+
+def test_the_alias_and_an_unknown_model(node: str, stack: LocalStack) -> None:
+    # WHEN the SDK names the model by its alias THEN it streams; an unknown model fails with OpenAI's error message
+    assert stream(node, stack, "responses", "chatstream", "hi")["text"] == plan_reply("hi").text
+    done = subprocess.run(
+        [node, "stream.mjs", stack.url, "chat", "gpt-4o", "hi"], cwd=JS_DIR, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "The model 'gpt-4o' does not exist" in done.stderr

@@ -1,0 +1,214 @@
+"""The OpenAPI document (``chatstream/relay/openapi.json``): valid OpenAPI 3.1, the relay's routes exactly, served
+at ``GET /openapi.json``, and the SSE events the relay renders are the events it describes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import OpenAPIV31SpecValidator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.relay.follow import error_event, render
+from chatstream.relay.http import Request
+from chatstream.relay.openai.endpoints import MODEL_ALIAS
+from chatstream.relay.openapi import DOCUMENT, DOCUMENT_PATH
+from chatstream.relay.service import ROUTES, RelayService
+from chatstream.status import StopReason
+from chatstream.text import is_blank
+from chatstream_local.template import Template
+from tests.support import load_event
+from tests.unit.relay.relay_support import FAST, FakeClock, relay_config
+
+if TYPE_CHECKING:
+    from chatstream.relay.http import Response
+    from tests.unit.relay.conftest import SharedTable
+
+METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+SESSION = "s" * 32
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    return dict(json.loads(DOCUMENT_PATH.read_text(encoding="utf-8")))
+
+
+def test_the_document_is_valid_openapi_3_1(document: dict[str, Any]) -> None:
+    # GIVEN the document WHEN validated against the OpenAPI 3.1 specification THEN it has no error
+    assert document["openapi"].startswith("3.1.")
+    errors = [
+        f"{'/'.join(map(str, error.path))}: {error.message}"
+        for error in OpenAPIV31SpecValidator(document).iter_errors()
+    ]
+    assert errors == []
+
+
+def test_the_document_and_the_route_table_name_the_same_operations(document: dict[str, Any]) -> None:
+    # GIVEN every operation the document describes, and every route the relay serves
+    documented = {
+        (method.upper(), path) for path, item in document["paths"].items() for method in item if method in METHODS
+    }
+    served = {(route.method, route.template) for route in ROUTES.routes}
+    # THEN neither has one the other lacks
+    assert sorted(served - documented) == [], "routes the document does not describe"
+    assert sorted(documented - served) == [], "operations the relay does not serve"
+
+
+def test_every_operation_names_an_id_and_its_error_codes(document: dict[str, Any]) -> None:
+    # GIVEN every operation THEN it has an operationId, and each error answer lists the codes it can carry (a 500
+    # may carry a failed generation's own code)
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            assert operation.get("operationId"), (method, path)
+            for status, answer in operation["responses"].items():
+                answer = resolve(document, answer)
+                if int(status) >= 400:
+                    code = answer["content"]["application/json"]["schema"]["properties"]["error"]["properties"]["code"]
+                    assert code.get("enum") or (status == "500" and code == {"type": "string"}), (method, path, status)
+
+
+def template_defaults() -> tuple[int, str]:
+    parameters = Template.load().raw["Parameters"]
+    return int(parameters["MaxTokensLimit"]["Default"]), str(parameters["ModelId"]["Default"])
+
+
+def get_document(shared_table: SharedTable, **config: str) -> Response:
+    """GET /openapi.json, as a real-shaped Function URL event, from a relay configured with ``config``."""
+    service = RelayService(
+        shared_table.table,
+        None,  # type: ignore[arg-type]
+        relay_config(shared_table.name, **config),
+        clock=FakeClock().as_clock(),
+        settings=FAST,
+    )
+    raw = copy.deepcopy(load_event("relay-health.json"))
+    raw["rawPath"] = "/openapi.json"
+    raw["requestContext"]["http"]["path"] = "/openapi.json"
+    return service.handle(Request.from_event(raw))
+
+
+def test_the_document_holds_the_templates_defaults() -> None:
+    max_tokens_limit, model_id = template_defaults()
+    assert DOCUMENT.defaults() == (max_tokens_limit, (model_id, MODEL_ALIAS))
+
+
+def test_a_relay_with_the_templates_defaults_serves_the_file_byte_for_byte(shared_table: SharedTable) -> None:
+    # GIVEN a relay configured as the template's defaults WHEN asked for GET /openapi.json
+    max_tokens_limit, model_id = template_defaults()
+    response = get_document(shared_table, MAX_TOKENS_LIMIT=str(max_tokens_limit), MODEL_ID=model_id)
+    # THEN it answers the file, byte for byte, as JSON
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "application/json"
+    assert "".join(response.body) == DOCUMENT_PATH.read_text(encoding="utf-8")
+
+
+def test_a_relay_serves_its_own_deployment_values_in_the_document(
+    shared_table: SharedTable, document: dict[str, Any]
+) -> None:
+    # GIVEN a relay with its own MaxTokensLimit and model
+    response = get_document(shared_table, MAX_TOKENS_LIMIT="100", MODEL_ID="anthropic.claude-x")
+    served = json.loads("".join(response.body))
+    # THEN every schema marked with a deployment value holds the relay's, and nothing else differs from the file
+    schemas = served["components"]["schemas"]
+    assert schemas["ChatRequest"]["properties"]["max_tokens"]["maximum"] == 100
+    assert schemas["ChatCompletionRequest"]["properties"]["max_completion_tokens"]["maximum"] == 100
+    assert schemas["ModelId"]["enum"] == ["anthropic.claude-x", MODEL_ALIAS]
+    assert served != document
+    for name in ("ChatRequest", "ResponsesRequest", "ChatCompletionRequest"):
+        for field in schemas[name]["properties"].values():
+            if field.get("x-deployment") == "MaxTokensLimit":
+                field["maximum"] = DOCUMENT.defaults()[0]
+    schemas["ModelId"]["enum"] = list(DOCUMENT.defaults()[1])
+    assert served == document
+
+
+def validator(document: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    """A JSON Schema 2020-12 validator of ``schema``, whose ``$ref`` s point into the document."""
+    registry: Registry[Any] = Registry().with_resource("urn:openapi", Resource(document, DRAFT202012))
+    return Draft202012Validator({"$ref": "urn:openapi" + schema["$ref"]}, registry=registry)
+
+
+def event_data_schema(document: dict[str, Any], stream: str, event: str) -> dict[str, Any]:
+    """The ``contentSchema`` of ``event``'s data in a stream's schema (a ``oneOf`` of events, or of streams)."""
+    for option in resolve(document, {"$ref": f"#/components/schemas/{stream}"})["oneOf"]:
+        if "$ref" in option:
+            found = event_data_schema(document, option["$ref"].rsplit("/", 1)[1], event)
+            if found:
+                return found
+        elif option["properties"]["event"]["const"] == event:
+            return dict(option["properties"]["data"]["contentSchema"])
+    return {}
+
+
+def parse(text: str) -> list[dict[str, str]]:
+    """SSE blocks as the event objects the document describes: ``event``, ``data``, ``id``."""
+    events = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if line)
+        if "data" in fields:
+            events.append(fields)
+    return events
+
+
+@pytest.mark.parametrize(
+    "rendered",
+    [
+        render(TokenRecord.delta(SESSION, 1, 1, "You said: hi", 1)),
+        render(TokenRecord.stop(SESSION, 1, 2, StopReason.END_TURN, Usage(3, 4, latency_ms=9), 2)),
+        render(TokenRecord.failure(SESSION, 1, 2, ErrorInfo("model_error", "the model failed", False), 2)),
+        error_event("timeout", "the generation did not start", retryable=True),
+    ],
+    ids=["token", "done", "error record", "error"],
+)
+def test_the_events_the_relay_renders_are_events_the_document_describes(
+    document: dict[str, Any], rendered: str
+) -> None:
+    # GIVEN an event as the relay renders it
+    (event,) = parse(rendered)
+    # THEN it is an event of both streams, and its data has the shape the document gives that event
+    for stream in ("ChatStreamEvent", "TurnStreamEvent"):
+        stream_schema = {"$ref": f"#/components/schemas/{stream}"}
+        assert [error.message for error in validator(document, stream_schema).iter_errors(event)] == [], stream
+        data = event_data_schema(document, stream, event["event"])
+        assert data, (stream, event["event"])
+        errors = validator(document, data).iter_errors(json.loads(event["data"]))
+        assert [error.message for error in errors] == [], (stream, event)
+
+
+def test_an_event_the_document_does_not_describe_is_refused(document: dict[str, Any]) -> None:
+    # GIVEN an event name no stream has THEN the document's stream schema refuses it (the check above can fail)
+    turn_stream = validator(document, {"$ref": "#/components/schemas/TurnStreamEvent"})
+    assert list(turn_stream.iter_errors({"event": "meta", "data": "{}"}))
+    assert list(turn_stream.iter_errors({"event": "token", "data": "{}"}))  # a token without its id
+    # AND data of the wrong shape is refused by the event's data schema
+    token_data = validator(document, event_data_schema(document, "TurnStreamEvent", "token"))
+    assert list(token_data.iter_errors({"text": 1}))
+
+
+def resolve(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """``node``, or what its local ``$ref`` (``#/components/…``) points at."""
+    while "$ref" in node:
+        target: Any = document
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def test_the_documents_patterns_and_the_relays_checks_agree_on_whitespace(document: dict[str, Any]) -> None:
+    # GIVEN the document's "not only whitespace" pattern (JSON Schema's regular expressions are ECMA-262's)
+    pattern = re.compile(document["components"]["schemas"]["ChatRequest"]["properties"]["message"]["pattern"])
+    # THEN for every code point, the pattern finds it exactly when the relay does not call it blank
+    disagree = [
+        hex(code)
+        for code in range(0x110000)
+        if not 0xD800 <= code <= 0xDFFF and bool(pattern.search(chr(code))) == is_blank(chr(code))
+    ]
+    assert disagree == []
+    assert is_blank(" \u3000\ufeff") and not is_blank("\x1d")
