@@ -464,6 +464,60 @@ def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: Loc
         assert response.json()["object"] in ("chat.completion", "response")
 
 
+# ------------------------------------------------------------------------------ browsers
+
+# What a browser's fetch carries from openai-node (its buildHeaders and getPlatformHeaders, with organization and
+# project set; x-stainless-helper-method from its stream helpers) and from the Vercel AI SDK's OpenAI providers.
+BROWSER_SDK_HEADERS = [
+    "authorization",
+    "content-type",
+    "user-agent",
+    "openai-organization",
+    "openai-project",
+    "x-stainless-arch",
+    "x-stainless-lang",
+    "x-stainless-os",
+    "x-stainless-package-version",
+    "x-stainless-retry-count",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-timeout",
+    "x-stainless-helper-method",
+]
+
+
+def listed(value: str) -> set[str]:
+    return {name.strip().lower() for name in value.split(",")}
+
+
+def test_a_browser_page_may_call_v1_with_the_sdks_headers_and_read_the_session_header(stack: LocalStack) -> None:
+    # GIVEN the stack as the template configures it (AuthType NONE, CorsAllowOrigins *), and a page elsewhere
+    origin = "https://app.example"
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        # WHEN its browser sends the preflight of an SDK's POST
+        preflight = http.options(
+            "/v1/chat/completions",
+            headers={
+                "Origin": origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": ",".join(BROWSER_SDK_HEADERS),
+            },
+        )
+        # THEN the Function URL allows the origin, the method and every header the SDKs send
+        assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "*"
+        assert "post" in listed(preflight.headers["access-control-allow-methods"])
+        assert set(BROWSER_SDK_HEADERS) <= listed(preflight.headers["access-control-allow-headers"])
+        # AND the request's response lets the page's script read the session and turn headers
+        response = http.post(
+            "/v1/chat/completions",
+            headers={"Origin": origin, "Authorization": "Bearer unused"},
+            json={"model": ALIAS, "messages": [{"role": "user", "content": "hello"}]},
+        )
+    assert response.status_code == 200 and response.headers["access-control-allow-origin"] == "*"
+    assert {"x-chatstream-session-id", "x-chatstream-turn"} <= listed(response.headers["access-control-expose-headers"])
+    assert response.headers["x-chatstream-session-id"] in response.json()["id"]
+
+
 # ------------------------------------------------------------------------------ shapes, strictly
 
 
