@@ -1,14 +1,15 @@
-"""Builders of token records for tests: a turn as the proxy writes it, whole or cut short."""
+"""Builders for tests: token records (a turn as the proxy writes it, whole or cut short) and a ConverseStream
+response's event stream."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
 
 def opening_records(
@@ -44,3 +45,17 @@ def turn_records(
         usage = Usage(input_tokens, len(reasoning) + len(words))
         records.append(TokenRecord.stop(session_id, turn, end, stop_reason, usage, ts + end))
     return records
+
+
+class ConverseEventStream:
+    """What ``converse_stream(...)["stream"]`` is to the proxy: its events, in order, and ``close()``."""
+
+    def __init__(self, events: Iterable[dict[str, Any]]) -> None:
+        self._events = iter(events)
+        self.closed = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self._events
+
+    def close(self) -> None:
+        self.closed = True

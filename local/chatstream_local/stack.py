@@ -47,6 +47,7 @@ from chatstream_local.edge import LambdaApiRoute
 from chatstream_local.event_sources.kinesis import EventSourceMapping, ReadMode
 from chatstream_local.event_sources.sqs import SqsEventSource
 from chatstream_local.iam import Principal, Principals, SigV4Verifier
+from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.invoke import InvokeEndpoint
@@ -413,13 +414,15 @@ class LocalStack:
     def _start_url(self) -> None:
         assert self.invoke_endpoint is not None
         relay = self.name("RelayFunction")
+        url_config = self.template.properties("RelayFunction")["FunctionUrlConfig"]
         self.function_url = FunctionUrlServer(
             self.local_lambda,  # type: ignore[arg-type]
             relay,
             port=self.settings.port,
-            invoke_mode=self.template.properties("RelayFunction")["FunctionUrlConfig"].get("InvokeMode", "BUFFERED"),
+            invoke_mode=url_config.get("InvokeMode", "BUFFERED"),
             identity_resolver=self.settings.identity_resolver,
             authenticate=self._authenticator(),
+            cors=FunctionUrlCors.from_config(url_config.get("Cors")),
             lambda_api=LambdaApiRoute(self.invoke_endpoint.url),
             on_error=lambda recorded: self._log("url", recorded.describe(self._short(relay))),
         ).start()

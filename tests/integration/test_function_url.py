@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from chatstream_local.iam import iam_identity
+from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.function_url import FunctionUrlServer, RecordedError
 from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import buffered, on_layer, streamed, wait_until
@@ -360,3 +361,39 @@ def test_every_method_reaches_the_function(
     # THEN the function answers it (the relay answers 405 to a method it does not serve), not the front end's 501
     assert response.status_code == 200, response.text[:200]
     assert response.json()["requestContext"]["http"]["method"] == method
+
+
+def test_with_cors_the_url_answers_preflights_itself_and_marks_responses_for_allowed_origins(
+    url_for: Callable[..., FunctionUrlServer], http: httpx.Client
+) -> None:
+    # GIVEN a URL whose CORS allows one origin (as template.yaml's FunctionUrlConfig.Cors spells it)
+    cors = FunctionUrlCors.from_config(
+        {
+            "AllowOrigins": "https://app.example",  # a CommaDelimitedList parameter, resolved
+            "AllowMethods": ["GET", "POST"],
+            "AllowHeaders": ["content-type", "authorization"],
+            "ExposeHeaders": ["x-chatstream-session-id"],
+            "MaxAge": 300,
+        }
+    )
+    server = url_for("echo-event", cors=cors)
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    # WHEN the allowed origin's browser sends a preflight
+    answer = http.options(f"{server.url}/v1/responses", headers={"Origin": "https://app.example", **preflight})
+    # THEN the URL answers it, without the function (which would echo its event)
+    assert answer.status_code == 200 and answer.content == b""
+    assert answer.headers["access-control-allow-origin"] == "https://app.example"
+    assert answer.headers["access-control-allow-methods"] == "GET,POST"
+    assert answer.headers["access-control-allow-headers"] == "content-type,authorization"
+    assert answer.headers["access-control-max-age"] == "300"
+    # AND the actual request's response names the origin and the headers its script may read
+    response = http.post(f"{server.url}/v1/responses", headers={"Origin": "https://app.example"}, content=b"{}")
+    assert response.json()["requestContext"]["http"]["method"] == "POST"
+    assert response.headers["access-control-allow-origin"] == "https://app.example"
+    assert response.headers["access-control-expose-headers"] == "x-chatstream-session-id"
+    # AND another origin gets no CORS headers, so its browser keeps the response from its page
+    other = {"Origin": "https://elsewhere.example"}
+    assert "access-control-allow-origin" not in http.options(server.url, headers={**other, **preflight}).headers
+    assert "access-control-allow-origin" not in http.post(server.url, headers=other, content=b"{}").headers
+    # AND an OPTIONS that is not a preflight reaches the function
+    assert http.options(server.url).json()["requestContext"]["http"]["method"] == "OPTIONS"

@@ -168,6 +168,45 @@ def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -
     assert response.output_text == plan_reply("/long 20", 5).text
 
 
+def record_texts(stack: LocalStack, session_id: str) -> list[str]:
+    """The texts of a turn's records, as the native stream sends them unpaced (one ``token`` event a record)."""
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        lines = http.get(f"/sessions/{session_id}/turns/1/events?pace=0").text.splitlines()
+    events = zip(lines, lines[1:], lines[2:], strict=False)
+    return [json.loads(data[6:])["text"] for _, name, data in events if name == "event: token"]
+
+
+def test_a_stream_dropped_inside_a_record_resumes_exactly(client: openai.OpenAI, stack: LocalStack) -> None:
+    # GIVEN a background response whose paced stream the client drops a few words into its second record (the first
+    # record is the first delta alone, the next ones ~300 ms of deltas each)
+    stream = client.responses.create(model=ALIAS, input="/long 300", background=True, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if sum(event.type == "response.output_text.delta" for event in seen) == 4:
+            break
+    stream.close()
+    response_id = seen[0].response.id
+    had = "".join(event.delta for event in seen if event.type == "response.output_text.delta")
+    # WHEN it resumes from the last sequence number it has
+    rest = list(client.responses.retrieve(response_id, stream=True, starting_after=seen[-1].sequence_number))
+    # THEN the text goes on exactly after it, with no repeat and no gap
+    events = seen + rest
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text == plan_reply("/long 300").text and rest[-1].type == "response.completed"
+    # AND the drop was inside a record: what the client had is not a whole number of records
+    records = record_texts(stack, response_id.removeprefix("resp_").rpartition("_")[0])
+    assert "".join(records) == text and len(records) < 300
+    boundaries = {len("".join(records[:count])) for count in range(len(records) + 1)}
+    assert len(had) not in boundaries
+    # AND resuming there unpaced gives the same events
+    unpaced = client.responses.retrieve(
+        response_id, stream=True, starting_after=seen[-1].sequence_number, extra_query={"pace": "0"}
+    )
+    assert [event.model_dump() for event in unpaced] == [event.model_dump() for event in rest]
+
+
 def test_reasoning_is_a_reasoning_item_before_the_message_and_never_chat_content(client: openai.OpenAI) -> None:
     # GIVEN a reply the local model reasons before (/think N: N reasoning words, then the reply to the rest)
     events = list(client.responses.create(model=ALIAS, input="/think 5 hello", stream=True))
@@ -423,6 +462,60 @@ def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: Loc
         assert response.text.rstrip().endswith(("data: [DONE]", '"response.completed"', "}")), response.text[-300:]
     else:
         assert response.json()["object"] in ("chat.completion", "response")
+
+
+# ------------------------------------------------------------------------------ browsers
+
+# What a browser's fetch carries from openai-node (its buildHeaders and getPlatformHeaders, with organization and
+# project set; x-stainless-helper-method from its stream helpers) and from the Vercel AI SDK's OpenAI providers.
+BROWSER_SDK_HEADERS = [
+    "authorization",
+    "content-type",
+    "user-agent",
+    "openai-organization",
+    "openai-project",
+    "x-stainless-arch",
+    "x-stainless-lang",
+    "x-stainless-os",
+    "x-stainless-package-version",
+    "x-stainless-retry-count",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-timeout",
+    "x-stainless-helper-method",
+]
+
+
+def listed(value: str) -> set[str]:
+    return {name.strip().lower() for name in value.split(",")}
+
+
+def test_a_browser_page_may_call_v1_with_the_sdks_headers_and_read_the_session_header(stack: LocalStack) -> None:
+    # GIVEN the stack as the template configures it (AuthType NONE, CorsAllowOrigins *), and a page elsewhere
+    origin = "https://app.example"
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        # WHEN its browser sends the preflight of an SDK's POST
+        preflight = http.options(
+            "/v1/chat/completions",
+            headers={
+                "Origin": origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": ",".join(BROWSER_SDK_HEADERS),
+            },
+        )
+        # THEN the Function URL allows the origin, the method and every header the SDKs send
+        assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "*"
+        assert "post" in listed(preflight.headers["access-control-allow-methods"])
+        assert set(BROWSER_SDK_HEADERS) <= listed(preflight.headers["access-control-allow-headers"])
+        # AND the request's response lets the page's script read the session and turn headers
+        response = http.post(
+            "/v1/chat/completions",
+            headers={"Origin": origin, "Authorization": "Bearer unused"},
+            json={"model": ALIAS, "messages": [{"role": "user", "content": "hello"}]},
+        )
+    assert response.status_code == 200 and response.headers["access-control-allow-origin"] == "*"
+    assert {"x-chatstream-session-id", "x-chatstream-turn"} <= listed(response.headers["access-control-expose-headers"])
+    assert response.headers["x-chatstream-session-id"] in response.json()["id"]
 
 
 # ------------------------------------------------------------------------------ shapes, strictly

@@ -19,6 +19,7 @@ from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assist
 from chatstream.status import StopReason, TurnStatus
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
+from tests.builders import ConverseEventStream
 from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:
@@ -116,18 +117,7 @@ class GatedBedrock:
             yield {"messageStop": {"stopReason": StopReason.END_TURN}}
             yield {"metadata": {"usage": {"inputTokens": 2, "outputTokens": len(self.deltas)}, "metrics": {}}}
 
-        return {"stream": _Closable(events())}
-
-
-class _Closable:
-    def __init__(self, events: Iterator[dict[str, Any]]) -> None:
-        self._events = events
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self._events
-
-    def close(self) -> None:
-        pass
+        return {"stream": ConverseEventStream(events())}
 
 
 def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream_name, chat_table) -> None:

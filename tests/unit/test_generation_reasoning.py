@@ -16,10 +16,10 @@ from chatstream.materialize import Materializer
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason
-from tests.builders import turn_records
+from tests.builders import ConverseEventStream, turn_records
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
     from mypy_boto3_kinesis import KinesisClient
 
@@ -49,18 +49,7 @@ class ScriptedBedrock:
         tail: list[dict[str, Any]] = [{"messageStop": {"stopReason": "end_turn"}}]
         if self.usage is not None:
             tail.append({"metadata": {"usage": self.usage, "metrics": {"latencyMs": 42}}})
-        return {"stream": _Closable(iter(self.events + tail))}
-
-
-class _Closable:
-    def __init__(self, events: Iterator[dict[str, Any]]) -> None:
-        self._events = events
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self._events
-
-    def close(self) -> None:
-        pass
+        return {"stream": ConverseEventStream(iter(self.events + tail))}
 
 
 def read_stream(kinesis: KinesisClient, stream_name: str) -> list[TokenRecord]:

@@ -25,8 +25,9 @@ gone the rest of the stream is read and dropped, so the invocation runs to its e
 ``AuthType: AWS_IAM``: given an ``authenticate`` callable (the stack gives :class:`chatstream_local.iam.SigV4Verifier`,
 which checks the request's SigV4 signature against the local principals), a request it does not authenticate is
 answered ``403 {"Message":"Forbidden"}`` without invoking the function, and the caller it names is the event's
-``authorizer.iam``. A ``lambda_api`` route (:mod:`chatstream_local.edge`) answers the Lambda API's paths on the same
-port.
+``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`) the URL answers
+preflights itself and adds the CORS headers to responses. A ``lambda_api`` route (:mod:`chatstream_local.edge`)
+answers the Lambda API's paths on the same port.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from chatstream_local.account import ACCOUNT_ID, current_region
+from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.exceptions import LocalLambdaError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
 
@@ -92,7 +94,8 @@ class FunctionUrlServer:
 
     ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
     may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
-    ``AuthType: NONE``). ``authenticate`` makes it an ``AWS_IAM`` URL (see the module docstring); ``lambda_api``
+    ``AuthType: NONE``). ``authenticate`` makes it an ``AWS_IAM`` URL and ``cors`` gives it CORS (see the module
+    docstring); ``lambda_api``
     serves the Lambda API's paths on the same port; ``on_error(recorded)`` is told of every function error it
     answers.
     """
@@ -109,6 +112,7 @@ class FunctionUrlServer:
         identity_resolver: IdentityResolver | None = None,
         url_id: str | None = None,
         authenticate: Authenticator | None = None,
+        cors: FunctionUrlCors | None = None,
         lambda_api: LambdaApiRoute | None = None,
         on_error: Callable[[RecordedError], None] | None = None,
     ) -> None:
@@ -119,6 +123,7 @@ class FunctionUrlServer:
         self.identity = identity
         self.identity_resolver = identity_resolver
         self.authenticate = authenticate
+        self.cors = cors
         self.lambda_api = lambda_api
         self.url_id = url_id or uuid.uuid4().hex
         self.on_error = on_error
@@ -307,6 +312,13 @@ class _UrlHandler(QuietHandler):
     def _send_head(self, status: int, headers: Mapping[str, str], cookies: list[str]) -> None:
         """Status line, the function's headers (less hop-by-hop ones) and its cookies; the caller ends them."""
         self.send_response(status)
+        cors = self.server.owner.cors
+        if cors is not None:  # Lambda's CORS headers win over the function's
+            added = cors.response_headers(self.headers.get("Origin"))
+            headers = {
+                **{name: value for name, value in headers.items() if name.lower() not in {a.lower() for a in added}},
+                **added,
+            }
         for name, value in headers.items():
             if name.lower() not in _HOP_BY_HOP:
                 self.send_header(name, str(value))
@@ -327,6 +339,15 @@ class _UrlHandler(QuietHandler):
             return
         if front.lambda_api is not None and front.lambda_api.owns(urlsplit(self.path).path):
             front.lambda_api.forward(self, body)
+            return
+        if front.cors is not None and FunctionUrlCors.is_preflight(
+            self.command, {name.lower(): value for name, value in self.headers.items()}
+        ):
+            self.send_response(200)
+            for name, value in front.cors.preflight_headers(self.headers.get("Origin")).items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         headers = list(self.headers.items())
         caller = None

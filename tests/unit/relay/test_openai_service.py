@@ -146,3 +146,90 @@ def test_the_stream_starts_with_created_at_once(service: RelayService) -> None:
     first = next(iter(response.body))
     assert first.startswith("event: response.created\n")
     assert json.loads(first.split("data: ", 1)[1])["sequence_number"] == 0
+
+
+def stream_events(response: Response) -> list[dict[str, Any]]:
+    assert response.status_code == 200
+    return [json.loads(chunk.split("data: ", 1)[1]) for chunk in response.body if "data: " in chunk]
+
+
+def test_deltas_are_word_pieces_and_a_resume_after_any_number_is_exactly_the_rest(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN a finished response with reasoning and a reply, records of several words each
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    records = turn_records(
+        session_id, 1, ["You said:", " hi and", " more  words "], reasoning=["Let me think.", " Done"]
+    )
+    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.put_records(records)
+    url = f"/v1/responses/{created['id']}?stream=true"
+    # WHEN its events are streamed whole (paced)
+    whole = stream_events(call(service, "GET", url))
+    # THEN every delta is one word with the spaces before it, numbered in order
+    assert [event["sequence_number"] for event in whole] == list(range(len(whole)))
+    deltas = [(event["type"], event["delta"]) for event in whole if event["type"].endswith(".delta")]
+    reasoning, text = "response.reasoning_text.delta", "response.output_text.delta"
+    assert deltas == [
+        (reasoning, "Let"),
+        (reasoning, " me"),
+        (reasoning, " think."),
+        (reasoning, " Done"),
+        (text, "You"),
+        (text, " said:"),
+        (text, " hi"),
+        (text, " and"),
+        (text, " more"),
+        (text, "  words "),
+    ]
+    assert whole[-1]["type"] == "response.completed"
+    # AND the same stream unpaced is numbered the same
+    assert stream_events(call(service, "GET", url + "&pace=0")) == whole
+    # AND a resume after any number, paced or not, is exactly the rest (inside a record's pieces too)
+    for after in range(len(whole) + 1):
+        for pace in ("1", "0"):
+            resumed = stream_events(call(service, "GET", f"{url}&starting_after={after}&pace={pace}"))
+            assert resumed == whole[after + 1 :], (after, pace)
+
+
+def test_a_resume_while_the_turn_goes_on_is_exact(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a response whose first records are stored, and a client that had part of the first record
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    records = turn_records(session_id, 1, ["One two three", " four five"])
+    chat_table.put_records(records[:2])
+    first = call(service, "GET", f"/v1/responses/{created['id']}?stream=true")
+    had = []
+    for chunk in first.body:
+        had.append(json.loads(chunk.split("data: ", 1)[1]))
+        if had[-1].get("delta") == " two":
+            break
+    # WHEN the rest of the turn is stored and the client resumes after its last event
+    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.put_records(records[2:])
+    after = had[-1]["sequence_number"]
+    rest = stream_events(call(service, "GET", f"/v1/responses/{created['id']}?stream=true&starting_after={after}"))
+    # THEN it gets the rest of the text once, numbered on from there
+    assert [event["sequence_number"] for event in rest] == list(range(after + 1, after + 1 + len(rest)))
+    text = "".join(event["delta"] for event in had + rest if event["type"] == "response.output_text.delta")
+    assert text == "One two three four five"
+    assert rest[-1]["response"]["output"][0]["content"][0]["text"] == text
+
+
+def test_a_chat_completion_stream_sends_a_chunk_per_word(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a streamed chat completion whose turn is stored in records of several words
+    response = call(
+        service,
+        "POST",
+        "/v1/chat/completions",
+        {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    session_id = response.headers["X-Chatstream-Session-Id"]
+    records = turn_records(session_id, 1, ["You said:", " hi there"])
+    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.put_records(records)
+    # WHEN it is read THEN each word is its own chunk
+    chunks = [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
+    contents = [json.loads(data)["choices"][0]["delta"].get("content") for data in chunks[1:-2]]
+    assert contents == ["You", " said:", " hi", " there"] and chunks[-1] == "[DONE]"

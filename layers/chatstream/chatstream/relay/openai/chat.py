@@ -2,10 +2,11 @@
 
 Each request is a new session (its turn 1); its id, ``chatcmpl-<session_id>``, and the ``X-Chatstream-Session-Id``
 header name it for the native API. A stream is ``chat.completion.chunk`` objects as ``data:`` lines (no ``event:``
-field): the assistant role first, one chunk per token record, a last chunk with ``finish_reason``, with
-``stream_options.include_usage`` every chunk's ``usage: null`` and a final chunk with no choices and the usage,
-then ``data: [DONE]``. A turn that fails (or a stream that cannot go on) ends with ``data: {"error": {…}}`` and no
-``[DONE]``, which OpenAI's SDKs raise as an ``APIError``.
+field): the assistant role first, one chunk per piece of the text (the follower paces it,
+:mod:`chatstream.relay.pace`), a last chunk with ``finish_reason``, with ``stream_options.include_usage`` every
+chunk's ``usage: null`` and a final chunk with no choices and the usage, then ``data: [DONE]``. A turn that fails
+(or a stream that cannot go on) ends with ``data: {"error": {…}}`` and no ``[DONE]``, which OpenAI's SDKs raise as
+an ``APIError``.
 
 Reasoning text (``event: reasoning`` in the native stream) is left out.
 ``finish_reason``: ``stop`` (``end_turn``, ``stop_sequence``, ``cancelled``), ``length`` (``max_tokens``),

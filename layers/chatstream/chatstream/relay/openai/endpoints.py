@@ -28,14 +28,12 @@ from chatstream.relay.openai.responses import (
     response_object,
 )
 from chatstream.relay.openai.turn_events import turn_events
-from chatstream.relay.pace import Position
-from chatstream.relay.validation import parse_position
+from chatstream.relay.validation import parse_pace, parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from chatstream.relay.follow import Follower
     from chatstream.relay.service import _Exchange
     from chatstream.table import Turn
 
@@ -111,7 +109,7 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     headers = _session_headers(session_id, turn_number)
     turn = _turn(exchange, session_id, turn_number)
     if request.stream:
-        return _response_stream(exchange, turn, -1, headers)
+        return _response_stream(exchange, turn, -1, headers, new_turn=True)
     if request.background:
         return json_response(
             200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
@@ -157,12 +155,20 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     return json_response(200, _object(exchange, turn))
 
 
-def _response_stream(exchange: _Exchange, turn: Turn, after: int, headers: Mapping[str, str]) -> Response:
+def _response_stream(
+    exchange: _Exchange, turn: Turn, after: int, headers: Mapping[str, str], *, new_turn: bool = False
+) -> Response:
+    pace = parse_pace(exchange.request.query.get("pace"))
     events = ResponseStream(exchange.table, turn, exchange.config.model_id, after)
     stats = FollowStats()
-    # The events are computed from the turn's start whatever `after` is (what the client has is skipped), so their
-    # numbers are the same in every request; the follower replays a finished turn, waiting for its last records.
-    source = turn_events(_follower(exchange, turn.session_id, turn.turn, -1, stats).events())
+    # The events are numbered from the turn's start whatever `after` is: the stored pieces the client has are numbered
+    # without being sent, and the follower goes on from the position after them (inside a record if need be), so the
+    # numbers are the same in every request whether or not either paced the text.
+    had, position = (
+        events.resume_point(exchange.table.query_records(turn.session_id, turn.turn)) if after > 1 else ([], None)
+    )
+    follower = exchange.follower(turn.session_id, turn.turn, position, stats, pace, new_turn=new_turn)
+    source = chain(had, turn_events(follower.events()))
     info = StreamInfo(
         StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
     )
@@ -244,7 +250,8 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
     if request.stream:
         chunks = ChunkStream(session_id, model, created, request.include_usage)
         stats = FollowStats()
-        follower = _follower(exchange, session_id, turn_number, -1, stats)
+        pace = parse_pace(exchange.request.query.get("pace"))
+        follower = exchange.follower(session_id, turn_number, None, stats, pace, new_turn=True)
         info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
         stream = chain([chunks.first()], chunks.chunks(turn_events(follower.events())))
         return Response(200, {**SSE_HEADERS, **headers}, stream, info)
@@ -262,12 +269,6 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def _follower(exchange: _Exchange, session_id: str, turn: int, after: int, stats: FollowStats) -> Follower:
-    """A follower of the turn from after record ``after`` (-1: its start), one event a record: a ``/v1`` stream's
-    sequence numbers are computed from the records (responses.py), so its text is not paced."""
-    return exchange.follower(session_id, turn, None if after < 0 else Position(after), stats, pace=False)
 
 
 def _sequence_number(value: str | None, name: str) -> int | None:
@@ -291,5 +292,5 @@ def _turn(exchange: _Exchange, session_id: str, turn_number: int) -> Turn:
 
 def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
     """Follow the turn to its end (or the relay's time limit), for an answer that is not streamed."""
-    for _ in _follower(exchange, session_id, turn_number, -1, FollowStats()).events():
+    for _ in exchange.follower(session_id, turn_number, None, FollowStats(), pace=False, new_turn=True).events():
         pass

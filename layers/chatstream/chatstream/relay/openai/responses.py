@@ -5,13 +5,17 @@ A response is a turn: its id is ``resp_<session_id>_<turn>``, and ``previous_res
 the reply's text, a ``reasoning`` item (``reasoning_text``) for the model's reasoning, should the turn have any;
 item ``i`` of the turn is ``msg_<session_id>_<turn>_<i>`` (or ``rs_…``).
 
-**Sequence numbers** are a function of the turn's records: the events are computed from the records, always from
-the turn's start (``response.created`` 0, ``response.in_progress`` 1, then for each run of one kind
-``response.output_item.added``, ``response.content_part.added``, a delta per record, ``….done``,
-``response.content_part.done``, ``response.output_item.done``; then ``response.completed``,
-``response.incomplete`` or ``response.failed``), and a stream sends those numbered after ``starting_after``. So a
-resume, in any later request, is exact. An ``error`` event (the stream's own failure, or the relay's time limit:
-resume from the last sequence number) takes the next number and is not replayed.
+**Sequence numbers** are a function of the turn's stored text: the events are numbered from the turn's start
+(``response.created`` 0, ``response.in_progress`` 1, then for each run of one kind ``response.output_item.added``,
+``response.content_part.added``, a delta per piece, ``….done``, ``response.content_part.done``,
+``response.output_item.done``; then ``response.completed``, ``response.incomplete`` or ``response.failed``). A piece
+is what :func:`chatstream.relay.pace.pieces` cuts from a record's text (a word with the spaces before it), which
+depends on that text only, so the deltas are paced like the native stream's text and numbered the same whether the
+follower paced them or sent each record whole (``?pace=0``). A stream resumed after ``starting_after`` numbers the
+stored pieces the client has without sending them (:meth:`ResponseStream.resume_point`) and follows the turn from
+the position after them, inside a record if need be; so a resume, in any later request, is exact. An ``error``
+event (the stream's own failure, or the relay's time limit: resume from the last sequence number) takes the next
+number and is not replayed.
 
 Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
 ``max_tokens`` (``incomplete_details.reason: max_output_tokens``) or was filtered (``content_filter``); a cancelled
@@ -20,12 +24,14 @@ one ``cancelled`` (its stream ends with ``response.incomplete``); a failed one `
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from chatstream.records import SESSION_ID_PATTERN, RecordType
 from chatstream.relay import sse
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
+from chatstream.relay.pace import Position, TextEvent, pieces
 from chatstream.status import StopReason, TurnStatus
 
 if TYPE_CHECKING:
@@ -233,11 +239,43 @@ class ResponseStream:
                 yield self._error("stream_interrupted", f"the relay's time is up; resume with {resume}")
                 return
 
+    def resume_point(self, records: Iterable[TokenRecord]) -> tuple[list[Token], Position | None]:
+        """The pieces of the turn's stored ``records`` whose events are all numbered at most ``after`` (the client
+        has them), and the position after them (``None``: the turn's start). A stream resumed after ``after`` hands
+        the pieces to :meth:`events` first (numbered, not sent) and follows the turn from the position."""
+        probe = ResponseStream(self.table, self.turn, self.model, sys.maxsize)  # numbers events, sends none
+        for _ in probe.prelude():
+            pass
+        had: list[Token] = []
+        position: Position | None = None
+        expected = 0
+        for record in records:
+            if record.seq != expected or record.is_terminal:
+                break
+            expected += 1
+            kind = {RecordType.DELTA: "token", RecordType.REASONING: "reasoning"}.get(record.type)
+            if kind is None or not record.text:
+                continue
+            for piece in pieces(TextEvent(kind, record.seq, record.text)):
+                for _ in probe._text(Token(piece.seq, piece.text, kind)):
+                    pass
+                if probe._number > self.after:
+                    return had, position
+                had.append(Token(piece.seq, piece.text, kind))
+                position = piece.position
+        return had, position
+
     @property
     def _id(self) -> str:
         return response_id(self.turn.session_id, self.turn.turn)
 
     def _text(self, event: Token) -> Iterator[str]:
+        """A delta event per piece of ``event``'s text (a paced follower's text is one piece already)."""
+        for piece in pieces(TextEvent(event.kind, event.seq, event.text)):
+            if piece.text:
+                yield from self._piece(Token(event.seq, piece.text, event.kind))
+
+    def _piece(self, event: Token) -> Iterator[str]:
         closed, opened = self._output.add(event.kind, event.text)
         if closed is not None:
             yield from self._close(closed)
