@@ -24,6 +24,7 @@ import contextlib
 import importlib.metadata
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -42,6 +43,7 @@ from chatstream_local.lambda_.runtime_executor import environment_variables, run
 ROOT = Path(__file__).resolve().parent.parent
 EXEC_WRAPPER = ROOT / "layers/streaming-runtime/bin/chatstream-streaming"
 LAYERS = [ROOT / "layers/chatstream", ROOT / "layers/streaming-runtime"]
+PRUNE_BOTOCORE_DATA = ROOT / "layers/chatstream/prune_botocore_data.py"
 LAYER_REQUIREMENTS = [ROOT / "layers/chatstream/requirements.txt", ROOT / "layers/streaming-runtime/requirements.txt"]
 COMMON_ENV = {
     "CHAT_TABLE_NAME": "bench-table",
@@ -116,7 +118,8 @@ def _requirement_names(files: list[Path]) -> list[str]:
 
 def deployed_site(directory: Path) -> Path:
     """A virtual environment in ``directory`` whose site-packages hold only the layers' pinned packages (linked from
-    this environment, the versions the tests run with); its interpreter's path."""
+    this environment, the versions the tests run with; botocore copied and its data pruned, as the layer's build
+    does); its interpreter's path."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(directory)
     site = next(directory.glob("lib/python*/site-packages"))
     for name in _requirement_names(LAYER_REQUIREMENTS):
@@ -125,13 +128,19 @@ def deployed_site(directory: Path) -> Path:
             if top in ("..", "__pycache__") or top.endswith(".pth"):
                 continue
             source, target = Path(str(dist.locate_file(top))), site / top
-            if source.exists() and not target.exists():
+            if top == "botocore" and not target.exists():  # a copy, pruned as the layer's build prunes it
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+                subprocess.run([sys.executable, str(PRUNE_BOTOCORE_DATA), str(target / "data")], check=True)  # noqa: S603
+            elif source.exists() and not target.exists():
                 target.symlink_to(source)
     return directory / "bin" / "python"
 
 
-def time_to_first_next(spec: FunctionSpec, python: str = sys.executable, timeout_s: float = 30.0) -> float:
-    """Seconds from spawning the runtime's process to its first ``GET /next``."""
+def time_to_first_next(
+    spec: FunctionSpec, python: str = sys.executable, timeout_s: float = 30.0
+) -> tuple[float, float]:
+    """Seconds from spawning the runtime's process to its first ``GET /next``, and the CPU seconds (user and system)
+    the process had spent by the time it was killed: its init's, since it waits on ``/next`` from then on."""
     server = _NextServer()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     host, port = server.server_address[:2]
@@ -149,41 +158,52 @@ def time_to_first_next(spec: FunctionSpec, python: str = sys.executable, timeout
     try:
         if not server.first_next.wait(timeout_s):
             raise RuntimeError(f"{spec.name}: no /next within {timeout_s:g} s (exit status {process.poll()})")
-        return server.first_next_at - started
+        wall = server.first_next_at - started
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
         server.shutdown()
         server.server_close()
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def measure(repeat: int = 7) -> dict[str, Any]:
-    """Median milliseconds per function, runtime and site; each function's runtime as deployed; ratios of the
-    deployed runtime to awslambdaric (the relay's: streaming layer / awslambdaric)."""
+    """Median milliseconds per function, runtime and site (wall clock to the first ``/next``, and the process's CPU
+    by then); each function's runtime as deployed; ratios of the deployed runtime to awslambdaric (the relay's:
+    streaming layer / awslambdaric)."""
     with tempfile.TemporaryDirectory(prefix="chatstream-deployed-site-") as tmp:
         pythons = {"deployed": str(deployed_site(Path(tmp))), "dev": sys.executable}
         samples: dict[str, dict[str, dict[str, list[float]]]] = {
+            site: {case: {runtime: [] for runtime in RUNTIMES} for case in FUNCTIONS} for site in SITES
+        }
+        cpu_samples: dict[str, dict[str, dict[str, list[float]]]] = {
             site: {case: {runtime: [] for runtime in RUNTIMES} for case in FUNCTIONS} for site in SITES
         }
         for _ in range(repeat):  # interleaved, so a busy moment of the machine hits every case alike
             for site in SITES:
                 for case in FUNCTIONS:
                     for runtime in RUNTIMES:
-                        seconds = time_to_first_next(_spec(case, runtime), pythons[site])
+                        seconds, cpu_seconds = time_to_first_next(_spec(case, runtime), pythons[site])
                         samples[site][case][runtime].append(seconds * 1000)
-    medians = {
-        site: {
-            case: {runtime: round(statistics.median(v), 1) for runtime, v in by_runtime.items()}
-            for case, by_runtime in by_case.items()
+                        cpu_samples[site][case][runtime].append(cpu_seconds * 1000)
+    medians, cpu_medians = (
+        {
+            site: {
+                case: {runtime: round(statistics.median(v), 1) for runtime, v in by_runtime.items()}
+                for case, by_runtime in by_case.items()
+            }
+            for site, by_case in table.items()
         }
-        for site, by_case in samples.items()
-    }
+        for table in (samples, cpu_samples)
+    )
     deployed_on = {case: runtime for case, (_, runtime) in FUNCTIONS.items()}
     return {
         "repeat": repeat,
         "deployed_runtime": deployed_on,
         "median_ms": medians,
+        "cpu_median_ms": cpu_medians,
         "ratio_deployed_runtime_over_awslambdaric": {
             site: {
                 case: round(by_case[case][deployed_on[case]] / by_case[case]["awslambdaric"], 2) for case in FUNCTIONS
@@ -203,7 +223,7 @@ def main() -> int:
 
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     result = measure(repeat)
-    sys.stdout.write(json.dumps({k: result[k] for k in ("repeat", "median_ms")}, indent=1) + "\n")
+    sys.stdout.write(json.dumps({k: result[k] for k in ("repeat", "median_ms", "cpu_median_ms")}, indent=1) + "\n")
     return 0
 
 

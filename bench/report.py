@@ -399,7 +399,8 @@ def cold_start_table(cold: dict[str, Any]) -> list[str]:
         "",
         "`deployed`: an interpreter that sees only the packages the deployed function has (the layers' pinned "
         "requirements); `dev`: the development environment, where botocore also finds and imports the CRT and "
-        "pyOpenSSL. The function's own runtime is in bold.",
+        "pyOpenSSL. The function's own runtime is in bold; in brackets, the CPU the process had spent by its first "
+        "`/next`.",
         "",
         "| function | deployed on | deployed: streaming layer | deployed: awslambdaric | dev: streaming layer "
         "| dev: awslambdaric |",
@@ -412,6 +413,8 @@ def cold_start_table(cold: dict[str, Any]) -> list[str]:
         for site in ("deployed", "dev"):
             for runtime in ("streaming", "awslambdaric"):
                 value = f"{med[site][case][runtime]} ms"
+                if "cpu_median_ms" in cold:  # results written before the CPU was measured have none
+                    value += f" (CPU {cold['cpu_median_ms'][site][case][runtime]} ms)"
                 cells.append(f"**{value}**" if runtime == deployed_on[case] else value)
         lines.append(f"| {label} | {deployed_on[case]} | {' | '.join(cells)} |")
     return [*lines, ""]

@@ -9,6 +9,7 @@ files (the chat page) and the imports are what this proves.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,3 +130,55 @@ def test_the_built_artifacts_ship_no_bytecode(built: Built) -> None:
     # THEN none holds bytecode: what the build machine's Python would compile is never what Lambda's 3.13 loads
     for name, compiled in built.bytecode.items():
         assert compiled == [], (name, compiled[:5], len(compiled))
+
+
+# Each service a function calls, resolved the way a client is built: endpoint, signing name and region, FIPS or not.
+_RESOLVE_CLIENTS = """
+import json, botocore, botocore.session
+from botocore.config import Config
+seen = {"botocore": botocore.__file__}
+for region in ("us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1", "ap-southeast-7"):
+    for service in ("dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs", "sts"):
+        for fips in (False, True):
+            client = botocore.session.get_session().create_client(
+                service, region_name=region, aws_access_key_id="a", aws_secret_access_key="b",
+                config=Config(use_fips_endpoint=fips),
+            )
+            signer = client._request_signer
+            seen[f"{region} {service} {fips}"] = [
+                client.meta.endpoint_url, signer._signing_name, signer._region_name, signer.signature_version
+            ]
+print(json.dumps(seen))
+"""
+
+
+def test_the_built_layer_keeps_the_functions_services_and_resolves_them_as_botocore_does(built: Built) -> None:
+    # GIVEN the layer's botocore, its data pruned by the build to the services the functions call
+    layer = built.folders["ChatstreamLayer"] / "python"
+    data = layer / "botocore" / "data"
+    assert {p.name for p in data.iterdir() if p.is_dir()} == {
+        "dynamodb",
+        "kinesis",
+        "lambda",
+        "bedrock-runtime",
+        "sqs",
+        "sts",
+        "sso",
+        "sso-oidc",
+    }
+    assert (data / "endpoints.json").stat().st_size < 100_000  # every other service's endpoints left out
+
+    def resolve(pythonpath: str | None) -> dict[str, object]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
+        run = subprocess.run(
+            [sys.executable, "-c", _RESOLVE_CLIENTS], env=env, capture_output=True, text=True, check=True, timeout=60
+        )
+        return dict(json.loads(run.stdout))
+
+    # WHEN a client of each is built with it and with the full botocore of the same version
+    pruned, full = resolve(str(layer)), resolve(None)
+    # THEN the pruned one was used, and every client resolves alike
+    assert str(pruned.pop("botocore")).startswith(str(layer)) and not str(full.pop("botocore")).startswith(str(layer))
+    assert pruned == full

@@ -92,7 +92,11 @@ def test_whitespace_runs_newlines_and_trailing_space_survive_exactly() -> None:
 
 @given(
     st.text(min_size=1).filter(
-        lambda s: s.strip() and s.split()[0] not in ("/long", "/error-after", "/throttle", "/think")
+        lambda s: (
+            s.strip()
+            and s.split()[0] not in ("/long", "/error-after", "/throttle", "/think")
+            and s.split() not in (["/history"], ["/system"])
+        )  # commands when alone
     )
 )
 def test_any_ordinary_message_round_trips_through_its_deltas(message: str) -> None:
