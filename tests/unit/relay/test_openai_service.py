@@ -29,8 +29,10 @@ MODEL = "us.amazon.nova-lite-v1:0"
 class RecordingLambda:
     def __init__(self) -> None:
         self.failure: Exception | None = None
+        self.invocations = 0
 
     def invoke(self, **kwargs: Any) -> dict[str, Any]:
+        self.invocations += 1
         if self.failure is not None:
             raise self.failure
         return {"StatusCode": 202}
@@ -85,6 +87,29 @@ def background(service: RelayService, caller: dict[str, str] = ALICE) -> dict[st
     assert created["status"] == "queued" and created["model"] == MODEL
     assert response.headers["X-Chatstream-Session-Id"] in created["id"]
     return created
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "chatstream", "input": "hi", "stream": True}),
+        ("/v1/responses", {"model": "chatstream", "input": "hi", "background": True}),
+        ("/v1/chat/completions", {"model": "chatstream", "messages": [{"role": "user", "content": "hi"}]}),
+        (
+            "/v1/chat/completions",
+            {"model": "chatstream", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        ),
+    ],
+)
+def test_a_malformed_pace_is_refused_before_a_turn_starts(
+    service: RelayService, proxy: RecordingLambda, path: str, body: dict[str, Any]
+) -> None:
+    # WHEN a request that would start a turn carries a pace that is neither 0 nor 1, streamed or not
+    response = call(service, "POST", f"{path}?pace=-1.5", body)
+
+    # THEN it is a 400 in OpenAI's shape that names the value, and no generation was started
+    assert "pace" in openai_error(response, 400)["message"]
+    assert proxy.invocations == 0
 
 
 def test_a_response_belongs_to_the_principal_that_signed_its_creation(service: RelayService) -> None:

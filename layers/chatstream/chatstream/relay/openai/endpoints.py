@@ -95,6 +95,7 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
         valid_base64=exchange.request.body_is_valid_base64,
     )
     model = _check_model(exchange, request.model)
+    pace = _pace(exchange)
     session_id = None
     if request.previous_response_id is not None:
         session_id = _previous(exchange, request.previous_response_id)
@@ -109,7 +110,7 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     headers = _session_headers(session_id, turn_number)
     turn = _turn(exchange, session_id, turn_number)
     if request.stream:
-        return _response_stream(exchange, turn, -1, headers, new_turn=True)
+        return _response_stream(exchange, turn, -1, headers, pace, new_turn=True)
     if request.background:
         return json_response(
             200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
@@ -125,11 +126,12 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     stream = query.get("stream", "false")
     if stream not in ("true", "false"):
         raise invalid("stream must be true or false", "stream")
+    pace = _pace(exchange)
     if stream == "false":
         return json_response(200, _object(exchange, turn), _session_headers(turn.session_id, turn.turn))
     after = _sequence_number(query.get("starting_after"), "starting_after")
     return _response_stream(
-        exchange, turn, -1 if after is None else after, _session_headers(turn.session_id, turn.turn)
+        exchange, turn, -1 if after is None else after, _session_headers(turn.session_id, turn.turn), pace
     )
 
 
@@ -156,9 +158,14 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 
 def _response_stream(
-    exchange: _Exchange, turn: Turn, after: int, headers: Mapping[str, str], *, new_turn: bool = False
+    exchange: _Exchange,
+    turn: Turn,
+    after: int,
+    headers: Mapping[str, str],
+    pace: bool | None,
+    *,
+    new_turn: bool = False,
 ) -> Response:
-    pace = parse_pace(exchange.request.query.get("pace"))
     events = ResponseStream(exchange.table, turn, exchange.config.model_id, after)
     stats = FollowStats()
     # The events are numbered from the turn's start whatever `after` is: the stored pieces the client has are numbered
@@ -241,6 +248,7 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
         valid_base64=exchange.request.body_is_valid_base64,
     )
     model = _check_model(exchange, request.model)
+    pace = _pace(exchange)
     session_id, turn_number = exchange.begin_turn(
         None, request.message, max_tokens=request.max_tokens, temperature=request.temperature, options=request.options
     )
@@ -250,7 +258,6 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
     if request.stream:
         chunks = ChunkStream(session_id, model, created, request.include_usage)
         stats = FollowStats()
-        pace = parse_pace(exchange.request.query.get("pace"))
         follower = exchange.follower(session_id, turn_number, None, stats, pace, new_turn=True)
         info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
         stream = chain([chunks.first()], chunks.chunks(turn_events(follower.events())))
@@ -277,6 +284,12 @@ def _sequence_number(value: str | None, name: str) -> int | None:
     if position is not None and position.offset is not None:
         raise invalid(f"{name} must be a sequence number (a non-negative integer), got {value!r}", name)
     return None if position is None else position.seq
+
+
+def _pace(exchange: _Exchange) -> bool | None:
+    """``?pace=``, checked before anything is started: a malformed value is refused whether or not the answer
+    streams."""
+    return parse_pace(exchange.request.query.get("pace"))
 
 
 def _session_headers(session_id: str, turn: int) -> dict[str, str]:
