@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import typing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -92,15 +92,21 @@ def test_a_streamed_response_is_openais_event_sequence(client: openai.OpenAI) ->
     assert events[-1].response.status == "completed" and events[-1].response.output_text == text
 
 
-def test_a_background_response_resumes_exactly_after_the_connection_drops(client: openai.OpenAI) -> None:
-    # GIVEN a background response whose stream the client drops after a few deltas
+def _dropped_after_deltas(client: openai.OpenAI, deltas: int) -> list[Any]:
+    """The events of a background `/long 300` response's stream, which the client closes after ``deltas`` deltas."""
     stream = client.responses.create(model=ALIAS, input="/long 300", background=True, stream=True)
-    seen = []
+    seen: list[Any] = []
     for event in stream:
         seen.append(event)
-        if sum(event.type == "response.output_text.delta" for event in seen) == 3:
+        if sum(event.type == "response.output_text.delta" for event in seen) == deltas:
             break
     stream.close()
+    return seen
+
+
+def test_a_background_response_resumes_exactly_after_the_connection_drops(client: openai.OpenAI) -> None:
+    # GIVEN a background response whose stream the client drops after a few deltas
+    seen = _dropped_after_deltas(client, 3)
     response_id = seen[0].response.id
     last = seen[-1].sequence_number
     # WHEN it resumes from the last sequence number it has
@@ -179,13 +185,7 @@ def record_texts(stack: LocalStack, session_id: str) -> list[str]:
 def test_a_stream_dropped_inside_a_record_resumes_exactly(client: openai.OpenAI, stack: LocalStack) -> None:
     # GIVEN a background response whose paced stream the client drops a few words into its second record (the first
     # record is the first delta alone, the next ones ~300 ms of deltas each)
-    stream = client.responses.create(model=ALIAS, input="/long 300", background=True, stream=True)
-    seen = []
-    for event in stream:
-        seen.append(event)
-        if sum(event.type == "response.output_text.delta" for event in seen) == 4:
-            break
-    stream.close()
+    seen = _dropped_after_deltas(client, 4)
     response_id = seen[0].response.id
     had = "".join(event.delta for event in seen if event.type == "response.output_text.delta")
     # WHEN it resumes from the last sequence number it has

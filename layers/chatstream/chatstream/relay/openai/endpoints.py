@@ -89,13 +89,8 @@ def get_model(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 @openai_api
 def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
-    request = parse_responses_request(
-        exchange.request.body,
-        max_tokens_limit=exchange.config.max_tokens_limit,
-        valid_base64=exchange.request.body_is_valid_base64,
-    )
-    model = _check_model(exchange, request.model)
-    pace = _pace(exchange)
+    request = parse_responses_request(exchange.request.body, **_body_limits(exchange))
+    model, pace = _check_model(exchange, request.model), _pace(exchange)
     session_id = None
     if request.previous_response_id is not None:
         session_id = _previous(exchange, request.previous_response_id)
@@ -242,13 +237,8 @@ def _response_not_found(value: str, param: str | None = None) -> OpenAIError:
 
 @openai_api
 def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Response:
-    request = parse_chat_completion_request(
-        exchange.request.body,
-        max_tokens_limit=exchange.config.max_tokens_limit,
-        valid_base64=exchange.request.body_is_valid_base64,
-    )
-    model = _check_model(exchange, request.model)
-    pace = _pace(exchange)
+    request = parse_chat_completion_request(exchange.request.body, **_body_limits(exchange))
+    model, pace = _check_model(exchange, request.model), _pace(exchange)
     session_id, turn_number = exchange.begin_turn(
         None, request.message, max_tokens=request.max_tokens, temperature=request.temperature, options=request.options
     )
@@ -284,6 +274,14 @@ def _sequence_number(value: str | None, name: str) -> int | None:
     if position is not None and position.offset is not None:
         raise invalid(f"{name} must be a sequence number (a non-negative integer), got {value!r}", name)
     return None if position is None else position.seq
+
+
+def _body_limits(exchange: _Exchange) -> dict[str, Any]:
+    """What a /v1 body parser needs of the deployment and the request besides the body."""
+    return {
+        "max_tokens_limit": exchange.config.max_tokens_limit,
+        "valid_base64": exchange.request.body_is_valid_base64,
+    }
 
 
 def _pace(exchange: _Exchange) -> bool | None:

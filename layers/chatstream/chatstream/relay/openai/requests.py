@@ -24,7 +24,7 @@ from chatstream.text import is_blank
 from chatstream.turn_options import MAX_STOP_SEQUENCES, HistoryMessage, TurnOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
 # Fields OpenAI's API accepts that chatstream does not support, with the value that means "not used" (or a
 # predicate of accepted values; None: no value is accepted).
@@ -138,13 +138,7 @@ def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_
     if isinstance(raw_input, str):
         messages = [("user", _text(raw_input, "input"))]
     elif isinstance(raw_input, list) and raw_input:
-        messages = []
-        for index, item in enumerate(raw_input):
-            role, text = _input_item(item, f"input[{index}]")
-            if role in ("system", "developer"):
-                system.append(text)
-            else:
-                messages.append((role, text))
+        messages = _split_system((_input_item(item, f"input[{index}]") for index, item in enumerate(raw_input)), system)
     else:
         raise invalid("input must be a string or a non-empty list of messages", "input")
     previous = fields.get("previous_response_id")
@@ -173,13 +167,7 @@ def parse_chat_completion_request(
     if not isinstance(raw, list) or not raw:
         raise invalid("messages is required: a non-empty list of messages", "messages")
     system: list[str] = []
-    messages: list[tuple[str, str]] = []
-    for index, item in enumerate(raw):
-        role, text = _chat_message(item, f"messages[{index}]")
-        if role in ("system", "developer"):
-            system.append(text)
-        else:
-            messages.append((role, text))
+    messages = _split_system((_chat_message(item, f"messages[{index}]") for index, item in enumerate(raw)), system)
     message, history = _turn_of(messages, "messages")
     stream = _boolean(fields.get("stream"), "stream")
     include_usage = False
@@ -306,6 +294,17 @@ def _turn_of(messages: list[tuple[str, str]], param: str) -> tuple[str, tuple[Hi
         raise invalid(f"the first message of {param} (after system ones) must be the user's", param)
     history = tuple(HistoryMessage("user" if role == "user" else "assistant", text) for role, text in merged[:-1])
     return merged[-1][1], history
+
+
+def _split_system(pairs: Iterable[tuple[str, str]], system: list[str]) -> list[tuple[str, str]]:
+    """The conversation's (role, text) messages, in order; the ``system``/``developer`` ones' texts go to ``system``."""
+    messages: list[tuple[str, str]] = []
+    for role, text in pairs:
+        if role in ("system", "developer"):
+            system.append(text)
+        else:
+            messages.append((role, text))
+    return messages
 
 
 def _options(
