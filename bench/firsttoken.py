@@ -5,11 +5,10 @@ request and its first token is latency as well as cost. For each pipeline varian
 after another, each a reply of two model deltas with ``model_delay_ms`` between them, so nothing of the second token
 overlaps the first token's path, even where the first token takes a second (a polling consumer). For each chat:
 
-- **CPU to the first token**, per function (relay, proxy, consumer): ``/proc`` CPU of every execution environment
-  of the function (``bench.procstat``) from just before the request to the moment the client reads the first
-  ``token`` event; and the same to the chat's end (after the pipeline has settled), for the whole chat. ``/proc``
-  counts CPU in clock ticks (10 ms), more than a function spends on one chat, so the figures are means over the
-  chats (a total over many chats divided by their number), not medians of ticks.
+- **CPU to the first token**, per function (relay, proxy, consumer): the CPU of every execution
+  environment of the function (``bench.procstat``: each process's CPU clock, in nanoseconds) from just before the
+  request to the moment the client reads the first ``token`` event; and the same to the chat's end (after the
+  pipeline has settled), for the whole chat. The figures are means over the chats.
 - **AWS calls before the first token**, per function: the calls moto served that started before the first token
   reached the client (moto's call timeline; moto and the benchmark share the machine's clock), plus the two that
   moto does not serve: the relay's asynchronous ``Invoke`` of the proxy and the proxy's ``ConverseStream``. The

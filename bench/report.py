@@ -343,7 +343,7 @@ def first_token_table(results: dict[str, Any]) -> list[str]:
         "## The first token's path, per function",
         "",
         f"Chats of two model deltas {paths[0]['model_delay_ms']} ms apart, one after another ({paths[0]['chats']}; "
-        "CPU as means, `/proc` counts it in 10 ms ticks; the rest medians): CPU each function's execution "
+        "CPU as means, each process's CPU clock; the rest medians): CPU each function's execution "
         "environments spent from the request to the client's first `token` event, and to the chat's end; the AWS "
         "calls made before the first token (moto's timeline, plus the relay's `Invoke` and the proxy's "
         "`ConverseStream`), the relay's polls apart; `sequential` is the chain's length. CPU per 1,000 tokens: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -88,3 +89,18 @@ def test_a_child_environment_is_measured_by_its_function_name_until_it_exits(
     burner.kill()
     burner.wait(timeout=10)
     assert procstat.delta(procstat.snapshot(), before)["bench-test-burner"] is None
+
+
+def test_a_process_cpu_is_read_from_its_cpu_clock_in_nanoseconds() -> None:
+    # GIVEN this process's own CPU clock, read before and after the benchmark's reading of it
+    before = time.process_time()
+    read = procstat.snapshot()[(os.getpid(), _start_time(os.getpid()))].cpu_s
+    after = time.process_time()
+
+    # THEN the benchmark read the same clock (not /proc's 10 ms ticks): it lies between the two readings
+    assert before <= read <= after
+
+
+def _start_time(pid: int) -> int:
+    stat = procstat.PROC.joinpath(str(pid), "stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
