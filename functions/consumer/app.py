@@ -19,7 +19,8 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from chatstream.config import AWS_RETRIES, ConsumerConfig
+from chatstream.aws import create_client
+from chatstream.config import ConsumerConfig
 from chatstream.dlq import DeadLetterQueue
 from chatstream.kinesis import StreamRecord
 from chatstream.materialize import BatchOutcome, Materializer
@@ -38,8 +39,8 @@ tracer = Tracer(patch_modules=("botocore",))  # the only library these functions
 CONFIG = ConsumerConfig.from_env(os.environ)
 _session = botocore.session.get_session()
 # The table adapter retries unprocessed items itself; botocore adds a few retries for transport errors.
-DYNAMODB = cast("DynamoDBClient", _session.create_client("dynamodb", config=AWS_RETRIES))
-SQS = cast("SQSClient", _session.create_client("sqs", config=AWS_RETRIES))
+DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
+SQS = cast("SQSClient", create_client(_session, "sqs"))
 
 
 class MaterializingProcessor(BatchProcessor):

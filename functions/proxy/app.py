@@ -14,7 +14,8 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
-from chatstream.config import AWS_RETRIES, ProxyConfig
+from chatstream.aws import create_client
+from chatstream.config import ProxyConfig
 from chatstream.generation import Generation, GenerationSettings, turn_to_generate
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
@@ -33,12 +34,10 @@ tracer = Tracer(patch_modules=("botocore",))  # the only library these functions
 CONFIG = ProxyConfig.from_env(os.environ)
 _session = botocore.session.get_session()
 # Bedrock: a stalled model stream fails after 60 s instead of hanging until the function times out.
-BEDROCK = cast(
-    "BedrockRuntimeClient", _session.create_client("bedrock-runtime", config=AWS_RETRIES.merge(Config(read_timeout=60)))
-)
+BEDROCK = cast("BedrockRuntimeClient", create_client(_session, "bedrock-runtime", Config(read_timeout=60)))
 # Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
-KINESIS = cast("KinesisClient", _session.create_client("kinesis", config=AWS_RETRIES))
-DYNAMODB = cast("DynamoDBClient", _session.create_client("dynamodb", config=AWS_RETRIES))
+KINESIS = cast("KinesisClient", create_client(_session, "kinesis"))
+DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
 SETTINGS = GenerationSettings.from_config(CONFIG)
 
 

@@ -16,7 +16,8 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from chatstream.config import AWS_RETRIES, TableConfig
+from chatstream.aws import create_client
+from chatstream.config import TableConfig
 from chatstream.errors import InvalidEvent
 from chatstream.reaper import FailedGeneration, end_abandoned_turn
 from chatstream.table import ChatTable
@@ -31,7 +32,7 @@ metrics = Metrics()
 tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
 
 CONFIG = TableConfig.from_env(os.environ)
-DYNAMODB = cast("DynamoDBClient", botocore.session.get_session().create_client("dynamodb", config=AWS_RETRIES))
+DYNAMODB = cast("DynamoDBClient", create_client(botocore.session.get_session(), "dynamodb"))
 TABLE = ChatTable(DYNAMODB, CONFIG.table_name, ttl_days=CONFIG.ttl_days)
 processor = BatchProcessor(event_type=EventType.SQS)
 

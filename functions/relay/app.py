@@ -20,7 +20,8 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
-from chatstream.config import AWS_RETRIES, RelayConfig
+from chatstream.aws import create_client
+from chatstream.config import RelayConfig
 from chatstream.relay.follow import StreamOutcome
 from chatstream.relay.http import Request, StreamKind
 from chatstream.relay.service import RelayService
@@ -44,12 +45,9 @@ copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.rel
 
 CONFIG = RelayConfig.from_env(os.environ)
 _session = botocore.session.get_session()
-DYNAMODB = cast("DynamoDBClient", _session.create_client("dynamodb", config=AWS_RETRIES))
+DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
 # The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
-LAMBDA = cast(
-    "LambdaClient",
-    _session.create_client("lambda", config=AWS_RETRIES.merge(Config(connect_timeout=5, read_timeout=10))),
-)
+LAMBDA = cast("LambdaClient", create_client(_session, "lambda", Config(connect_timeout=5, read_timeout=10)))
 SERVICE = RelayService(
     table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
     lambda_client=LAMBDA,
