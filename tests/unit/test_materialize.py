@@ -376,3 +376,26 @@ def test_the_sessions_of_a_batch_are_written_concurrently(chat_table, sink) -> N
     for i, (session_id, turn) in enumerate(turns):
         stored = chat_table.get_turn(session_id, turn)
         assert stored is not None and stored.assistant == f"w{i} x"
+
+
+def test_later_batches_are_written_by_the_threads_of_the_first(chat_table, materializer) -> None:
+    # GIVEN two batches one after the other, each of three sessions' whole turns
+    stream = Stream()
+
+    def batch_of_three() -> list[Any]:
+        replies = [turn_records(*new_turn(chat_table), ["a", "b"]) for _ in range(3)]
+        return [stream.record(token) for step in zip(*replies, strict=True) for token in step]
+
+    def materialize_threads() -> set[threading.Thread]:
+        return {thread for thread in threading.enumerate() if thread.name.startswith("materialize")}
+
+    # WHEN both are materialized
+    first = materializer.process(batch_of_three())
+    after_first = materialize_threads()
+    second = materializer.process(batch_of_three())
+
+    # THEN both were written; the threads the first started outlived it and wrote the second, never more of them
+    # than the materializer's parallel keys
+    assert first.ok and second.ok and first.turns_completed == second.turns_completed == 3
+    after_second = materialize_threads()
+    assert after_first and after_first <= after_second and len(after_second) <= materializer.parallel_keys

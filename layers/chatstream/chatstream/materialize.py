@@ -8,9 +8,10 @@ Guarantees, per batch:
 - **Idempotent.** A record's item key is session/turn/seq, so a redelivered or replayed record
   rewrites its own item; duplicates inside a batch are written once.
 - **Partition keys in parallel.** The records of different partition keys (sessions) do not depend
-  on each other, so their groups are written concurrently (``parallel_keys`` threads): a batch that
-  holds many sessions costs about as long as its slowest session, not the sum of them, which keeps
-  the first tokens of new turns from waiting behind other sessions' turn completions.
+  on each other, so their groups are written concurrently (``parallel_keys`` threads, started by the first
+  batch that needs them and kept for the next ones): a batch that holds many sessions costs about as long
+  as its slowest session, not the sum of them, which keeps the first tokens of new turns from waiting
+  behind other sessions' turn completions.
 - **Fail fast per partition key.** The records of one partition key (one session) are written in
   steps, in stream order. When a step fails with a transient error (throttling, a service or
   transport error), that step's records and every later record of the same partition key are
@@ -136,18 +137,21 @@ class Materializer:
     poison_sink: PoisonSink
     reconcile_finished_turns: bool = False
     parallel_keys: int = DEFAULT_PARALLEL_KEYS
+    # Started by the first batch of several keys and kept: its threads serve every later batch (starting and
+    # joining a pool's threads for each batch cost ~0.1 ms of CPU a thread).
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False, compare=False)
 
     def process(self, records: Sequence[StreamRecord]) -> BatchOutcome:
         groups: dict[str, list[_Entry]] = defaultdict(list)
         for position, source in enumerate(records):
             entry = _decode(position, source)
             groups[source.partition_key].append(entry)
-        workers = max(1, min(self.parallel_keys, len(groups)))
-        if workers == 1:
+        if self.parallel_keys <= 1 or len(groups) <= 1:
             outcomes = [self._process_group(key, entries) for key, entries in groups.items()]
         else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="materialize") as pool:
-                outcomes = list(pool.map(self._process_group, groups.keys(), groups.values()))
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.parallel_keys, thread_name_prefix="materialize")
+            outcomes = list(self._pool.map(self._process_group, groups.keys(), groups.values()))
         return BatchOutcome.merged(len(records), outcomes)
 
     # ----------------------------------------------------------------------------- internals
