@@ -15,7 +15,7 @@ overlaps the first token's path, even where the first token takes a second (a po
   moto does not serve: the relay's asynchronous ``Invoke`` of the proxy and the proxy's ``ConverseStream``. The
   relay's ``Query`` polls are counted apart: only the last of them, the one that found the token, is on the path.
   ``sequential`` is the length of that chain: every call on it waits for the one before it (the relay's turn write,
-  its invoke, the proxy's turn read, ConverseStream, its start and first-delta puts, the consumer's writes, the
+  its invoke, the proxy's turn read, ConverseStream, its put of the start and the first delta, the consumer's write, the
   relay's poll that finds them).
 """
 
