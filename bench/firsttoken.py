@@ -129,9 +129,9 @@ def one_chat(url: str, moto_url: str, functions: Mapping[str, str], settle: Call
                 at_first["monotonic"] = time.monotonic()
                 at_first["cpu"] = procstat.snapshot()
 
-    before = procstat.snapshot()
-    sent_at = time.monotonic()
-    with ChatClient(url, timeout=120) as client:
+    with ChatClient(url, timeout=120) as client:  # made before the clock starts, as the load runner's clients are
+        before = procstat.snapshot()
+        sent_at = time.monotonic()
         result = client.chat("/long 2", on_token=on_token)
     if result.error is not None or result.done is None or not at_first:
         raise RuntimeError(f"first-token chat failed: {result.error or 'no token'}")
