@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError, ResponseStreamingError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,19 +40,36 @@ ALICE = {"accountId": "123456789012", "callerId": "AIDAALICE", "userArn": "arn:a
 BOB = {"accountId": "123456789012", "callerId": "AIDABOB", "userArn": "arn:aws:iam::123456789012:user/bob"}
 
 
+class AnswerBody:
+    """An invoke's ``Payload`` (botocore's ``StreamingBody``; empty for an asynchronous invoke): how much was read."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        self.read_to_end = False
+        self.failure = failure
+
+    def read(self) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        self.read_to_end = True
+        return b""
+
+
 class RecordingLambda:
     """Stands in for the boto3 Lambda client: records invokes, answers 202 or raises ``failure``."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.answers: list[AnswerBody] = []
         self.failure: Exception | None = None
+        self.read_failure: Exception | None = None
         self.status = 202
 
     def invoke(self, **kwargs: Any) -> dict[str, Any]:
         self.calls.append(kwargs)
         if self.failure is not None:
             raise self.failure
-        return {"StatusCode": self.status}
+        self.answers.append(AnswerBody(self.read_failure))
+        return {"StatusCode": self.status, "Payload": self.answers[-1]}
 
     def payloads(self) -> list[dict[str, Any]]:
         return [json.loads(call["Payload"]) for call in self.calls]
@@ -692,3 +709,24 @@ def test_a_new_turns_first_read_waits_the_shortest_poll_interval_and_a_resumed_o
     resumed = service.handle(request("GET", f"/sessions/{session_id}/turns/1/events", caller=ALICE))
     assert rest_of(resumed, clock).text == "Hi"
     assert queried_at[0] == resumed_at
+
+
+def test_the_invokes_answer_is_read_to_its_end_so_its_connection_is_reused(
+    service: RelayService, proxy: RecordingLambda
+) -> None:
+    # WHEN a client starts a chat
+    meta_of(chat(service, "hello"))
+    # THEN the relay read the invoke's (empty) answer: botocore reuses a connection only once its answer was read
+    assert [answer.read_to_end for answer in proxy.answers] == [True]
+
+
+def test_an_answer_that_cannot_be_read_after_the_202_does_not_fail_the_turn(
+    service: RelayService, proxy: RecordingLambda, chat_table: ChatTable
+) -> None:
+    # GIVEN Lambda accepted the invoke, but reading its (empty) answer fails
+    proxy.read_failure = ResponseStreamingError(error="connection reset")
+    # WHEN a client starts a chat
+    session_id = meta_of(chat(service, "hello"))["session_id"]
+    # THEN the turn goes on: the proxy is generating it
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS

@@ -27,6 +27,7 @@ Failures that are nobody's input (DynamoDB throttling before a stream starts) an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field, replace
@@ -315,6 +316,7 @@ class _Exchange:
                 InvocationType="Event",
                 Payload=json.dumps(request.to_event(), ensure_ascii=False).encode("utf-8"),
             )
+            _release_connection(response)
             status = response.get("StatusCode")
             if status != 202:
                 raise _InvokeRefused(f"the invoke answered status {status}")
@@ -376,6 +378,17 @@ class _Exchange:
         if turn.error is not None:
             view["error"] = dict(turn.error)
         return view
+
+
+def _release_connection(response: Mapping[str, Any]) -> None:
+    """Read the invoke's answer (empty for an asynchronous invoke) to its end, so its connection goes back to
+    botocore's pool: left unread, the connection is not reused and every request opens a new one (on AWS, a TLS
+    handshake on the first token's path). The invoke was answered already; a failure here only loses the connection.
+    """
+    payload = response.get("Payload")
+    if payload is not None:
+        with contextlib.suppress(BotoCoreError, OSError):
+            payload.read()
 
 
 class _InvokeRefused(Exception):
