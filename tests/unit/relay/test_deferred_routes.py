@@ -14,6 +14,7 @@ import sys
 from tests.support import EVENTS
 
 DEFERRED = ["chatstream.relay.openai.endpoints", "chatstream.relay.openapi", "chatstream.relay.page"]
+PATHS = ["/v1/models", "/v1/nowhere", "/openapi.json", "/", "/static/app.js", "/static/vendor/markdown-it.umd.min.js"]
 
 SCRIPT = """
 import copy, json, sys
@@ -29,7 +30,7 @@ config = RelayConfig.from_env(
 service = RelayService(table=None, lambda_client=None, config=config)
 event = json.load(open(sys.argv[2]))
 answers = {}
-for path in ["/v1/models", "/v1/nowhere", "/openapi.json", "/", "/static/app.js", "/static/vendor/markdown-it.umd.min.js"]:
+for path in json.loads(sys.argv[3]):
     raw = copy.deepcopy(event)
     raw["rawPath"] = raw["requestContext"]["http"]["path"] = path
     response = service.handle(Request.from_event(raw))
@@ -42,7 +43,7 @@ def test_deferred_modules_are_imported_by_their_first_request_and_answer_it() ->
     # GIVEN a fresh interpreter (a cold start) that imports the relay's service
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.run(  # noqa: S603 - this interpreter, our script
-        [sys.executable, "-c", SCRIPT, json.dumps(DEFERRED), str(EVENTS / "relay-health.json")],
+        [sys.executable, "-c", SCRIPT, json.dumps(DEFERRED), str(EVENTS / "relay-health.json"), json.dumps(PATHS)],
         capture_output=True,
         text=True,
         env=env,
