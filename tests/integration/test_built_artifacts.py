@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import botocore.loaders
 import httpx
 import pytest
 
@@ -182,3 +183,30 @@ def test_the_built_layer_keeps_the_functions_services_and_resolves_them_as_botoc
     # THEN the pruned one was used, and every client resolves alike
     assert str(pruned.pop("botocore")).startswith(str(layer)) and not str(full.pop("botocore")).startswith(str(layer))
     assert pruned == full
+
+
+def _without_documentation(model: dict[str, Any]) -> dict[str, Any]:
+    """The model as the build should ship it: no ``documentation`` of the service, operations, shapes or members."""
+
+    def bare(node: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in node.items() if k != "documentation"}
+
+    shapes = {}
+    for name, shape in model["shapes"].items():
+        shapes[name] = bare(shape) | (
+            {"members": {m: bare(spec) for m, spec in shape["members"].items()}} if "members" in shape else {}
+        )
+    return bare(model) | {"operations": {n: bare(op) for n, op in model["operations"].items()}, "shapes": shapes}
+
+
+def test_the_built_layer_ships_each_service_model_uncompressed_and_without_documentation(built: Built) -> None:
+    # GIVEN the layer's botocore data, and the full botocore of the same version this environment has
+    data = built.folders["ChatstreamLayer"] / "python" / "botocore" / "data"
+    full = botocore.loaders.create_loader()
+    for service in ("dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs"):
+        api_version = full.determine_latest_version(service, "service-2")
+        # THEN each is one plain JSON file (no gzip to undo at init), with every key but the prose
+        assert [p.name for p in (data / service / api_version).glob("service-2.json*")] == ["service-2.json"]
+        shipped = json.loads((data / service / api_version / "service-2.json").read_text(encoding="utf-8"))
+        assert "documentation" in json.dumps(full.load_service_model(service, "service-2"))
+        assert shipped == _without_documentation(full.load_service_model(service, "service-2"))
