@@ -15,7 +15,7 @@ overlaps the first token's path, even where the first token takes a second (a po
   moto does not serve: the relay's asynchronous ``Invoke`` of the proxy and the proxy's ``ConverseStream``. The
   relay's ``Query`` polls are counted apart: only the last of them, the one that found the token, is on the path.
   ``sequential`` is the length of that chain: every call on it waits for the one before it (the relay's turn write,
-  its invoke, the proxy's turn read, ConverseStream, its start and first-delta puts, the consumer's writes, the
+  its invoke, the proxy's turn read, ConverseStream, its put of the start and the first delta, the consumer's write, the
   relay's poll that finds them).
 """
 
@@ -129,9 +129,9 @@ def one_chat(url: str, moto_url: str, functions: Mapping[str, str], settle: Call
                 at_first["monotonic"] = time.monotonic()
                 at_first["cpu"] = procstat.snapshot()
 
-    before = procstat.snapshot()
-    sent_at = time.monotonic()
-    with ChatClient(url, timeout=120) as client:
+    with ChatClient(url, timeout=120) as client:  # made before the clock starts, as the load runner's clients are
+        before = procstat.snapshot()
+        sent_at = time.monotonic()
         result = client.chat("/long 2", on_token=on_token)
     if result.error is not None or result.done is None or not at_first:
         raise RuntimeError(f"first-token chat failed: {result.error or 'no token'}")

@@ -74,8 +74,11 @@ class StoredTurn:
 
     @property
     def contiguous(self) -> bool:
-        """Its records' seqs are 0, 1, 2, … with none missing."""
-        return [record.seq for record in self.records] == list(range(len(self.records)))
+        """Its records' seqs are 0, 1, 2, … with none missing, but for the start (seq 0) once seq 1 is there: it
+        shares its call with the first delta and carries nothing (ARCHITECTURE.md, "Coalescing")."""
+        seqs = [record.seq for record in self.records]
+        first = 1 if seqs[:1] == [1] else 0
+        return seqs == list(range(first, first + len(seqs)))
 
     @property
     def terminals(self) -> int:

@@ -126,9 +126,9 @@ def test_first_delta_is_flushed_at_once_and_later_ones_coalesced(kinesis, stream
     writer = TokenStreamWriter(kinesis, stream_name)
     put = writer.put
 
-    def put_and_signal(record: TokenRecord) -> None:
-        put(record)
-        if record.type is RecordType.DELTA:
+    def put_and_signal(*records: TokenRecord) -> None:
+        put(*records)
+        if any(record.type is RecordType.DELTA for record in records):
             first_written.set()
 
     writer.put = put_and_signal  # type: ignore[method-assign]
@@ -154,20 +154,22 @@ class RecordingKinesis:
         return self.client.put_records(**kwargs)
 
 
-def test_every_record_goes_alone_after_the_one_before(bedrock, kinesis, stream_name, chat_table) -> None:
+def test_start_and_the_first_delta_share_a_call_and_every_later_record_goes_alone(
+    bedrock, kinesis, stream_name, chat_table
+) -> None:
     # GIVEN a reply of several coalesced records
     recording = RecordingKinesis(kinesis)
     current = start_turn(chat_table, "/long 40")
     writer = TokenStreamWriter(recording, stream_name)  # type: ignore[arg-type]
     # WHEN it is generated
     settings = GenerationSettings(model_id="m", flush_max_chars=40)
-    Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
-    # THEN each call carries one record, start first and the first delta right after it: entries of one call
-    # fail independently, so a shared call could store the delta without the start (no clean prefix if the
-    # proxy then died)
+    result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
+    # THEN the first call carries the start and the first delta (one consumer batch before the first token), and
+    # every later call one record, the terminal last
     kinds = [[record.type for record in call] for call in recording.calls]
-    assert kinds[:2] == [[RecordType.START], [RecordType.DELTA]]
-    assert all(len(call) == 1 for call in kinds) and kinds[-1] == [RecordType.STOP]
+    assert kinds[0] == [RecordType.START, RecordType.DELTA]
+    assert all(len(call) == 1 for call in kinds[1:]) and kinds[-1] == [RecordType.STOP]
+    assert result.put_calls == len(recording.calls) and result.records_written == len(recording.calls) + 1
     assert_well_formed(read_stream(kinesis, stream_name))
 
 
@@ -238,13 +240,14 @@ def test_kinesis_throttling_is_retried_without_loss_or_reordering(bedrock, kines
     assert_well_formed(sorted(records, key=lambda r: r.seq))
     assert assistant_text(sorted(records, key=lambda r: r.seq)) == plan_reply("/long 300").text
     assert result.throttle_retries > 10
-    # AND in seq order: a record is written only once every earlier one is stored
-    assert [r.seq for r in records] == list(range(len(records)))
+    # AND in seq order: a call is made only once every earlier one is stored; the one exception is the start,
+    # refused in the call it shares with the first delta (the script's first "entry") and put again after it
+    assert [r.seq for r in records] == [1, 0, *range(2, len(records))]
 
 
 def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_name, chat_table) -> None:
-    # GIVEN Kinesis accepts the first two calls (the start record, then the first delta) and then refuses everything
-    flaky = FlakyKinesis(kinesis, ["ok", "ok"] + ["raise"] * 1000)
+    # GIVEN Kinesis accepts the first call (the start record and the first delta) and then refuses everything
+    flaky = FlakyKinesis(kinesis, ["ok"] + ["raise"] * 1000)
     current = start_turn(chat_table, "/long 50")
     writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
     settings = GenerationSettings(model_id="m")

@@ -71,6 +71,16 @@ def test_an_exact_stream_of_a_finished_turn_counts_as_exact_and_nothing_else() -
     assert counts == ChatCounts(exact_streams=1)
 
 
+def test_a_turn_stored_without_its_start_is_contiguous_but_not_without_a_later_record() -> None:
+    # GIVEN the stored turn without its start (refused in the call it shared with the first delta), or without a delta
+    whole = stored(LONG)
+    no_start = StoredTurn(whole.turn, whole.records[1:])
+    no_delta = StoredTurn(whole.turn, whole.records[:2] + whole.records[3:])
+    # THEN the first holds the whole reply; the second is not contiguous
+    assert check_chat(LONG, streamed(LONG), no_start, killed=False) == ChatCounts(exact_streams=1)
+    assert (no_start.contiguous, no_delta.contiguous) == (True, False)
+
+
 def test_a_token_event_seen_twice_is_a_duplicated_token_and_not_exact() -> None:
     # GIVEN a stream whose resume repeated token 3
     seen = streamed(LONG)

@@ -201,9 +201,9 @@ class _Writer:
     put_calls: int = 0
     throttle_retries: int = 0
 
-    def put(self, record: TokenRecord) -> None:
+    def put(self, *records: TokenRecord) -> None:
         self.put_calls += 1
-        self.records.append(record)
+        self.records.extend(records)
 
 
 class _Table:

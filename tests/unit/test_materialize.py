@@ -157,6 +157,19 @@ def test_records_out_of_order_within_a_batch_still_complete_the_turn_with_every_
     assert stored is not None and stored.assistant == "".join(f" w{i}" for i in range(12))
 
 
+def test_a_turn_without_its_start_record_completes_whole(chat_table, materializer) -> None:
+    # GIVEN a turn's records without the start (Kinesis refused it in the call it shared with the first delta, and
+    # the proxy died before putting it again)
+    session_id, turn = new_turn(chat_table)
+    tokens = turn_records(session_id, turn, ["one", " two"])
+    # WHEN they are materialized
+    outcome = materializer.process(Stream().records(tokens[1:]))
+    # THEN the turn is complete with all its text, and not reported as missing records
+    stored = chat_table.get_turn(session_id, turn)
+    assert outcome.ok and outcome.incomplete_turns == 0
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, "one two")
+
+
 def test_a_later_batch_first_completes_the_turn_and_a_redrive_of_the_earlier_one_fixes_the_text(
     chat_table, sink
 ) -> None:

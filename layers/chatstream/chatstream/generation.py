@@ -6,12 +6,13 @@ A generation starts from the turn item (:func:`turn_to_generate`): the invocatio
 and the user's message and the turn's options are read from ChatTable.
 
 Two threads per generation. The caller's thread reads the Bedrock stream and appends each delta to the
-coalescer; it never waits on Kinesis. A writer thread takes the coalescer's steps: ``start`` then the
-first delta as soon as that delta is here (time to first token; ``start`` alone after
+coalescer; it never waits on Kinesis. A writer thread takes the coalescer's steps: ``start`` and the
+first delta in one call as soon as that delta is here (time to first token; ``start`` alone after
 ``start_defer_ms`` if the model is slow), later deltas every flush interval or flush size, whichever
-comes first, then exactly one ``stop`` or ``error``. Only one record is in flight at a time, so records
-reach the shard strictly in ``seq`` order and a slow Kinesis makes records larger instead of reordering
-them. Between flushes, at most every ``cancel_check_interval_ms``, the writer reads the turn's cancel
+comes first, then exactly one ``stop`` or ``error``. Only one call is in flight at a time, so records
+reach the shard in ``seq`` order (but for a refused ``start`` put again after the first delta: see
+:meth:`Generation._open_turn`) and a slow Kinesis makes records larger instead of reordering them.
+Between flushes, at most every ``cancel_check_interval_ms``, the writer reads the turn's cancel
 flag; when it is set the Bedrock stream is closed and the turn ends with ``stop_reason: "cancelled"``.
 
 Reasoning (``contentBlockDelta.delta.reasoningContent``): its ``text`` deltas become ``reasoning`` records,
@@ -353,8 +354,12 @@ class Generation:
                 self._coalescer.cancel_checked(self.monotonic())
             while True:
                 step = self._next_step()
+                if opening is not None and step.action is WriterAction.WRITE_DELTA:
+                    self._write_delta(step.text, step.kind, opening=opening)  # one call: see _open_turn
+                    opening = None
+                    continue
                 if opening is not None:
-                    self._write(opening)  # alone, and first: see _open_turn
+                    self._write(opening)
                     opening = None
                 if step.action is WriterAction.WRITE_DELTA:
                     self._write_delta(step.text, step.kind)
@@ -375,12 +380,13 @@ class Generation:
     def _open_turn(self) -> TokenRecord | None:
         """Write the start record, or hold it (returned) until the first delta is here.
 
-        The start waits for the first delta (or the end) at most ``start_defer_ms``, then is written just
-        before it: back to back, they usually reach the consumer in one batch, so the first token is one
-        consumer cycle earlier; a slow model still gets its start record promptly. They are two calls, not
-        one ``PutRecords`` with both: entries of one call fail independently, and a proxy that died after
-        the delta's entry was stored but before the start's retry would leave a turn whose records are not
-        a clean prefix (seq 1 without seq 0).
+        The start waits for the first delta (or the end) at most ``start_defer_ms``. With the first delta it
+        goes in one ``PutRecords`` call, so both reach the consumer in one batch and one table write: one
+        call, one consumer invocation and one table write fewer before the first token than writing them one
+        after the other. Entries of one call are stored or refused one by one, so if Kinesis refuses the start
+        and stores the delta, the start is put again and lands after it; a proxy that died before that would
+        leave a turn without its start. Readers allow for both: ``start`` carries nothing once a later record is
+        there (ARCHITECTURE.md, "Coalescing"). A slow model gets its start record alone, promptly.
         """
         with self._cond:
             self._cond.wait_for(
@@ -402,10 +408,15 @@ class Generation:
                     return step
                 self._cond.wait(timeout=step.wait_s)
 
-    def _write_delta(self, text: str, kind: RecordType) -> None:
+    def _write_delta(self, text: str, kind: RecordType, opening: TokenRecord | None = None) -> None:
+        """A delta (or reasoning) record; after ``opening`` (the held start record) in the same call if given."""
         make = TokenRecord.reasoning if kind is RecordType.REASONING else TokenRecord.delta
-        record = make(self.turn.session_id, self.turn.turn, self._next_seq, text, self.now_ms())
-        self._write(record)
+        seq = self._next_seq if opening is None else opening.seq + 1
+        record = make(self.turn.session_id, self.turn.turn, seq, text, self.now_ms())
+        if opening is None:
+            self._write(record)
+        else:
+            self._write(opening, record)
         self._written_deltas.append(record)
         if self._first_delta_at is None:
             self._first_delta_at = self.monotonic()
@@ -421,11 +432,11 @@ class Generation:
             if self._stream is not None:
                 self._stream.close()
 
-    def _write(self, record: TokenRecord) -> None:
-        """One record, after every earlier one was stored: the stream always holds a prefix of the turn."""
-        self.writer.put(record)
-        self._next_seq = record.seq + 1
-        self._records_written += 1
+    def _write(self, *records: TokenRecord) -> None:
+        """Records in one call, after every earlier call's were stored."""
+        self.writer.put(*records)
+        self._next_seq = records[-1].seq + 1
+        self._records_written += len(records)
 
     def _end_through_table(self, terminal: Callable[[int], TokenRecord]) -> bool:
         """Kinesis refused the reply: write the error record straight into the read model."""

@@ -1,8 +1,9 @@
 """Kinesis adapter: the token stream's writer, and one stream record as its readers see it.
 
-:class:`TokenStreamWriter` is how the proxy writes: one record per ``PutRecords`` call, retried with
-backoff until it is stored, so the stream always holds a clean prefix of a turn (ARCHITECTURE.md,
-"Coalescing"). :class:`StreamRecord` is one record read back, from a Lambda Kinesis event (the consumer)
+:class:`TokenStreamWriter` is how the proxy writes: one ``PutRecords`` call at a time, retried with
+backoff until every record of it is stored, so the stream holds a clean prefix of a turn (ARCHITECTURE.md,
+"Coalescing"; the one exception is a turn's ``start`` record, which shares its call with the first delta).
+:class:`StreamRecord` is one record read back, from a Lambda Kinesis event (the consumer)
 or a ``GetRecords`` response (the redrive tool), with its stream coordinates.
 """
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
     from chatstream.records import TokenRecord
 
@@ -44,11 +46,14 @@ RETRYABLE_CALL_ERRORS = frozenset(
 
 @dataclass
 class TokenStreamWriter:
-    """Writes token records one at a time, each retried with backoff until Kinesis stored it.
+    """Writes token records, one call at a time, each call retried with backoff until Kinesis stored all of it.
 
-    :meth:`put` sends one record per ``PutRecords`` call and returns once it is stored, so no record is
-    ever stored after a later one, and a writer that dies leaves a clean prefix. (Several records in one
-    call would not keep that promise: the entries of one call fail independently.)
+    :meth:`put` returns once every record it was given is stored, so nothing given to a later call is ever
+    stored before them. The records of one call are entries that Kinesis stores or refuses one by one: when an
+    earlier entry is refused and a later one stored, the refused one is put again and lands after it. So the
+    proxy gives one call more than one record only for a turn's opening, the ``start`` record and the first
+    delta: ``start`` carries nothing a reader needs once a later record is there (readers order by ``seq``
+    and take a missing or late ``start`` as seen; ARCHITECTURE.md, "Coalescing").
 
     A failed entry (throttled, internal failure) or a failed call (throttling, transport error) is
     retried up to ``max_attempts`` calls; then :class:`Throttled` is raised and nothing later is written.
@@ -62,8 +67,11 @@ class TokenStreamWriter:
     put_calls: int = field(default=0, init=False)
     throttle_retries: int = field(default=0, init=False)
 
-    def put(self, record: TokenRecord) -> None:
-        data = record.encode()
+    def put(self, *records: TokenRecord) -> None:
+        """Store ``records`` (in one call when Kinesis takes them all), retrying what it refuses."""
+        pending: list[tuple[TokenRecord, PutRecordsRequestEntryTypeDef]] = [
+            (record, {"Data": record.encode(), "PartitionKey": record.session_id}) for record in records
+        ]
         last_error = "unknown"
         for attempt in range(self.max_attempts):
             if attempt:
@@ -71,9 +79,7 @@ class TokenStreamWriter:
                 self.sleep(self.backoff.delay(attempt))
             self.put_calls += 1
             try:
-                response = self.client.put_records(
-                    StreamName=self.stream_name, Records=[{"Data": data, "PartitionKey": record.session_id}]
-                )
+                response = self.client.put_records(StreamName=self.stream_name, Records=[entry for _, entry in pending])
             except ClientError as err:
                 code = err.response["Error"]["Code"]
                 if code not in RETRYABLE_CALL_ERRORS:
@@ -81,16 +87,21 @@ class TokenStreamWriter:
                 last_error = code
                 continue
             except BotoCoreError as err:
-                # Connection reset, read timeout…: the record may or may not be stored. Writing it again is
-                # safe, since readers de-duplicate by (session_id, turn, seq); losing it is not.
+                # Connection reset, read timeout…: the records may or may not be stored. Writing them again is
+                # safe, since readers de-duplicate by (session_id, turn, seq); losing them is not.
                 last_error = type(err).__name__
                 continue
-            error_code = response["Records"][0].get("ErrorCode")
-            if error_code is None:
+            refused = [
+                (item, result.get("ErrorCode"))
+                for item, result in zip(pending, response["Records"], strict=True)
+                if result.get("ErrorCode") is not None
+            ]
+            if not refused:
                 return
-            last_error = error_code
+            pending = [item for item, _ in refused]
+            last_error = str(refused[0][1])
         raise Throttled(
-            f"Kinesis did not accept record seq {record.seq} after {self.max_attempts} attempts: {last_error}"
+            f"Kinesis did not accept record seq {pending[0][0].seq} after {self.max_attempts} attempts: {last_error}"
         )
 
 

@@ -257,7 +257,9 @@ class Materializer:
             if record.seq < terminal.seq
         ]
         present = {record.seq for record in stored}
-        missing = [seq for seq in range(terminal.seq) if seq not in present]
+        # A missing start (seq 0) is no missing text: it shares its call with the first delta and carries nothing
+        # (ARCHITECTURE.md, "Coalescing").
+        missing = [seq for seq in range(1, terminal.seq) if seq not in present]
         return assistant_text(stored), reasoning_text(stored), missing
 
     def _reconcile_steps(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:

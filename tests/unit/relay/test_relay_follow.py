@@ -237,6 +237,25 @@ def test_a_gap_holds_back_later_records_until_it_fills(chat_table: ChatTable, se
     assert stream.events[1].at is not None and stream.events[1].at >= 4.0
 
 
+def test_a_start_record_missing_or_late_is_not_waited_for(chat_table: ChatTable, session_id: str) -> None:
+    # GIVEN the first delta and the rest visible, and the start (which shares its call with the first delta and
+    # may be stored after it) appearing only 4 s later
+    records = turn_records(session_id, 1, ["a", "b"])
+    chat_table.put_records(records[1:])
+    clock = FakeClock()
+    clock.at(4.0, lambda: chat_table.put_records(records[:1]))
+    # WHEN a client follows the turn
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN it gets every event at once, exactly once
+    assert (stream.kinds, stream.ids, stream.text) == (["token", "token", "done"], [1, 2, 3], "ab")
+    assert stream.events[-1].at is not None and stream.events[-1].at < 1.0
+    # AND a later record missing is still a gap: only the start may be absent
+    chat_table.put_records([replace(records[3], turn=2, seq=2)])
+    clock = FakeClock()
+    stream = read_stream(follow(chat_table, session_id, clock, turn=2).events(), clock)
+    assert stream.kinds == ["error"] and stream.events[0].json()["code"] == "gap"
+
+
 def test_a_gap_that_does_not_fill_ends_the_stream_with_a_gap_error(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN records 0, 1 and 3 visible and record 2 never
     records = turn_records(session_id, 1, ["a", "b", "c"])

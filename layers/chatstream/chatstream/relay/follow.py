@@ -4,7 +4,9 @@ The follower polls a consistent Query for the items after the last ``seq`` it em
 the contiguous run that starts right after it; it never emits past a gap (the items of one batch
 may become visible out of order). What the client sees:
 
-- ``start`` (seq 0) marks the turn as started and is not an event;
+- ``start`` (seq 0) marks the turn as started and is not an event. It is written in one call with the first
+  delta, and Kinesis may store that call's entries apart (ARCHITECTURE.md, "Coalescing"), so a ``start`` that is
+  missing or late once seq 1 is visible counts as seen: it carries nothing to wait for;
 - ``delta`` → ``event: token`` / ``{"text"}``, its text released in word-sized pieces over the turn's cadence
   (:mod:`chatstream.relay.pace`), each with its id: ``<seq>.<offset>`` inside the record, ``<seq>`` for its last
   piece (a whole record when pacing is off);
@@ -380,6 +382,8 @@ class Follower:
         """
         fresh, now = 0, self.clock.monotonic()
         for record in records:
+            if cursor.last < 0 and record.seq == 1:  # no start before the first delta: see the module's docstring
+                cursor.last, cursor.started = 0, True
             if record.seq != cursor.last + 1:
                 break
             cursor.last, fresh = record.seq, fresh + 1
