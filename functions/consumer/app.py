@@ -14,17 +14,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, cast
 
-import botocore.session
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-
-from chatstream.aws import create_client
-from chatstream.config import ConsumerConfig
-from chatstream.dlq import DeadLetterQueue
-from chatstream.kinesis import StreamRecord
-from chatstream.materialize import BatchOutcome, Materializer
-from chatstream.table import ChatTable
+from chatstream.cold_start import collector_paused
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.kinesis_stream_event import KinesisStreamRecord
@@ -32,15 +22,29 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+# Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
+with collector_paused():
+    import botocore.session
+    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools.metrics import MetricUnit
+    from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-CONFIG = ConsumerConfig.from_env(os.environ)
-_session = botocore.session.get_session()
-# The table adapter retries unprocessed items itself; botocore adds a few retries for transport errors.
-DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
-SQS = cast("SQSClient", create_client(_session, "sqs"))
+    from chatstream.aws import create_client
+    from chatstream.config import ConsumerConfig
+    from chatstream.dlq import DeadLetterQueue
+    from chatstream.kinesis import StreamRecord
+    from chatstream.materialize import BatchOutcome, Materializer
+    from chatstream.table import ChatTable
+
+    logger = Logger()
+    metrics = Metrics()
+    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+
+    CONFIG = ConsumerConfig.from_env(os.environ)
+    _session = botocore.session.get_session()
+    # The table adapter retries unprocessed items itself; botocore adds a few retries for transport errors.
+    DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
+    SQS = cast("SQSClient", create_client(_session, "sqs"))
 
 
 class MaterializingProcessor(BatchProcessor):

@@ -9,17 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, cast
 
-import botocore.session
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
-from botocore.config import Config
-
-from chatstream.aws import create_client
-from chatstream.config import ProxyConfig
-from chatstream.generation import Generation, GenerationSettings, turn_to_generate
-from chatstream.kinesis import TokenStreamWriter
-from chatstream.proxy_event import GenerateRequest
-from chatstream.table import ChatTable
+from chatstream.cold_start import collector_paused
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -27,18 +17,32 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kinesis import KinesisClient
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+# Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
+with collector_paused():
+    import botocore.session
+    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools.metrics import MetricUnit
+    from botocore.config import Config
 
-CONFIG = ProxyConfig.from_env(os.environ)
-_session = botocore.session.get_session()
-# Bedrock: a stalled model stream fails after 60 s instead of hanging until the function times out.
-BEDROCK = cast("BedrockRuntimeClient", create_client(_session, "bedrock-runtime", Config(read_timeout=60)))
-# Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
-KINESIS = cast("KinesisClient", create_client(_session, "kinesis"))
-DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
-SETTINGS = GenerationSettings.from_config(CONFIG)
+    from chatstream.aws import create_client
+    from chatstream.config import ProxyConfig
+    from chatstream.generation import Generation, GenerationSettings, turn_to_generate
+    from chatstream.kinesis import TokenStreamWriter
+    from chatstream.proxy_event import GenerateRequest
+    from chatstream.table import ChatTable
+
+    logger = Logger()
+    metrics = Metrics()
+    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+
+    CONFIG = ProxyConfig.from_env(os.environ)
+    _session = botocore.session.get_session()
+    # Bedrock: a stalled model stream fails after 60 s instead of hanging until the function times out.
+    BEDROCK = cast("BedrockRuntimeClient", create_client(_session, "bedrock-runtime", Config(read_timeout=60)))
+    # Kinesis: our writer retries failed entries itself, with backoff; botocore adds its own for transport errors.
+    KINESIS = cast("KinesisClient", create_client(_session, "kinesis"))
+    DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
+    SETTINGS = GenerationSettings.from_config(CONFIG)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -11,30 +11,34 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-import botocore.session
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-
-from chatstream.aws import create_client
-from chatstream.config import TableConfig
-from chatstream.errors import InvalidEvent
-from chatstream.reaper import FailedGeneration, end_abandoned_turn
-from chatstream.table import ChatTable
+from chatstream.cold_start import collector_paused
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+# Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
+with collector_paused():
+    import botocore.session
+    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools.metrics import MetricUnit
+    from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-CONFIG = TableConfig.from_env(os.environ)
-DYNAMODB = cast("DynamoDBClient", create_client(botocore.session.get_session(), "dynamodb"))
-TABLE = ChatTable(DYNAMODB, CONFIG.table_name, ttl_days=CONFIG.ttl_days)
-processor = BatchProcessor(event_type=EventType.SQS)
+    from chatstream.aws import create_client
+    from chatstream.config import TableConfig
+    from chatstream.errors import InvalidEvent
+    from chatstream.reaper import FailedGeneration, end_abandoned_turn
+    from chatstream.table import ChatTable
+
+    logger = Logger()
+    metrics = Metrics()
+    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+
+    CONFIG = TableConfig.from_env(os.environ)
+    DYNAMODB = cast("DynamoDBClient", create_client(botocore.session.get_session(), "dynamodb"))
+    TABLE = ChatTable(DYNAMODB, CONFIG.table_name, ttl_days=CONFIG.ttl_days)
+    processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def record_handler(record: SQSRecord) -> None:

@@ -13,20 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, cast
 
-import botocore.session
-from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.metrics import MetricUnit
-from botocore.config import Config
-
-from chatstream.aws import create_client
-from chatstream.config import RelayConfig
-from chatstream.relay.follow import StreamOutcome
-from chatstream.relay.http import Request, StreamKind
-from chatstream.relay.service import RelayService
-from chatstream.table import ChatTable
-from streaming_runtime import StreamingResponse
+from chatstream.cold_start import collector_paused
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -37,22 +24,39 @@ if TYPE_CHECKING:
 
     from chatstream.relay.http import StreamInfo
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
-# The core logs through the standard library; give its loggers this Logger's JSON format and level.
-copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.relay.service"})
+# Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
+with collector_paused():
+    import botocore.session
+    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools.logging import correlation_paths
+    from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+    from aws_lambda_powertools.metrics import MetricUnit
+    from botocore.config import Config
 
-CONFIG = RelayConfig.from_env(os.environ)
-_session = botocore.session.get_session()
-DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
-# The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
-LAMBDA = cast("LambdaClient", create_client(_session, "lambda", Config(connect_timeout=5, read_timeout=10)))
-SERVICE = RelayService(
-    table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
-    lambda_client=LAMBDA,
-    config=CONFIG,
-)
+    from chatstream.aws import create_client
+    from chatstream.config import RelayConfig
+    from chatstream.relay.follow import StreamOutcome
+    from chatstream.relay.http import Request, StreamKind
+    from chatstream.relay.service import RelayService
+    from chatstream.table import ChatTable
+    from streaming_runtime import StreamingResponse
+
+    logger = Logger()
+    metrics = Metrics()
+    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+    # The core logs through the standard library; give its loggers this Logger's JSON format and level.
+    copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.relay.service"})
+
+    CONFIG = RelayConfig.from_env(os.environ)
+    _session = botocore.session.get_session()
+    DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
+    # The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
+    LAMBDA = cast("LambdaClient", create_client(_session, "lambda", Config(connect_timeout=5, read_timeout=10)))
+    SERVICE = RelayService(
+        table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
+        lambda_client=LAMBDA,
+        config=CONFIG,
+    )
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True)

@@ -14,8 +14,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import botocore.loaders
 import httpx
 import pytest
 
@@ -27,9 +29,10 @@ from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 pytestmark = pytest.mark.integration
+
+BYTECODE_MK = REPO_ROOT / "make/bytecode.mk"
 
 
 def build(target: str, source: Path, out: Path) -> Path:
@@ -42,8 +45,9 @@ def build(target: str, source: Path, out: Path) -> Path:
 
 @dataclass(frozen=True)
 class Built:
-    """The relay's artifacts, each built by its Makefile target as `sam build` runs it, and the bytecode files each
-    held right after its build (before the relay runs from them and this machine's Python caches what it imports)."""
+    """The relay's artifacts, each built by its Makefile target as `sam build` runs it, and the bytecode files and
+    ``__pycache__`` folders each held right after its build (before the relay runs from them and this machine's
+    Python caches what it imports), relative to the folder."""
 
     folders: dict[str, Path]
     bytecode: dict[str, list[str]]
@@ -124,12 +128,74 @@ def test_the_built_layer_ships_the_openapi_document(built_relay: str) -> None:
     assert served.content == (REPO_ROOT / "layers/chatstream/chatstream/relay/openapi.json").read_bytes()
 
 
-def test_the_built_artifacts_ship_no_bytecode(built: Built) -> None:
+def python313() -> str:
+    """The Python 3.13 the builds compile bytecode with (make/bytecode.mk's choice), or "" when there is none."""
+    run = subprocess.run(
+        ["make", "-s", "-f", str(BYTECODE_MK), "--eval", 'print-python313: ; @echo "$(PYTHON313)"', "print-python313"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return run.stdout.strip()
+
+
+# Where each artifact's folder is on Lambda: what the bytecode's file names must say (tracebacks).
+LAMBDA_PATHS = {"ChatstreamLayer": "/opt", "StreamingRuntimeLayer": "/opt", "RelayFunction": "/var/task"}
+
+
+def test_the_built_artifacts_ship_no_bytecode_of_the_build_machines_python(built: Built) -> None:
     # GIVEN the layers and the function as `sam build` builds them (pip installs Powertools and its dependencies)
     assert (built.folders["ChatstreamLayer"] / "python" / "aws_lambda_powertools").is_dir()
-    # THEN none holds bytecode: what the build machine's Python would compile is never what Lambda's 3.13 loads
+    # THEN any bytecode is Lambda's python3.13's: what this machine's Python would compile, Lambda never loads
     for name, compiled in built.bytecode.items():
-        assert compiled == [], (name, compiled[:5], len(compiled))
+        foreign = [path for path in compiled if not path.endswith((".cpython-313.pyc", "__pycache__"))]
+        assert foreign == [], (name, foreign[:5], len(foreign))
+
+
+def test_every_module_ships_its_python313_bytecode_unchecked(built: Built) -> None:
+    python = python313()
+    if not python:
+        pytest.skip("no Python 3.13 on this machine (make/bytecode.mk found none): the build ships sources only")
+    for name, folder in built.folders.items():
+        sources = sorted(folder.rglob("*.py"))
+        assert sources, name
+        for source in sources:
+            # THEN each module has its 3.13 bytecode beside it, in the folder the build wrote
+            relative = source.relative_to(folder)
+            cached = f"{relative.parent / '__pycache__' / relative.stem}.cpython-313.pyc".removeprefix("./")
+            assert cached in built.bytecode[name], (name, str(relative))
+            header = (folder / cached).read_bytes()[:16]
+            # hash-based and unchecked (flags 0b01): loaded without looking at the source's timestamp
+            assert int.from_bytes(header[4:8], "little") == 1, (name, cached)
+    # AND Python 3.13 takes it as its own: same magic number, the file named where Lambda has it
+    probe = (
+        "import importlib.util, marshal, sys; data = open(sys.argv[1], 'rb').read(); "
+        "print(data[:4] == importlib.util.MAGIC_NUMBER, marshal.loads(data[16:]).co_filename)"
+    )
+    for name, module in [("ChatstreamLayer", "python/chatstream/records"), ("RelayFunction", "app")]:
+        pyc = built.folders[name] / f"{Path(module).parent / '__pycache__' / Path(module).name}.cpython-313.pyc"
+        out = subprocess.run([python, "-c", probe, str(pyc)], capture_output=True, text=True, check=True).stdout
+        assert out.split() == ["True", f"{LAMBDA_PATHS[name]}/{module}.py"]
+
+
+def test_a_build_without_python313_ships_sources_and_says_so_once(tmp_path: Path) -> None:
+    # GIVEN no Python 3.13 (PYTHON313 set empty) WHEN the relay function is built
+    out = tmp_path / "RelayFunction"
+    out.mkdir()
+    run = subprocess.run(
+        ["make", "-s", "-C", str(REPO_ROOT / "functions/relay"), "build-RelayFunction", f"ARTIFACTS_DIR={out}"]
+        + ["PYTHON313="],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # THEN the build succeeds with sources only, and one line says why
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in out.rglob("*")) == ["app.py"]
+    assert run.stderr.splitlines() == [
+        f"warning: no Python 3.13 found (set PYTHON313 to one): {out} ships sources only, compiled at every cold start"
+    ]
 
 
 # Each service a function calls, resolved the way a client is built: endpoint, signing name and region, FIPS or not.
@@ -182,3 +248,30 @@ def test_the_built_layer_keeps_the_functions_services_and_resolves_them_as_botoc
     # THEN the pruned one was used, and every client resolves alike
     assert str(pruned.pop("botocore")).startswith(str(layer)) and not str(full.pop("botocore")).startswith(str(layer))
     assert pruned == full
+
+
+def _without_documentation(model: dict[str, Any]) -> dict[str, Any]:
+    """The model as the build should ship it: no ``documentation`` of the service, operations, shapes or members."""
+
+    def bare(node: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in node.items() if k != "documentation"}
+
+    shapes = {}
+    for name, shape in model["shapes"].items():
+        shapes[name] = bare(shape) | (
+            {"members": {m: bare(spec) for m, spec in shape["members"].items()}} if "members" in shape else {}
+        )
+    return bare(model) | {"operations": {n: bare(op) for n, op in model["operations"].items()}, "shapes": shapes}
+
+
+def test_the_built_layer_ships_each_service_model_uncompressed_and_without_documentation(built: Built) -> None:
+    # GIVEN the layer's botocore data, and the full botocore of the same version this environment has
+    data = built.folders["ChatstreamLayer"] / "python" / "botocore" / "data"
+    full = botocore.loaders.create_loader()
+    for service in ("dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs"):
+        api_version = full.determine_latest_version(service, "service-2")
+        # THEN each is one plain JSON file (no gzip to undo at init), with every key but the prose
+        assert [p.name for p in (data / service / api_version).glob("service-2.json*")] == ["service-2.json"]
+        shipped = json.loads((data / service / api_version / "service-2.json").read_text(encoding="utf-8"))
+        assert "documentation" in json.dumps(full.load_service_model(service, "service-2"))
+        assert shipped == _without_documentation(full.load_service_model(service, "service-2"))

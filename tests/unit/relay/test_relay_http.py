@@ -41,6 +41,28 @@ def test_base64_bodies_are_decoded_and_bad_base64_is_flagged() -> None:
     assert (bad.body, bad.body_is_valid_base64) == (None, False)
 
 
+def test_fields_of_the_wrong_shape_read_as_absent() -> None:
+    # GIVEN hand-made events whose fields have the wrong types, down to the event itself
+    event = load_event("relay-events.json")
+    wrong = {
+        **event,
+        "rawPath": 7,
+        "headers": "last-event-id: 2",
+        "queryStringParameters": ["after=2"],
+        "body": {"message": "hi"},
+        "isBase64Encoded": "true",
+        "requestContext": {"http": ["GET"], "authorizer": {"iam": "alice"}, "requestId": 5},
+    }
+    # WHEN they are read THEN nothing raises and every such field is absent
+    request = Request.from_event(wrong)
+    assert (request.method, request.path, request.headers, request.query) == ("GET", "", {}, {})
+    assert (request.body, request.body_is_valid_base64, request.iam, request.request_id) == (None, True, {}, "")
+    assert Request.from_event(["not", "an", "event"]) == Request(method="GET", path="")
+    # AND a path missing from rawPath is read from requestContext.http.path
+    fallback = {**event, "rawPath": None}
+    assert Request.from_event(fallback).path == event["requestContext"]["http"]["path"]
+
+
 def test_header_names_are_matched_whatever_their_case() -> None:
     # GIVEN a hand-made event with a mixed-case header name
     event = load_event("relay-events.json")

@@ -1,9 +1,11 @@
 """HTTP plumbing: the Function URL event (payload format 2.0) in, JSON or SSE responses out, routing.
 
-:meth:`Request.from_event` reads the event through Powertools' ``LambdaFunctionUrlEvent`` data
-class and never raises: a field of the wrong shape reads as absent, so even a hand-made event gets
-an HTTP answer. The body is kept as bytes (base64-decoded when ``isBase64Encoded``); a body that is
-not valid base64 is remembered as such and reported by whoever reads it.
+:meth:`Request.from_event` reads the eight fields it needs straight from the event's mapping (Powertools'
+``LambdaFunctionUrlEvent`` would do no more for them, and importing it imports every one of Powertools' ~40 event
+data classes: ~8 ms of the relay's cold start, bench/README.md "Where init goes") and never raises: a field of the
+wrong shape reads as absent, so even a hand-made event gets an HTTP answer. The body is kept as bytes
+(base64-decoded when ``isBase64Encoded``); a body that is not valid base64 is remembered as such and reported by
+whoever reads it.
 
 :class:`Router` holds routes declared once (a method, a path template where ``{name}`` matches one
 non-empty segment, and a handler). It matches ``rawPath`` against the templates and calls the handler
@@ -21,8 +23,6 @@ import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -49,19 +49,19 @@ class Request:
 
     @classmethod
     def from_event(cls, raw: object) -> Request:
-        event = LambdaFunctionUrlEvent(raw if isinstance(raw, dict) else {})
+        event = raw if isinstance(raw, dict) else {}
         # No path at all is a malformed event (a Function URL always sends one), not the page at "/".
-        path = _read(lambda: event.raw_path, str) or _read(lambda: event.request_context.http.path, str) or ""
-        body, valid = _body(_read(lambda: event.body, str), _read(lambda: event.is_base64_encoded, bool) is True)
+        path = _read(event, str, "rawPath") or _read(event, str, "requestContext", "http", "path") or ""
+        body, valid = _body(_read(event, str, "body"), _read(event, bool, "isBase64Encoded") is True)
         return cls(
-            method=(_read(lambda: event.request_context.http.method, str) or "GET").upper(),
+            method=(_read(event, str, "requestContext", "http", "method") or "GET").upper(),
             path=path,
-            headers=_strings(_read(lambda: event.headers, dict), lower=True),
-            query=_strings(_read(lambda: event.query_string_parameters, dict)),
+            headers=_strings(_read(event, dict, "headers"), lower=True),
+            query=_strings(_read(event, dict, "queryStringParameters")),
             body=body,
             body_is_valid_base64=valid,
-            iam=_read(lambda: event.request_context.authorizer.iam.raw_event, dict) or {},
-            request_id=_read(lambda: event.request_context.request_id, str) or "",
+            iam=_read(event, dict, "requestContext", "authorizer", "iam") or {},
+            request_id=_read(event, str, "requestContext", "requestId") or "",
         )
 
     def header(self, name: str) -> str | None:
@@ -71,13 +71,15 @@ class Request:
 _T = TypeVar("_T")
 
 
-def _read(getter: Callable[[], object], kind: type[_T]) -> _T | None:
-    """A field through the data class, or ``None`` when the event lacks it or has the wrong shape."""
-    try:
-        value = getter()
-    except (KeyError, TypeError, AttributeError):
-        return None
-    return value if isinstance(value, kind) else None
+def _read(event: Mapping[str, object], kind: type[_T], *path: str) -> _T | None:
+    """The field at ``path`` (``"requestContext", "http", "method"``), or ``None`` when the event lacks it or has the
+    wrong shape."""
+    node: object = event
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node if isinstance(node, kind) else None
 
 
 def _strings(mapping: dict[Any, Any] | None, *, lower: bool = False) -> dict[str, str]:

@@ -3,8 +3,9 @@
 Every route of :data:`chatstream.relay.service.ROUTES` is an operation of the document and every operation a
 route (``tests/unit/relay/test_openapi.py`` holds the two to each other, and the document to OpenAPI 3.1);
 ``tests/integration/test_fuzz_http.py`` runs schemathesis from it against the local stack. The file ships in
-the layer with the package and is read once per execution environment, at import, so a missing or broken
-document fails the cold start, naming it.
+the layer with the package and is read once per execution environment, when this module is imported: by the first
+``GET /openapi.json``, not at the relay's init (a missing or broken document fails that request, and the log names
+it; the built layer's test serves it).
 
 Some values are the deployment's: a schema marked ``"x-deployment": "MaxTokensLimit"`` has the largest
 ``max_tokens`` as its ``maximum``, one marked ``"x-deployment": "ModelId"`` the served models as its ``enum``. The

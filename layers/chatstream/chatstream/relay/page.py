@@ -2,7 +2,8 @@
 
 The files live beside this module in ``static/`` and ship in the layer with the package; ``static/vendor/``
 holds the third-party code the page runs (markdown-it, pinned, its licence and checksum beside it). They
-are read once per execution environment (at import, so a missing page fails the cold start, naming it)
+are read once per execution environment, when this module is imported: by the page's first request, not at
+the relay's init (a missing page fails that request, and the log names it; the built layer's test serves it)
 and answered with a strict Content-Security-Policy: scripts, styles, images and connections from this
 origin only, no inline script or style, no frames, no plugins. The page builds the reply's Markdown
 into elements itself, from markdown-it's tokens with raw HTML off, and puts text only in text nodes;

@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -52,9 +52,7 @@ from chatstream.relay.http import (
     json_response,
     sse_response,
 )
-from chatstream.relay.openai import endpoints as openai
-from chatstream.relay.openapi import DOCUMENT
-from chatstream.relay.page import SITE, VENDOR
+from chatstream.relay.openai.errors import render_error
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
 
@@ -154,16 +152,27 @@ class _Exchange:
     def health(self, params: Mapping[str, str]) -> Response:
         return json_response(200, {"status": "ok"})
 
+    # The document, the page and /v1 are imported by their first request, not at init (see _v1).
+
     def openapi(self, params: Mapping[str, str]) -> Response:
-        return DOCUMENT.response(self.config.max_tokens_limit, openai.served_models(self))
+        from chatstream.relay.openai.endpoints import served_models
+        from chatstream.relay.openapi import DOCUMENT
+
+        return DOCUMENT.response(self.config.max_tokens_limit, served_models(self))
 
     def page(self, params: Mapping[str, str]) -> Response:
+        from chatstream.relay.page import SITE
+
         return SITE.index()
 
     def asset(self, params: Mapping[str, str]) -> Response:
+        from chatstream.relay.page import SITE
+
         return SITE.asset(params["name"])
 
     def vendor_asset(self, params: Mapping[str, str]) -> Response:
+        from chatstream.relay.page import SITE, VENDOR
+
         return SITE.asset(f"{VENDOR}/{params['name']}")
 
     def chat(self, params: Mapping[str, str]) -> Response:
@@ -417,6 +426,25 @@ def _turn_not_found(session_id: str, turn: int) -> HttpError:
     return HttpError(404, "turn_not_found", f"session {session_id} has no turn {turn}")
 
 
+_Endpoint: TypeAlias = "Callable[[_Exchange, Mapping[str, str]], Response]"
+
+
+def _v1(name: str) -> _Endpoint:
+    """The ``/v1`` endpoint ``name`` of :mod:`chatstream.relay.openai.endpoints`, which the first ``/v1`` request
+    imports. Deferred, like the OpenAPI document and the page: only their own requests need them, and importing them
+    at init cost ~8 ms of the relay's cold start (bench/README.md, "Where init goes") that every native request
+    paid for nothing."""
+
+    def endpoint(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+        from chatstream.relay.openai import endpoints
+
+        handler: _Endpoint = getattr(endpoints, name)
+        return handler(exchange, params)
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    return endpoint
+
+
 ROUTES: Router[_Exchange] = Router(
     (
         Route("GET", "/health", _Exchange.health),
@@ -428,12 +456,12 @@ ROUTES: Router[_Exchange] = Router(
         Route("GET", "/sessions/{session_id}", _Exchange.history),
         Route("GET", "/sessions/{session_id}/turns/{turn}/events", _Exchange.events),
         Route("POST", "/sessions/{session_id}/turns/{turn}/cancel", _Exchange.cancel),
-        Route("GET", "/v1/models", openai.list_models),
-        Route("GET", "/v1/models/{model}", openai.get_model),
-        Route("POST", "/v1/responses", openai.create_response),
-        Route("GET", "/v1/responses/{response_id}", openai.get_response),
-        Route("POST", "/v1/responses/{response_id}/cancel", openai.cancel_response),
-        Route("POST", "/v1/chat/completions", openai.create_chat_completion),
+        Route("GET", "/v1/models", _v1("list_models")),
+        Route("GET", "/v1/models/{model}", _v1("get_model")),
+        Route("POST", "/v1/responses", _v1("create_response")),
+        Route("GET", "/v1/responses/{response_id}", _v1("get_response")),
+        Route("POST", "/v1/responses/{response_id}/cancel", _v1("cancel_response")),
+        Route("POST", "/v1/chat/completions", _v1("create_chat_completion")),
     ),
-    render_error=openai.render_error,
+    render_error=render_error,
 )

@@ -15,9 +15,9 @@ from chatstream.errors import TurnFinished, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import RecordType
 from chatstream.relay.follow import FollowStats
-from chatstream.relay.http import SSE_HEADERS, HttpError, Request, Response, StreamInfo, StreamKind, json_response
+from chatstream.relay.http import SSE_HEADERS, HttpError, Response, StreamInfo, StreamKind, json_response
 from chatstream.relay.openai.chat import ChunkStream, completion_object
-from chatstream.relay.openai.errors import OpenAIError, error_response, invalid, openai_api
+from chatstream.relay.openai.errors import OpenAIError, invalid, openai_api
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import (
     Output,
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from chatstream.relay.service import _Exchange
     from chatstream.table import Turn
 
-V1_PREFIX = "/v1/"
 MODEL_ALIAS = "chatstream"
 SESSION_HEADER = "X-Chatstream-Session-Id"
 TURN_HEADER = "X-Chatstream-Turn"
@@ -46,11 +45,6 @@ _CANCEL_POLL_S = 0.1
 
 # A failed turn's error code → the status a non-streamed chat completion answers with.
 _FAILED_STATUS = {"throttled": 429, "invalid_request": 400, "proxy_unavailable": 503, "model_unavailable": 503}
-
-
-def render_error(request: Request, err: HttpError) -> Response:
-    """The relay's answer to an error: OpenAI's shape under ``/v1/`` (an unknown path or method too), else native."""
-    return error_response(err) if request.path.startswith(V1_PREFIX) else err.response()
 
 
 def served_models(exchange: _Exchange) -> list[str]:

@@ -19,7 +19,11 @@ from chatstream.relay.http import HttpError, Response, json_response
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from chatstream.relay.http import Request
+
 logger = logging.getLogger(__name__)
+
+V1_PREFIX = "/v1/"
 
 _TYPES = {
     400: "invalid_request_error",
@@ -62,6 +66,11 @@ def error_response(err: HttpError) -> Response:
         }
     }
     return json_response(err.status, body, err.headers)
+
+
+def render_error(request: Request, err: HttpError) -> Response:
+    """The relay's answer to an error: OpenAI's shape under ``/v1/`` (an unknown path or method too), else native."""
+    return error_response(err) if request.path.startswith(V1_PREFIX) else err.response()
 
 
 _C = TypeVar("_C")
