@@ -138,7 +138,7 @@ class Materializer:
     reconcile_finished_turns: bool = False
     parallel_keys: int = DEFAULT_PARALLEL_KEYS
     # Started by the first batch of several keys and kept: its threads serve every later batch (starting and
-    # joining a pool's threads for each batch cost ~0.1 ms of CPU a thread).
+    # joining a pool's threads for each batch cost ~0.3 ms of CPU a thread: 4.9 -> 3.8 ms a batch of four sessions).
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False, compare=False)
 
     def process(self, records: Sequence[StreamRecord]) -> BatchOutcome:
