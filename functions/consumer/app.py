@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools import Logger, Metrics
     from aws_lambda_powertools.metrics import MetricUnit
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
@@ -35,10 +35,12 @@ with collector_paused():
     from chatstream.kinesis import StreamRecord
     from chatstream.materialize import BatchOutcome, Materializer
     from chatstream.table import ChatTable
+    from chatstream.tracing import traced_handler
 
     logger = Logger()
     metrics = Metrics()
-    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+    # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
+    handler_traced = traced_handler()
 
     CONFIG = ConsumerConfig.from_env(os.environ)
     _session = botocore.session.get_session()
@@ -74,7 +76,7 @@ processor = _processor()
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-@tracer.capture_lambda_handler
+@handler_traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if not event.get("Records"):
         return {"batchItemFailures": []}  # Powertools rejects an empty batch; Lambda never sends one

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools import Logger, Metrics
     from aws_lambda_powertools.metrics import MetricUnit
     from botocore.config import Config
 
@@ -30,10 +30,12 @@ with collector_paused():
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.proxy_event import GenerateRequest
     from chatstream.table import ChatTable
+    from chatstream.tracing import traced_handler
 
     logger = Logger()
     metrics = Metrics()
-    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+    # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
+    handler_traced = traced_handler()
 
     CONFIG = ProxyConfig.from_env(os.environ)
     _session = botocore.session.get_session()
@@ -47,7 +49,7 @@ with collector_paused():
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-@tracer.capture_lambda_handler
+@handler_traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = GenerateRequest.from_event(event)
     logger.append_keys(session_id=request.session_id, turn=request.turn)

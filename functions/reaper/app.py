@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools import Logger, Metrics
     from aws_lambda_powertools.metrics import MetricUnit
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
@@ -30,10 +30,12 @@ with collector_paused():
     from chatstream.errors import InvalidEvent
     from chatstream.reaper import FailedGeneration, end_abandoned_turn
     from chatstream.table import ChatTable
+    from chatstream.tracing import traced_handler
 
     logger = Logger()
     metrics = Metrics()
-    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+    # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
+    handler_traced = traced_handler()
 
     CONFIG = TableConfig.from_env(os.environ)
     DYNAMODB = cast("DynamoDBClient", create_client(botocore.session.get_session(), "dynamodb"))
@@ -65,7 +67,7 @@ def record_handler(record: SQSRecord) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-@tracer.capture_lambda_handler
+@handler_traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics, Tracer
+    from aws_lambda_powertools import Logger, Metrics
     from aws_lambda_powertools.logging import correlation_paths
     from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
     from aws_lambda_powertools.metrics import MetricUnit
@@ -39,11 +39,13 @@ with collector_paused():
     from chatstream.relay.http import Request, StreamKind
     from chatstream.relay.service import RelayService
     from chatstream.table import ChatTable
+    from chatstream.tracing import traced_handler
     from streaming_runtime import StreamingResponse
 
     logger = Logger()
     metrics = Metrics()
-    tracer = Tracer(patch_modules=("botocore",))  # the only library these functions call AWS through
+    # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
+    handler_traced = traced_handler(capture_response=False)
     # The core logs through the standard library; give its loggers this Logger's JSON format and level.
     copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.relay.service"})
 
@@ -60,7 +62,7 @@ with collector_paused():
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.LAMBDA_FUNCTION_URL, clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
+@handler_traced
 def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
     request = Request.from_event(event)
     response = SERVICE.handle(request, remaining_ms=context.get_remaining_time_in_millis)

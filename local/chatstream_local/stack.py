@@ -43,6 +43,7 @@ from botocore.credentials import Credentials
 
 from chatstream_local.account import current_region
 from chatstream_local.bedrock.endpoint import LocalModelServer
+from chatstream_local.botocore_models import layer_models
 from chatstream_local.edge import LambdaApiRoute
 from chatstream_local.event_sources.kinesis import EventSourceMapping, ReadMode
 from chatstream_local.event_sources.sqs import SqsEventSource
@@ -330,6 +331,8 @@ class LocalStack:
             "AWS_DEFAULT_REGION": self.settings.region,
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_DISABLED": "true",
+            # The botocore models the layer ships: only the operations the functions call (botocore_models.py).
+            "AWS_DATA_PATH": str(layer_models()),
         }
         if self._model is not None:
             env["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] = self._model.url

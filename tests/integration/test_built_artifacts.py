@@ -25,6 +25,7 @@ from chatstream_local.lambda_.function_spec import FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.template import Template
+from tests.layer_operations import FUNCTION_OPERATIONS
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -264,14 +265,47 @@ def _without_documentation(model: dict[str, Any]) -> dict[str, Any]:
     return bare(model) | {"operations": {n: bare(op) for n, op in model["operations"].items()}, "shapes": shapes}
 
 
-def test_the_built_layer_ships_each_service_model_uncompressed_and_without_documentation(built: Built) -> None:
+def _references(shape: dict[str, Any]) -> list[str]:
+    names = [shape[key]["shape"] for key in ("member", "key", "value") if key in shape]
+    return names + [member["shape"] for member in shape.get("members", {}).values()]
+
+
+def test_the_built_layer_ships_each_service_model_uncompressed_without_documentation_with_the_operations_called(
+    built: Built,
+) -> None:
     # GIVEN the layer's botocore data, and the full botocore of the same version this environment has
     data = built.folders["ChatstreamLayer"] / "python" / "botocore" / "data"
     full = botocore.loaders.create_loader()
-    for service in ("dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs"):
+    for service, operations in FUNCTION_OPERATIONS.items():
         api_version = full.determine_latest_version(service, "service-2")
-        # THEN each is one plain JSON file (no gzip to undo at init), with every key but the prose
+        # THEN each is one plain JSON file (no gzip to undo at init), of the newest API version only
         assert [p.name for p in (data / service / api_version).glob("service-2.json*")] == ["service-2.json"]
+        assert [p.parent.name for p in (data / service).glob("*/service-2.json*")] == [api_version]
         shipped = json.loads((data / service / api_version / "service-2.json").read_text(encoding="utf-8"))
+        whole = _without_documentation(full.load_service_model(service, "service-2"))
         assert "documentation" in json.dumps(full.load_service_model(service, "service-2"))
-        assert shipped == _without_documentation(full.load_service_model(service, "service-2"))
+        # AND it holds the operations the functions call, each as botocore has it but for the prose
+        assert set(shipped["operations"]) == operations
+        assert all(shipped["operations"][name] == whole["operations"][name] for name in operations)
+        # AND every shape they reach, as botocore has it, and no other
+        assert all(shipped["shapes"][name] == whole["shapes"][name] for name in shipped["shapes"])
+        reached, pending = (
+            set(),
+            [
+                ref["shape"]
+                for op in shipped["operations"].values()
+                for ref in (op.get("input"), op.get("output"))
+                if ref
+            ]
+            + [error["shape"] for op in shipped["operations"].values() for error in op.get("errors", ())],
+        )
+        while pending:
+            name = pending.pop()
+            if name not in reached:
+                reached.add(name)
+                pending += _references(whole["shapes"][name])
+        assert set(shipped["shapes"]) == reached
+        # AND every other key of the model is kept
+        assert {k: v for k, v in shipped.items() if k not in ("operations", "shapes")} == {
+            k: v for k, v in whole.items() if k not in ("operations", "shapes")
+        }

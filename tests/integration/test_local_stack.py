@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import botocore.session
 import httpx
 import pytest
 from httpx_sse import EventSource
@@ -14,6 +15,7 @@ from chatstream_client.api import ApiError, ChatClient, ids_in_order
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
 from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackSettings
+from tests.layer_operations import FUNCTION_OPERATIONS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +50,21 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
             (1, TurnStatus.COMPLETE, "You said: hello world"),
             (2, TurnStatus.COMPLETE, plan_reply("/long 300").text),
         ]
+
+
+def test_the_functions_run_on_the_layers_botocore_models(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack
+    stack = start_stack()
+    assert stack.local_lambda is not None
+    for logical_id in ("RelayFunction", "ProxyFunction", "ConsumerFunction", "TurnReaperFunction"):
+        # THEN each function's botocore reads the models the layer ships before its own: a client of each service the
+        # functions call has the operations they call and no other (so a test calling any other one fails)
+        data_path = stack.local_lambda.spec(stack.name(logical_id)).environment["AWS_DATA_PATH"]
+        session = botocore.session.get_session()
+        session.set_config_variable("data_path", data_path)
+        for service, operations in FUNCTION_OPERATIONS.items():
+            client = session.create_client(service, region_name="us-east-1")
+            assert set(client.meta.service_model.operation_names) == operations, (logical_id, service)
 
 
 def sse_events(response: httpx.Response) -> list[tuple[str, str, dict]]:

@@ -511,3 +511,21 @@ def test_the_docs_name_every_output_and_every_alarm(source: dict[str, Any]) -> N
     assert set(source["Outputs"]) - function_names <= named_outputs
     alarms = set(_source_of_type(source, "AWS::CloudWatch::Alarm"))
     assert {name for name in alarms if f"| `{name}` |" in operations} == alarms
+
+
+def test_every_function_is_traced_by_lambda_and_its_aws_calls_only_with_trace_aws_calls(source: dict[str, Any]) -> None:
+    # GIVEN the template's functions
+    globals_ = source["Globals"]["Function"]
+    # THEN Lambda's active tracing records every invocation, whatever the parameters
+    assert globals_["Tracing"] == "Active"
+    functions = {name: r["Properties"] for name, r in source["Resources"].items() if r["Type"].endswith("::Function")}
+    assert all("Tracing" not in props for props in functions.values())
+    # AND a subsegment per AWS call (the X-Ray SDK, through Powertools' Tracer) only when TraceAwsCalls is true,
+    # off by default, through Powertools' own switch, which no function overrides
+    assert source["Parameters"]["TraceAwsCalls"]["Default"] == "false"
+    assert source["Conditions"]["TracesAwsCalls"] == {"Fn::Equals": [{"Ref": "TraceAwsCalls"}, "true"]}
+    assert globals_["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == {
+        "Fn::If": ["TracesAwsCalls", "false", "true"]
+    }
+    for props in functions.values():
+        assert "POWERTOOLS_TRACE_DISABLED" not in props.get("Environment", {}).get("Variables", {})
