@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
 VARIANT_ORDER = (
@@ -62,6 +63,16 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _index(results: dict[str, Any]) -> dict[tuple[str, int, int], dict[str, Any]]:
     return {(r["variant"], r["model_delay_ms"], r["concurrency"]): r for r in results["runs"]}
+
+
+def _runs(
+    index: dict[tuple[str, int, int], dict[str, Any]], delay: int, concurrency: int, variants: Iterable[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each of ``variants`` that ran at this model delay and concurrency, with its run, in the order given."""
+    for variant in variants:
+        run = index.get((variant, delay, concurrency))
+        if run is not None:
+            yield variant, run
 
 
 def _read_modes(results: dict[str, Any]) -> dict[str, str]:
@@ -142,10 +153,7 @@ def candidates_table(results: dict[str, Any]) -> list[str]:
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for delay, c in sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]}):
-        for variant in present:
-            r = index.get((variant, delay, c))
-            if r is None:
-                continue
+        for variant, r in _runs(index, delay, c, present):
             lines.append(
                 f"| {delay} | {c} | {variant} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['gap_ms']['p50'])} / "
                 f"{_cell(r['gap_ms']['p99'])} | {_cell(r['kinesis_records_per_1k_tokens'])} "
@@ -174,10 +182,7 @@ def read_mode_table(results: dict[str, Any]) -> list[str]:
                 f"| {delay} | {c} | direct | – | {_cell(d['ttft_ms']['p50'])} / {_cell(d['ttft_ms']['p95'])} | – "
                 f"| {_cell(d['gap_ms']['p50'])} / {_cell(d['gap_ms']['p99'])} | {_cell(d['exact'])} |"
             )
-        for variant in variants:
-            r = index.get((variant, delay, c))
-            if r is None:
-                continue
+        for variant, r in _runs(index, delay, c, variants):
             lines.append(
                 f"| {delay} | {c} | {variant} | {modes[variant]} | {_cell(r['ttft_ms']['p50'])} / "
                 f"{_cell(r['ttft_ms']['p95'])} | {_over(r, d)} | {_cell(r['gap_ms']['p50'])} / "
@@ -212,10 +217,7 @@ def pacing_table(results: dict[str, Any]) -> list[str]:
         "|---:|---|---:|---:|---:|:---:|",
     ]
     for c in cells:
-        for variant in ("direct", "chatstream", "chatstream-unpaced"):
-            r = index.get((variant, PACING_DELAY_MS, c))
-            if r is None:
-                continue
+        for variant, r in _runs(index, PACING_DELAY_MS, c, ("direct", "chatstream", "chatstream-unpaced")):
             lines.append(
                 f"| {c} | {variant} | {_cell(r['gap_ms']['p50'])} / {_cell(r['gap_ms']['p99'])} "
                 f"| {_cell(r.get('token_events_per_chat'))} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['exact'])} |"

@@ -121,6 +121,20 @@ class Stream:
         return [int(event.id) for event in self.events if event.id is not None]
 
 
+def calls_at(owner: Any, name: str, clock: FakeClock) -> list[float]:
+    """Wrap ``owner``'s method ``name`` so that each call is noted at the fake clock's time, and still made; the
+    list those times go to."""
+    at: list[float] = []
+    method = getattr(owner, name)
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        at.append(clock.t)
+        return method(*args, **kwargs)
+
+    setattr(owner, name, noted)
+    return at
+
+
 def read_stream(chunks: Iterable[str | bytes], clock: FakeClock | None = None) -> Stream:
     """Consume a body, then parse it line by line (CRLF, CR or LF end a line)."""
     raw_parts: list[str] = []

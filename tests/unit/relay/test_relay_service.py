@@ -27,6 +27,7 @@ from tests.unit.relay.relay_support import (
     PROXY_FUNCTION,
     FakeClock,
     Stream,
+    calls_at,
     read_stream,
     relay_config,
     write_turn,
@@ -686,14 +687,7 @@ def test_no_chat_body_produces_a_server_error(service: RelayService, fields: dic
 def test_a_new_turns_first_read_waits_the_shortest_poll_interval_and_a_resumed_one_reads_at_once(
     service: RelayService, chat_table: ChatTable, clock: FakeClock
 ) -> None:
-    queried_at: list[float] = []
-    query_records = chat_table.query_records
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        queried_at.append(clock.t)
-        return query_records(*args, **kwargs)
-
-    chat_table.query_records = counted  # type: ignore[method-assign]
+    queried_at = calls_at(chat_table, "query_records", clock)
     # GIVEN a chat the relay has just started (it has only just invoked the proxy: nothing can be there yet)
     response = chat(service, "hello")
     session_id = meta_of(response)["session_id"]
