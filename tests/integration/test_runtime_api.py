@@ -13,7 +13,7 @@ from chatstream_local.lambda_.exceptions import UnknownFunction
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
 from chatstream_local.lambda_.service import LocalLambda
-from chatstream_local.lambda_.telemetry_log import MalformedFrame, TelemetryRecord, read_records
+from chatstream_local.lambda_.telemetry_log import MalformedFrame, TelemetryRecord, read_records, split_records
 from tests.fixtures.local_handlers.specs import HANDLERS, buffered, on_layer, streamed, wait_until
 
 if TYPE_CHECKING:
@@ -438,6 +438,15 @@ def test_telemetry_records_are_read_whole_and_anything_else_is_refused() -> None
         list(read_records(io.BytesIO(b"plain text on the pipe\n")))
     with pytest.raises(MalformedFrame):
         list(read_records(io.BytesIO(frame(0xA55A0003, "cut short")[:-3])))
+    # AND from a pipe read a few bytes at a time (as an environment's pump reads it), each record once it is whole
+    data, rest, seen = frame(0xA55A0003, "one") + frame(0xA55A0017, "two\nlïnes"), b"", []
+    for i in range(0, len(data), 5):
+        records, rest, error = split_records(rest + data[i : i + 5])
+        assert error is None
+        seen += records
+    assert ([r.message for r in seen], rest) == (["one", "two\nlïnes"], b"")
+    assert split_records(frame(0xA55A0003, "one") + b"plain text on the pipe")[0][0].message == "one"
+    assert split_records(b"plain text on the pipe")[2] is not None
 
 
 def _gated_init(name: str, gate: Path, *, timeout_s: float) -> FunctionSpec:

@@ -24,14 +24,13 @@ Lambda's ``START`` and ``END``/``REPORT`` lines.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from chatstream_local.lambda_.executor_endpoint import RuntimeApiEndpoint
 from chatstream_local.lambda_.invocation import FunctionError
@@ -42,7 +41,7 @@ from chatstream_local.lambda_.runtime_executor import (
     kill_process_group,
     start_runtime,
 )
-from chatstream_local.lambda_.telemetry_log import MalformedFrame, read_records
+from chatstream_local.lambda_.telemetry_log import MalformedFrame, cut_short, split_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -99,7 +98,8 @@ class ExecutionEnvironment:
         self._threads: list[threading.Thread] = []
         self._endpoint = RuntimeApiEndpoint(self, self.label)
         self._process: subprocess.Popen[bytes] | None = None
-        self._pumps: list[OutputPump] = []
+        self._pumps: list[OutputPump] = []  # stdout and stderr (with a log sink), the telemetry log pipe
+        self._telemetry_broken = False  # the telemetry log pipe carried something that is not a frame
         self._log_target: StreamHandle | None = None  # the invocation the process's output belongs to
         self._init_ms: float | None = None  # the init phase, in the first invocation's REPORT (a cold start)
         self._first_request_id = ""
@@ -150,9 +150,12 @@ class ExecutionEnvironment:
                     pump = OutputPump(stream, self._log_line)
                     self._pumps.append(pump)
                     self._spawn(pump.run, what)
-        if telemetry_read is not None:
-            reader = os.fdopen(telemetry_read, "rb")
-            self._spawn(lambda: self._pump_telemetry(reader), "telemetry")
+        if telemetry_read is not None:  # read without a sink too: a full pipe would block the writer
+            telemetry = OutputPump(
+                os.fdopen(telemetry_read, "rb"), self._log_line, split=self._telemetry_split, at_end=self._telemetry_end
+            )
+            self._pumps.append(telemetry)
+            self._spawn(telemetry.run, "telemetry")
         self._spawn(self._watch_exit, "exit-watch")
         if self.retried_init:
             self._arm_timer(self.spec.timeout_s, self._on_retried_init_timeout)
@@ -171,18 +174,27 @@ class ExecutionEnvironment:
         if target is not None:
             target.log(line)
 
-    def _pump_telemetry(self, stream: IO[bytes]) -> None:
-        """Each telemetry log record to the log sink, whole (read without a sink too: a full pipe blocks the writer)."""
-        with stream:
-            try:
-                for record in read_records(stream):
-                    self._log_line(record.message.rstrip("\n"))
-            except MalformedFrame as err:
-                if self._log_sink is not None:
-                    self._log_sink(self.label, f"ERROR: the telemetry log pipe carried something else: {err}")
-                with contextlib.suppress(OSError):
-                    while stream.read(65536):
-                        pass
+    def _telemetry_split(self, data: bytes) -> tuple[list[str], bytes]:
+        """The whole telemetry log records in ``data``, one log entry each; after bytes that are not a frame, one error
+        line and nothing more of the pipe."""
+        if self._telemetry_broken:
+            return [], b""
+        records, rest, error = split_records(data)
+        lines = [record.message.rstrip("\n") for record in records]
+        if error is not None:
+            self._telemetry_failed(error)
+            return lines, b""
+        return lines, rest
+
+    def _telemetry_end(self, rest: bytes) -> list[str]:
+        if not self._telemetry_broken:
+            self._telemetry_failed(cut_short(rest))
+        return []
+
+    def _telemetry_failed(self, error: MalformedFrame) -> None:
+        self._telemetry_broken = True
+        if self._log_sink is not None:
+            self._log_sink(self.label, f"ERROR: the telemetry log pipe carried something else: {error}")
 
     def _watch_exit(self) -> None:
         assert self._process is not None

@@ -6,7 +6,9 @@ event, newlines and all (so a traceback stays one event). A record is framed as 
 
     frame type (4 bytes, 0xa55a00NN) | message length (4 bytes) | timestamp, µs since the epoch (8 bytes) | message
 
-:func:`read_records` reads them back until every writer has closed the pipe.
+:func:`read_records` reads them back until every writer has closed the pipe; :func:`split_records` takes them from
+what has been read so far (an execution environment's pump, which must have every record of an invocation in before
+it writes the invocation's ``END`` line).
 """
 
 from __future__ import annotations
@@ -36,32 +38,45 @@ class TelemetryRecord:
     message: str
 
 
+def split_records(data: bytes) -> tuple[list[TelemetryRecord], bytes, MalformedFrame | None]:
+    """The whole records at the start of ``data``; the bytes after them (the start of a record not yet whole); and
+    the error at the first bytes that are not a frame, if any (nothing after them is read)."""
+    records: list[TelemetryRecord] = []
+    offset = 0
+    while len(data) - offset >= _HEADER_SIZE:
+        header = data[offset : offset + _HEADER_SIZE]
+        frame_type = int.from_bytes(header[:4], "big")
+        length = int.from_bytes(header[4:8], "big")
+        if frame_type >> 16 != FRAME_MAGIC or length > _MAX_RECORD:
+            return records, b"", MalformedFrame(f"not a telemetry log frame: {header!r}")
+        end = offset + _HEADER_SIZE + length
+        if end > len(data):
+            break
+        message = data[offset + _HEADER_SIZE : end].decode("utf-8", "replace")
+        records.append(TelemetryRecord(frame_type, int.from_bytes(header[8:16], "big"), message))
+        offset = end
+    return records, data[offset:], None
+
+
+def cut_short(rest: bytes) -> MalformedFrame:
+    """The error for ``rest``, what was left of the stream when it ended: a frame's header or record cut short."""
+    if len(rest) < _HEADER_SIZE:
+        return MalformedFrame(f"the stream ended inside a frame header ({len(rest)} of {_HEADER_SIZE} bytes)")
+    length = int.from_bytes(rest[4:8], "big")
+    return MalformedFrame(f"the stream ended inside a record ({len(rest) - _HEADER_SIZE} of {length} bytes)")
+
+
 def read_records(stream: IO[bytes]) -> Iterator[TelemetryRecord]:
     """The records on ``stream``, each as soon as it is whole; ends at the end of the stream.
 
     Raises :class:`MalformedFrame` at bytes that are not a frame (or a frame cut short by the end of the stream).
     """
-    while True:
-        header = _read_exactly(stream, _HEADER_SIZE)
-        if not header:
-            return
-        if len(header) < _HEADER_SIZE:
-            raise MalformedFrame(f"the stream ended inside a frame header ({len(header)} of {_HEADER_SIZE} bytes)")
-        frame_type = int.from_bytes(header[:4], "big")
-        length = int.from_bytes(header[4:8], "big")
-        if frame_type >> 16 != FRAME_MAGIC or length > _MAX_RECORD:
-            raise MalformedFrame(f"not a telemetry log frame: {header!r}")
-        message = _read_exactly(stream, length)
-        if len(message) < length:
-            raise MalformedFrame(f"the stream ended inside a record ({len(message)} of {length} bytes)")
-        yield TelemetryRecord(frame_type, int.from_bytes(header[8:16], "big"), message.decode("utf-8", "replace"))
-
-
-def _read_exactly(stream: IO[bytes], size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = stream.read(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
+    rest = b""
+    read = getattr(stream, "read1", stream.read)  # a buffered pipe's read1 returns what has arrived, not 64 KB
+    while chunk := read(65536):
+        records, rest, error = split_records(rest + chunk)
+        yield from records
+        if error is not None:
+            raise error
+    if rest:
+        raise cut_short(rest)
