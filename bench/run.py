@@ -103,7 +103,7 @@ class Workload:
     concurrency: tuple[int, ...] = (1, 10, 50)
     repeat_at_1: int = 5
     rounds_up_to_10: int = 3  # rounds of chats at once, up to 10: one round of 10 is 10 samples of a noisy p50
-    coldstart_repeat: int = 7
+    coldstart_repeat: int = 15  # medians of 7 moved by ±3 ms from run to run, as much as the target's margin
     first_token_chats: int = 12  # chats one after another measured to their first token (bench/firsttoken.py)
     naive_max_concurrency: int = 10  # see bench/README.md: beyond this the local emulator falls behind for good
     # Informative cells beside the issue's: the same numbers of chats, sent this far apart instead of at once (at
