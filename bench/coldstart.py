@@ -14,8 +14,9 @@ function has on Lambda (the CRT, pyOpenSSL, moto...), and botocore imports some 
 
 - ``deployed``: an interpreter that sees only what the deployed function has, the closures the layers'
   ``requirements.txt`` pin (the chatstream layer's and the streaming runtime layer's), linked from the development
-  environment into a virtual environment of their own (:func:`deployed_site`);
-- ``dev``: the development environment, as ``make local`` runs the functions.
+  environment into a virtual environment of their own, with botocore's data pruned as the layer's build prunes it
+  (``chatstream_local.lambda_.deployed_site``, on which the local stack runs the functions too);
+- ``dev``: the development environment, every package ``make venv`` installs.
 
 Both as Lambda has a deployed function's code: what a start imports is compiled before the first measured start (one
 start of each case that may write bytecode, standing in for the bytecode the builds ship, ``make/bytecode.mk``), and
@@ -26,10 +27,7 @@ the first of the starts is no different from the others.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
-import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -37,19 +35,17 @@ import sys
 import tempfile
 import threading
 import time
-import venv
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from chatstream_local.lambda_ import deployed_site
 from chatstream_local.lambda_.function_spec import FunctionSpec, RuntimeKind
 from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
 
 ROOT = Path(__file__).resolve().parent.parent
 EXEC_WRAPPER = ROOT / "layers/streaming-runtime/bin/chatstream-streaming"
 LAYERS = [ROOT / "layers/chatstream", ROOT / "layers/streaming-runtime"]
-PRUNE_BOTOCORE_DATA = ROOT / "layers/chatstream/prune_botocore_data.py"
-LAYER_REQUIREMENTS = [ROOT / "layers/chatstream/requirements.txt", ROOT / "layers/streaming-runtime/requirements.txt"]
 COMMON_ENV = {
     "CHAT_TABLE_NAME": "bench-table",
     "POWERTOOLS_SERVICE_NAME": "chatstream",
@@ -113,36 +109,6 @@ def _spec(case: str, runtime: RuntimeKind, *, writes_bytecode: bool = False) -> 
     )
 
 
-def _requirement_names(files: list[Path]) -> list[str]:
-    names = []
-    for path in files:
-        for line in path.read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                names.append(re.split(r"[=<>~!\[; ]", line, maxsplit=1)[0])
-    return names
-
-
-def deployed_site(directory: Path) -> Path:
-    """A virtual environment in ``directory`` whose site-packages hold only the layers' pinned packages (linked from
-    this environment, the versions the tests run with; botocore copied and its data pruned, as the layer's build
-    does); its interpreter's path."""
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(directory)
-    site = next(directory.glob("lib/python*/site-packages"))
-    for name in _requirement_names(LAYER_REQUIREMENTS):
-        dist = importlib.metadata.distribution(name)
-        for top in {PurePosixPath(str(f)).parts[0] for f in dist.files or ()}:
-            if top in ("..", "__pycache__") or top.endswith(".pth"):
-                continue
-            source, target = Path(str(dist.locate_file(top))), site / top
-            if top == "botocore" and not target.exists():  # a copy, pruned as the layer's build prunes it
-                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-                subprocess.run([sys.executable, str(PRUNE_BOTOCORE_DATA), str(target / "data")], check=True)  # noqa: S603
-            elif source.exists() and not target.exists():
-                target.symlink_to(source)
-    return directory / "bin" / "python"
-
-
 def time_to_first_next(
     spec: FunctionSpec, python: str = sys.executable, timeout_s: float = 30.0
 ) -> tuple[float, float]:
@@ -181,7 +147,7 @@ def measure(repeat: int = 7) -> dict[str, Any]:
     by then); each function's runtime as deployed; ratios of the deployed runtime to awslambdaric (the relay's:
     streaming layer / awslambdaric)."""
     with tempfile.TemporaryDirectory(prefix="chatstream-deployed-site-") as tmp:
-        pythons = {"deployed": str(deployed_site(Path(tmp))), "dev": sys.executable}
+        pythons = {"deployed": str(deployed_site.create(Path(tmp), prune_botocore=True)), "dev": sys.executable}
         samples: dict[str, dict[str, dict[str, list[float]]]] = {
             site: {case: {runtime: [] for runtime in RUNTIMES} for case in FUNCTIONS} for site in SITES
         }

@@ -38,6 +38,7 @@ from bench.report import write_markdown, write_plot
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
+from chatstream_local.lambda_ import deployed_site
 from chatstream_local.lambda_.function_spec import FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
@@ -235,6 +236,7 @@ def start_direct() -> Target:
         runtime="streaming",
         exec_wrapper=ROOT / "layers/streaming-runtime/bin/chatstream-streaming",
         max_concurrency=100,
+        python=deployed_site.interpreter(),  # as the stack runs the pipeline's functions
     )
     local = LocalLambda([spec]).start()
     invocations = Invocations(local)

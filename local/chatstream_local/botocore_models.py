@@ -2,9 +2,9 @@
 
 The chatstream layer's build trims botocore's models of the services the functions call to the operations they call
 (``layers/chatstream/prune_botocore_data.py``). The local stack runs the functions on the development environment's
-botocore, so it writes those same trimmed models, from that botocore, into a folder that each function's
-``AWS_DATA_PATH`` puts before botocore's own data: a function that calls an operation the layer does not keep fails
-locally, in every test that runs it, as it would on Lambda.
+botocore (linked into their site, ``chatstream_local.lambda_.deployed_site``), so it writes those same trimmed models,
+from that botocore, into a folder that each function's ``AWS_DATA_PATH`` puts before botocore's own data: a function
+that calls an operation the layer does not keep fails locally, in every test that runs it, as it would on Lambda.
 """
 
 from __future__ import annotations

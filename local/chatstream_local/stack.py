@@ -48,6 +48,7 @@ from chatstream_local.edge import LambdaApiRoute
 from chatstream_local.event_sources.kinesis import EventSourceMapping, ReadMode
 from chatstream_local.event_sources.sqs import SqsEventSource
 from chatstream_local.iam import Principal, Principals, SigV4Verifier
+from chatstream_local.lambda_ import deployed_site
 from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
@@ -264,6 +265,10 @@ class LocalStack:
     def function_specs(self, invoke_url: str) -> list[FunctionSpec]:
         """Every function of the template as the local Runtime API runs it."""
         specs = []
+        try:
+            python = deployed_site.interpreter()  # only the packages a deployed function has (deployed_site.py)
+        except deployed_site.SiteError as err:
+            raise StackError(str(err)) from None
         for logical_id in self.template.resources_of_type("AWS::Serverless::Function"):
             settings = self.template.function_settings(logical_id)
             env = dict(settings["Environment"]["Variables"])
@@ -287,6 +292,7 @@ class LocalStack:
                     max_retry_attempts=int(retries),
                     max_concurrency=100,
                     nice=SHARED_FUNCTION_NICE if self._mapped(settings) else FUNCTION_NICE,
+                    python=python,
                 )
             )
         return specs

@@ -8,6 +8,7 @@ Laid out as LocalStack's Lambda provider is (``localstack/services/lambda_/invoc
 - :mod:`.execution_environment`: one environment, its process and its timers;
 - :mod:`.executor_endpoint`: the Runtime API endpoint an environment's runtime talks to;
 - :mod:`.runtime_executor`: how an environment's process is run (command, variables, process group);
+- :mod:`.deployed_site`: the interpreter it runs on, which sees only the packages a deployed function has;
 - :mod:`.invocation`: an invocation and its response (:class:`StreamHandle`, :class:`InvokeResult`);
 - :mod:`.exceptions`: the service's own errors;
 - :mod:`.log_pump`: an environment's output, line by line, given to the invocation it belongs to;

@@ -35,6 +35,10 @@ class FunctionSpec:
 
     ``nice``: its environments' process priority (see :data:`FUNCTION_NICE`).
 
+    ``python``: the interpreter the runtime runs on; ``None``, this process's (the development environment). The
+    stack gives every function its deployed site's (:mod:`~chatstream_local.lambda_.deployed_site`): only the
+    packages it has on Lambda.
+
     ``command`` replaces the runtime's process command entirely (a custom runtime, or a test double of one);
     it still gets the same environment variables.
     """
@@ -51,6 +55,7 @@ class FunctionSpec:
     max_concurrency: int = 10
     command: Sequence[str] | None = None
     nice: int = FUNCTION_NICE
+    python: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.code_dirs:

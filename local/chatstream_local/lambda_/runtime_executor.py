@@ -7,11 +7,12 @@ The way Lambda prepares a sandbox for a function (:class:`~chatstream_local.lamb
 - ``runtime="streaming"`` runs the streaming runtime layer (``python -m streaming_runtime``), through the
   layer's exec wrapper when one is given.
 
-Every code directory goes on ``PYTHONPATH``, the task root first; the reserved Lambda variables
-(``AWS_LAMBDA_RUNTIME_API``, ``_HANDLER``, ``LAMBDA_TASK_ROOT``...) are set over the function's own. As Lambda does
-for a managed runtime, the process gets the write end of a telemetry log pipe, its number in
-``_LAMBDA_TELEMETRY_LOG_FD`` (:mod:`~chatstream_local.lambda_.telemetry_log`); a replacement ``command`` (a custom
-runtime) does not. The process gets a process group of its own, so one ``killpg`` leaves no orphan.
+The interpreter is the spec's (the stack's functions: one that sees only the packages a deployed function has,
+:mod:`~chatstream_local.lambda_.deployed_site`). Every code directory goes on ``PYTHONPATH``, the task root first;
+the reserved Lambda variables (``AWS_LAMBDA_RUNTIME_API``, ``_HANDLER``, ``LAMBDA_TASK_ROOT``...) are set over the
+function's own. As Lambda does for a managed runtime, the process gets the write end of a telemetry log pipe, its
+number in ``_LAMBDA_TELEMETRY_LOG_FD`` (:mod:`~chatstream_local.lambda_.telemetry_log`); a replacement ``command``
+(a custom runtime) does not. The process gets a process group of its own, so one ``killpg`` leaves no orphan.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ PASSTHROUGH_VARIABLES = (
 )
 
 
-def runtime_command(spec: FunctionSpec, python: str = sys.executable) -> list[str]:
-    """The argv of one execution environment's process."""
+def runtime_command(spec: FunctionSpec, python: str | None = None) -> list[str]:
+    """The argv of one execution environment's process, on ``python`` if given, else on the spec's interpreter, else
+    on this process's."""
+    if python is None:
+        python = sys.executable if spec.python is None else str(spec.python)
     if spec.command is not None:
         return list(spec.command)
     if spec.runtime == "awslambdaric":
