@@ -48,14 +48,24 @@ def test_the_site_is_made_once_and_reused() -> None:
     assert first == second and first.exists()
 
 
-def test_a_missing_pinned_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # GIVEN a layer that pins a package this environment does not have
+@pytest.mark.parametrize(
+    ("pins", "error"),
+    [
+        ("boto3\nno-such-package-chatstream==1.0  # a pin\n", r"no-such-package-chatstream .* run `make venv`"),
+        ("boto3==0.0.1\n", r"pins boto3==0\.0\.1, but .* has [\d.]+: pin the same version in requirements/dev\.txt"),
+    ],
+    ids=["not installed", "another version"],
+)
+def test_a_pin_the_environment_does_not_satisfy_is_a_clear_error(
+    pins: str, error: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN a layer that pins a package this environment does not have, or not in that version
     requirements = tmp_path / "requirements.txt"
-    requirements.write_text("boto3==1.0\nno-such-package-chatstream==1.0  # a pin\n")
+    requirements.write_text(pins)
     monkeypatch.setattr(deployed_site, "LAYER_REQUIREMENTS", (requirements,))
     # WHEN the site is made
     # THEN the error names the package and the fix, and no site is made
-    with pytest.raises(deployed_site.SiteError, match=r"no-such-package-chatstream .* run `make venv`"):
+    with pytest.raises(deployed_site.SiteError, match=error):
         deployed_site.create(tmp_path / "site")
     assert not (tmp_path / "site").exists()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from chatstream_local.template import Template
 from tests.support import REPO_ROOT
 
@@ -17,11 +19,12 @@ def _pins(path: str) -> dict[str, str]:
     return pins
 
 
-def test_layer_pins_match_the_development_lock() -> None:
-    # GIVEN the layer's requirements and the dev lock WHEN compared THEN every layer pin is the tested version
-    layer, dev = _pins("layers/chatstream/requirements.txt"), _pins("requirements/dev.txt")
-    assert layer, "the layer pins its dependencies"
-    mismatched = {name: (version, dev.get(name)) for name, version in layer.items() if dev.get(name) != version}
+@pytest.mark.parametrize("layer", ["chatstream", "streaming-runtime"])
+def test_layer_pins_match_the_development_lock(layer: str) -> None:
+    # GIVEN a layer's requirements and the dev lock WHEN compared THEN every layer pin is the tested version
+    pins, dev = _pins(f"layers/{layer}/requirements.txt"), _pins("requirements/dev.txt")
+    assert pins, "the layer pins its dependencies"
+    mismatched = {name: (version, dev.get(name)) for name, version in pins.items() if dev.get(name) != version}
     assert mismatched == {}
 
 

@@ -12,7 +12,9 @@ environment holds far more (the CRT, pyOpenSSL, moto, pytest...), and some of it
 So the local Lambda runs every function on a virtual environment of this interpreter whose site-packages hold only the
 closures the layers' ``requirements.txt`` pin (the chatstream layer's, which every function has, and the streaming
 runtime layer's: awslambdaric and what it needs, which the managed runtime has too), linked from the development
-environment: the versions the tests run with, nothing copied, nothing downloaded. :func:`interpreter` makes it once per
+environment: the versions the tests run with, nothing copied, nothing downloaded. The development environment must
+have each pin in its version (``requirements/dev.txt`` pins the same, ``tests/unit/test_packaging.py``); where it does
+not, the stack does not start (:class:`SiteError` names the package and the fix). :func:`interpreter` makes it once per
 development environment and reuses it (a folder in the temporary directory, as ``botocore_models`` does);
 :func:`create` makes one in a given folder (``bench/coldstart.py`` prunes its botocore copy as the layer's build does;
 the stack's functions read the pruned models through ``AWS_DATA_PATH`` instead, ``chatstream_local.botocore_models``).
@@ -42,29 +44,37 @@ PRUNE_BOTOCORE_DATA = REPO_ROOT / "layers" / "chatstream" / "prune_botocore_data
 
 
 class SiteError(RuntimeError):
-    """A package the layers pin is not installed in the development environment."""
+    """The development environment does not have a package a layer pins, in the version it pins."""
 
 
-def requirement_names(files: tuple[Path, ...] | None = None) -> list[str]:
-    """The distribution names ``files`` (the layers' ``requirements.txt``) pin, in order."""
-    names = []
+def _pins(files: tuple[Path, ...] | None = None) -> list[tuple[str, str | None, Path]]:
+    """(name, version pinned with ``==`` or None, file) of each requirement line of ``files``."""
+    pins = []
     for path in LAYER_REQUIREMENTS if files is None else files:
         for line in path.read_text().splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
-                names.append(re.split(r"[=<>~!\[; ]", line, maxsplit=1)[0])
-    return names
+                name = re.split(r"[=<>~!\[; ]", line, maxsplit=1)[0]
+                version = re.search(r"==\s*([^\s;]+)", line)
+                pins.append((name, version.group(1) if version else None, path))
+    return pins
 
 
 def _distributions() -> list[importlib.metadata.Distribution]:
+    """The installed distribution of each layer pin: this environment's, which must be the pinned version."""
     distributions = []
-    for name in requirement_names():
+    for name, version, path in _pins():
+        where = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         try:
-            distributions.append(importlib.metadata.distribution(name))
+            dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
+            raise SiteError(f"{name} (pinned by {where}) is not installed in {sys.prefix}: run `make venv`") from None
+        if version is not None and dist.version != version:
             raise SiteError(
-                f"{name} (pinned by a layer's requirements.txt) is not installed in {sys.prefix}: run `make venv`"
-            ) from None
+                f"{where} pins {name}=={version}, but {sys.prefix} has {dist.version}: pin the same version in "
+                "requirements/dev.txt and run `make venv`"
+            )
+        distributions.append(dist)
     return distributions
 
 
