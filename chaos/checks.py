@@ -188,7 +188,8 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
     """One chat's counts: its stream (``seen``) and its turn in the table (``stored``) against the model's reply.
 
     ``killed``: the run killed the proxy invocation of this chat's turn. A turn the reaper ended (its proxy died)
-    lost its generation: it counts as ``killed`` when the run killed that proxy, as a problem otherwise. A token
+    lost its generation: it counts as ``killed`` when the run killed that proxy, as a problem otherwise. A killed
+    generation whose terminal record was already put ends complete, and its stream must be exact. A token
     lost (or duplicated) by the table and by the stream counts once.
     """
     label = f"chat {plan.index} ({plan.message[:24]!r}, session {seen.session_id or '-'})"
@@ -201,7 +202,12 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
     )
     if not seen.session_id:
         return activity + ChatCounts(failed_chats=1, problems=(f"{label}: no stream: {seen.failure}",))
-    if stored.reaped:
+    # A generation the run killed may end either way: the reaper ends its turn in error, or, when the proxy had put
+    # its terminal record before it died, that record does (also after the reaper, whose presumption it overrides:
+    # a stream that ended on the reaper's error is then still a lost generation's).
+    told_lost = seen.done is None and (seen.error or {}).get("code") in LOST_GENERATION_CODES
+    ended = stored.turn is not None and stored.turn.status.finished
+    if stored.reaped or (killed and told_lost and ended):
         return activity + _check_lost_generation(plan, seen, stored, killed, label)
     table, unfinished = _check_table(plan.expected_text, stored, seen.turn, label)
     stream, exact = _check_stream(plan, seen, label)

@@ -151,6 +151,23 @@ def test_a_killed_generation_whose_stream_went_stale_before_the_reaper_ended_it_
     assert counts == ChatCounts(killed_generations=1)
 
 
+def test_a_killed_generation_that_had_put_its_terminal_record_is_an_exact_stream() -> None:
+    # GIVEN a chat whose proxy the run killed after it had put the whole reply: its stop record ended the turn
+    counts = check_chat(LONG, streamed(LONG), stored(LONG), killed=True)
+
+    # THEN it is an exact stream, not a lost generation
+    assert counts == ChatCounts(exact_streams=1)
+
+
+def test_a_killed_generation_the_reaper_ended_before_its_stop_record_overrode_it_counts_as_killed() -> None:
+    # GIVEN a killed proxy's turn: the reaper ended it and the stream said so; then its stop record, put before
+    # the proxy died, was materialized and completed the turn
+    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed"), stored(LONG), killed=True)
+
+    # THEN it is a generation the run killed whose stream is a clean prefix: not lost tokens, not a problem
+    assert counts == ChatCounts(killed_generations=1)
+
+
 def test_a_generation_lost_without_a_kill_is_counted_apart_and_is_a_problem() -> None:
     # GIVEN a turn the reaper ended whose proxy the run did not kill (it failed for another reason)
     turn = stored(LONG, 2, status=TurnStatus.ERROR, code="generation_failed")

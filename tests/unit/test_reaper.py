@@ -15,6 +15,7 @@ from tests.builders import opening_records, turn_records
 from tests.support import FakeContext, load_event, load_function
 
 if TYPE_CHECKING:
+    from chatstream.records import TokenRecord
     from chatstream.table import ChatTable
 
 OWNER = "owner"
@@ -86,6 +87,50 @@ def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
     assert chat_table.get_turn(session_id, 1).status is TurnStatus.COMPLETE  # type: ignore[union-attr]
     unknown = FailedGeneration.from_destination_record(destination_record(session_id, turn=7))
     assert end_abandoned_turn(chat_table, unknown, lambda: 9) is False
+
+
+def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outcome(
+    chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a turn whose proxy put its whole reply, stop record included, and died before it returned
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    *deltas, stop = turn_records(session_id, 1, ["Hel", "lo"])
+    chat_table.put_records(deltas)
+    read_records = chat_table.query_records
+
+    def consumer_ends_it_meanwhile(session: str, turn: int) -> list[TokenRecord]:
+        records = read_records(session, turn)  # what the reaper read: no terminal record yet
+        chat_table.put_records([stop])  # then the consumer materializes the stop record and ends the turn
+        chat_table.complete_turn(stop, "Hello")
+        return records
+
+    monkeypatch.setattr(chat_table, "query_records", consumer_ends_it_meanwhile)
+    # WHEN the failure reaches the reaper, which reads the turn in progress and no terminal record
+    ended = end_abandoned_turn(
+        chat_table, FailedGeneration.from_destination_record(destination_record(session_id)), lambda: 9
+    )
+    # THEN it does not overwrite the outcome the consumer wrote in between: the turn is complete, as streamed
+    turn = chat_table.get_turn(session_id, 1)
+    assert ended is False
+    assert turn is not None and turn.status is TurnStatus.COMPLETE and turn.error is None
+    assert (turn.assistant, turn.stop_reason) == ("Hello", stop.stop_reason)
+
+
+def test_a_terminal_record_materialized_after_the_reaper_ended_the_turn_overrides_it(chat_table: ChatTable) -> None:
+    # GIVEN a turn the reaper ended in error before its stop record was materialized
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    *deltas, stop = turn_records(session_id, 1, ["Hel", "lo"])
+    chat_table.put_records(deltas)
+    failed = FailedGeneration.from_destination_record(destination_record(session_id))
+    assert end_abandoned_turn(chat_table, failed, lambda: 9) is True
+    # WHEN the consumer materializes the stop record
+    chat_table.put_records([stop])
+    chat_table.complete_turn(stop, "Hello")
+    # THEN the turn has the outcome the token log has
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.COMPLETE and turn.assistant == "Hello"
 
 
 def test_the_handler_on_the_sample_event(

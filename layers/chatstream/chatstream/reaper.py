@@ -16,7 +16,10 @@ The reaper (TurnReaperFunction) reads those and ends the turn in the read model:
 ``error`` with code ``generation_failed`` (retryable), the text generated so far, and the session
 freed for its next turn. It writes no token record (it cannot know the next ``seq`` while the
 consumer may still be materializing); followers see the turn end and send ``error`` built from the
-turn item. A turn that already ended (its terminal record arrived after all) is left alone.
+turn item. A turn that already ended (its terminal record arrived after all) is left alone, also when it ends
+between the reaper's reads and its write (the write is conditional on the turn being in progress); and a terminal
+record that the consumer materializes after the reaper ended the turn overrides it, as the token log is what
+happened.
 """
 
 from __future__ import annotations
@@ -87,5 +90,6 @@ def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Calla
     text, reasoning = assistant_text(records), reasoning_text(records)
     next_seq = max((record.seq for record in records), default=0) + 1
     terminal = TokenRecord.failure(request.session_id, request.turn, next_seq, failed.error(), now_ms())
-    table.complete_turn(terminal, text, reasoning=reasoning)
-    return True
+    # Conditional: the terminal record may have been put just before the proxy died, and the consumer may end the
+    # turn from it between the reads above and this write; then its outcome stands.
+    return table.complete_turn(terminal, text, reasoning=reasoning, if_in_progress=True)

@@ -361,11 +361,18 @@ class ChatTable:
         ).get("Item")
         return bool(raw and _deser(raw).get("cancel_requested"))
 
-    def complete_turn(self, record: TokenRecord, assistant: str, *, reasoning: str = "") -> None:
+    def complete_turn(
+        self, record: TokenRecord, assistant: str, *, reasoning: str = "", if_in_progress: bool = False
+    ) -> bool:
         """Record a turn's outcome from its terminal record, then free the session for the next turn.
 
         ``assistant`` is the reply, ``reasoning`` the reasoning text (kept apart; not stored when empty).
-        Idempotent: a redelivered terminal record rewrites the same values.
+        Idempotent: a redelivered terminal record rewrites the same values. A terminal record from the stream
+        overrides the outcome a presumption wrote (the reaper's), since the token log is what happened.
+
+        ``if_in_progress`` (the reaper's, which presumes a generation lost without its terminal record): only a
+        turn still in progress is ended, in the same conditional write, so a turn its terminal record ended
+        meanwhile keeps that outcome. Returns whether the turn item was written.
         """
         if not record.is_terminal:
             raise ValueError("complete_turn takes the turn's stop or error record")
@@ -378,20 +385,30 @@ class ChatTable:
             fields["usage"] = record.usage.to_dict()
         if record.error is not None:
             fields["error"] = record.error.to_dict()
+        values = {f":{name}": value for name, value in fields.items()}
+        condition = "attribute_exists(pk)"
+        if if_in_progress:
+            condition += " AND #status = :in_progress"
+            values[":in_progress"] = TurnStatus.IN_PROGRESS
         try:
             self._call(
                 self.client.update_item,
                 TableName=self.table_name,
                 Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
                 UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in fields),
-                ConditionExpression="attribute_exists(pk)",
+                ConditionExpression=condition,
                 ExpressionAttributeNames={f"#{name}": name for name in fields},
-                ExpressionAttributeValues=_ser({f":{name}": value for name, value in fields.items()}),
+                ExpressionAttributeValues=_ser(values),
             )
+            written = True
         except ClientError as err:
             # No such turn (expired, or a record replayed from the stream after its TTL): nothing to complete.
+            # With if_in_progress, also a turn that ended meanwhile: its outcome stands, its session was freed.
             if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
+            if if_in_progress:
+                return False
+            written = False
         try:
             self._call(
                 self.client.update_item,
@@ -405,6 +422,7 @@ class ChatTable:
             # Already freed (a redelivery), or a newer turn took over a stale one: nothing to do.
             if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
+        return written
 
     # ---------------------------------------------------------------------- token records
 
