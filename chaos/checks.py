@@ -1,5 +1,6 @@
 """The chaos run's checks: each chat's stream and stored turn against the local model's reply, the DLQ against
-the poison put, and the counts that make the ``chaos:`` line.
+the poison put, the proxy's duplicate deliveries against those it dropped, and the counts that make the ``chaos:``
+line.
 
 Pure: the stack is read by :mod:`chaos.readback`; here a chat's plan, what its client saw
 (:class:`~chaos.client.StreamSeen`) and what the table holds (:class:`StoredTurn`) become a
@@ -9,6 +10,7 @@ docs/RELIABILITY.md (``make chaos``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 # stale-turn timeout when it came first.
 LOST_GENERATION_CODES = frozenset({"timeout", "generation_failed"})
 REAPED_CODES = frozenset({"generation_failed"})  # a turn whose proxy died, ended from ProxyFailureQueue
+DUPLICATE_DROPPED = "duplicate invocation; not generated"  # the proxy's log message for a delivery it drops
 
 
 def _deltas_covered(expected: str, received: str) -> int:
@@ -266,6 +269,33 @@ def check_dlq(bodies: Iterable[str], poisoned: Sequence[bytes], redrive: Redrive
     )
 
 
+def is_dropped_duplicate(line: str) -> bool:
+    """Whether a function's log line is the proxy's JSON line saying it dropped a delivery of an event it had already
+    claimed or ended (``DUPLICATE_DROPPED``)."""
+    if not line.startswith("{"):
+        return False
+    try:
+        return json.loads(line).get("message") == DUPLICATE_DROPPED
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class DuplicateCounts:
+    """The proxy's events the local Lambda delivered twice, as Lambda may, and the deliveries the proxy dropped as
+    duplicates: each second delivery must be dropped (not generated again), and no other."""
+
+    delivered: int = 0
+    dropped: int = 0
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        if self.dropped == self.delivered:
+            return ()
+        why = "a duplicate was generated again" if self.dropped < self.delivered else "a delivery was no duplicate"
+        return (f"{self.delivered} proxy events delivered twice, {self.dropped} dropped as duplicates ({why})",)
+
+
 @dataclass(frozen=True)
 class ChaosResult:
     """The counts of a chaos run: what its ``chaos:`` line says, and whether it held."""
@@ -276,6 +306,7 @@ class ChaosResult:
     proxy_kills: int
     consumer_kills: int
     faults: Mapping[str, int]  # injected by the fault proxy, by kind
+    duplicates: DuplicateCounts = DuplicateCounts()
     run_problems: tuple[str, ...] = ()  # the run's own: the stack did not settle, a queue was not read in full
 
     @classmethod
@@ -287,21 +318,23 @@ class ChaosResult:
         proxy_kills: int,
         consumer_kills: int,
         faults: Mapping[str, int],
+        duplicates: DuplicateCounts = DuplicateCounts(),
         run_problems: Sequence[str] = (),
     ) -> ChaosResult:
         total = sum(chats, ChatCounts())
-        return cls(len(chats), total, dlq, proxy_kills, consumer_kills, dict(faults), tuple(run_problems))
+        return cls(len(chats), total, dlq, proxy_kills, consumer_kills, dict(faults), duplicates, tuple(run_problems))
 
     @property
     def problems(self) -> tuple[str, ...]:
-        """What went wrong: the run's own, the redrive's, more lost generations than kills, then each chat's."""
+        """What went wrong: the run's own, the redrive's, duplicates not dropped one for one, more lost generations
+        than kills, then each chat's."""
         lost = self.totals.generator_lost
         beyond_kills = (
             (f"{lost} generations lost, more than the {self.proxy_kills} proxies the run killed",)
             if lost > self.proxy_kills
             else ()
         )
-        return self.run_problems + self.dlq.problems + beyond_kills + self.totals.problems
+        return self.run_problems + self.dlq.problems + self.duplicates.problems + beyond_kills + self.totals.problems
 
     @property
     def possible_exact(self) -> int:
@@ -321,6 +354,7 @@ class ChaosResult:
             and totals.exact_streams == self.possible_exact
             and dlq.poison_in_dlq == dlq.poison_expected
             and dlq.unexpected_dlq == 0
+            and self.duplicates.dropped == self.duplicates.delivered
             and not self.problems
         )
 
@@ -336,5 +370,6 @@ class ChaosResult:
             f"mid_record_resumes={t.mid_record_resumes} relay_retries={t.relay_retries} "
             f"http_retries={t.http_retries} poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
             f"unexpected_dlq={dlq.unexpected_dlq} redriven_onfailure={dlq.onfailure_redriven} "
-            f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} faults={fault_summary(self.faults)}"
+            f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} "
+            f"duplicates={self.duplicates.delivered}/{self.duplicates.dropped} faults={fault_summary(self.faults)}"
         )

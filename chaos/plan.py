@@ -31,6 +31,7 @@ class ChaosSettings:
     poison_records: int = 5
     proxy_kills: int = 4
     consumer_kills: int = 8
+    duplicate_events: float = 0.1  # proxy events delivered twice, as Lambda may: the proxy must drop each second one
     stale_turn_s: int = 30  # the relay's STALE_TURN_S: a killed generation's stream ends after this
     retry_budget_s: float = 180.0  # a client resumes after the relay's own retryable errors this long without progress
     settle_timeout_s: float = 60.0

@@ -5,8 +5,9 @@ between the functions and moto, :mod:`chaos.inject` on the stack), the clients (
 read-back (:mod:`chaos.readback`) and the checks (:mod:`chaos.checks`). It prints every problem it counts, the
 local stack's reports of function errors (a 502, an asynchronous invocation that failed, an init that timed out),
 and one line, ``chaos: chats=N lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 … exact_streams=N/N …``; it
-exits 1 when anything is lost, duplicated, unfinished or inexact, or a generation was lost that the run did not
-kill. docs/RELIABILITY.md says what is injected and checked.
+exits 1 when anything is lost, duplicated, unfinished or inexact, a generation was lost that the run did not
+kill, or the proxy did not drop exactly the events the local Lambda delivered twice. docs/RELIABILITY.md says what
+is injected and checked.
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from chaos.checks import ChaosResult, ChatCounts, DlqCounts, check_chat, check_dlq, poison_payload_of
+from chaos.checks import (
+    ChaosResult,
+    ChatCounts,
+    DlqCounts,
+    DuplicateCounts,
+    check_chat,
+    check_dlq,
+    is_dropped_duplicate,
+    poison_payload_of,
+)
 from chaos.client import StreamSeen, run_chat
 from chaos.faults import FaultProxy, FaultRates
 from chaos.inject import CONSUMER, PROXY, CpuStress, EnvironmentKiller, put_poison
@@ -54,11 +64,29 @@ class ChatsRun:
     killed_turns: frozenset[tuple[str, int]]
 
 
-def stack_logger(log: Callable[[str], None], *, verbose: bool) -> Callable[[str, str], None]:
+class DroppedDuplicates:
+    """Counts the deliveries the proxy dropped as duplicates, from its log lines saying so: warnings, which the stack
+    passes on at any verbosity."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def see(self, component: str, line: str) -> None:
+        if component.split("#", 1)[0] == PROXY and is_dropped_duplicate(line):
+            with self._lock:
+                self.count += 1
+
+
+def stack_logger(
+    log: Callable[[str], None], dropped: DroppedDuplicates, *, verbose: bool
+) -> Callable[[str, str], None]:
     """The local stack's log for a run: its own reports (a function error answered 502, an asynchronous invocation
-    that failed, an init that timed out) always; the functions' warnings and errors only when ``verbose``."""
+    that failed, an init that timed out) always; the functions' warnings and errors only when ``verbose``. Every line
+    goes to ``dropped`` first."""
 
     def stack_log(component: str, line: str) -> None:
+        dropped.see(component, line)
         if verbose or component in STACK_REPORTS or line.startswith("INIT_REPORT"):
             log(f"[{component}] {line}")
 
@@ -81,6 +109,7 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
     plans = plan_chats(settings)
     rng = random.Random(settings.seed + 1)
     progress = log if verbose else (lambda line: None)
+    dropped = DroppedDuplicates()
     stack_box: list[LocalStack] = []
     with FaultProxy(lambda: stack_box[0].moto_url, settings.rates) as proxy:
         faulty = dict.fromkeys(FAULTY_ENDPOINTS, proxy.url)
@@ -91,8 +120,14 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
         }
         proxy.enabled.clear()  # no faults while the stack starts
         stack = LocalStack(
-            StackSettings(port=0, model_delay_ms=settings.model_delay_ms, function_overrides=overrides),
-            log=stack_logger(log, verbose=verbose),
+            StackSettings(
+                port=0,
+                model_delay_ms=settings.model_delay_ms,
+                function_overrides=overrides,
+                duplicate_events=settings.duplicate_events,
+                duplicate_seed=settings.seed + 2,
+            ),
+            log=stack_logger(log, dropped, verbose=verbose),
         )
         stack_box.append(stack)
         try:
@@ -101,6 +136,8 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
             chats = _run_chats(stack, settings, plans, rng, progress)
             proxy.enabled.clear()  # the checks and the redrive read the emulator without faults
             counts, dlq, run_problems = _settle_and_check(stack, settings, plans, chats, progress)
+            assert stack.invoke_endpoint is not None
+            delivered = stack.invoke_endpoint.duplicates.get(stack.name(PROXY), 0)
         finally:
             stack.stop()
     return ChaosResult.of(
@@ -109,6 +146,7 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
         proxy_kills=chats.proxy_kills,
         consumer_kills=chats.consumer_kills,
         faults=proxy.stats.counts,
+        duplicates=DuplicateCounts(delivered=delivered, dropped=dropped.count),
         run_problems=run_problems,
     )
 
@@ -154,9 +192,10 @@ def _run_chats(
     )
 
 
-def _unsettled(readback: Readback, chats: ChatsRun) -> list[str]:
+def _unsettled(stack: LocalStack, readback: Readback, chats: ChatsRun) -> list[str]:
     """What the stack has still to do: turns not finished (the consumer or the reaper behind), poison not in the
-    DLQ yet. Empty when it has settled."""
+    DLQ yet, asynchronous invocations still queued or running (a second delivery among them). Empty when it has
+    settled."""
     waiting = [f"chat {index}" for index, seen in enumerate(chats.streams) if not readback.turn_finished(seen)]
     poison_seen = sum(1 for body in readback.dlq_bodies() if poison_payload_of(body) is not None)
     found = []
@@ -164,16 +203,19 @@ def _unsettled(readback: Readback, chats: ChatsRun) -> list[str]:
         found.append(f"{len(waiting)} turns not finished ({', '.join(waiting[:10])})")
     if poison_seen < len(chats.poisoned):
         found.append(f"{poison_seen} of {len(chats.poisoned)} poison records in the DLQ")
+    assert stack.invoke_endpoint is not None
+    if not stack.invoke_endpoint.wait_idle(timeout=0):
+        found.append("asynchronous invocations still running")
     return found
 
 
-def _settle(readback: Readback, settings: ChaosSettings, chats: ChatsRun) -> list[str]:
+def _settle(stack: LocalStack, readback: Readback, settings: ChaosSettings, chats: ChatsRun) -> list[str]:
     """Wait (bounded) for the consumer and the reaper to catch up: every turn finished, every poison record in the
-    DLQ. What was still missing when the wait ran out (empty: it settled)."""
+    DLQ, every asynchronous invocation run. What was still missing when the wait ran out (empty: it settled)."""
     deadline = time.monotonic() + settings.settle_timeout_s
     while True:
         try:
-            missing = _unsettled(readback, chats)
+            missing = _unsettled(stack, readback, chats)
         except QueueReadError as err:
             missing = [str(err)]
         if not missing:
@@ -200,7 +242,7 @@ def _settle_and_check(
     stack: LocalStack, settings: ChaosSettings, plans: Sequence[ChatPlan], chats: ChatsRun, log: Callable[[str], None]
 ) -> tuple[list[ChatCounts], DlqCounts, list[str]]:
     readback = Readback(stack)
-    run_problems = _settle(readback, settings, chats)
+    run_problems = _settle(stack, readback, settings, chats)
     report = _redrive(stack, readback)
     log(report.render().rstrip())
     try:
@@ -228,6 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--poison", type=int, default=ChaosSettings.poison_records, help="poison records to put")
     parser.add_argument("--proxy-kills", type=int, default=ChaosSettings.proxy_kills)
     parser.add_argument("--consumer-kills", type=int, default=ChaosSettings.consumer_kills)
+    parser.add_argument(
+        "--duplicate-events",
+        type=float,
+        default=ChaosSettings.duplicate_events,
+        metavar="P",
+        help="deliver each proxy event a second time with probability P, as Lambda may (0: never)",
+    )
     parser.add_argument("--stale-turn-s", type=int, default=ChaosSettings.stale_turn_s)
     parser.add_argument("--retry-budget-s", type=float, default=ChaosSettings.retry_budget_s)
     parser.add_argument(
@@ -236,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpu-stress", action="store_true", help="keep one core busy for the whole run")
     parser.add_argument("--verbose", action="store_true", help="progress, the functions' log lines, the redrive report")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.duplicate_events <= 1.0:
+        parser.error(f"--duplicate-events is a probability, 0 to 1: got {args.duplicate_events}")
     settings = ChaosSettings(
         chats=args.chats,
         concurrency=args.concurrency,
@@ -244,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         poison_records=args.poison,
         proxy_kills=args.proxy_kills,
         consumer_kills=args.consumer_kills,
+        duplicate_events=args.duplicate_events,
         stale_turn_s=args.stale_turn_s,
         retry_budget_s=args.retry_budget_s,
         cpu_stress=args.cpu_stress,

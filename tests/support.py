@@ -41,12 +41,17 @@ def load_function(name: str) -> ModuleType:
 class FakeContext:
     """The Lambda context a handler gets (the attributes Powertools reads)."""
 
-    def __init__(self, function_name: str = "function", remaining_ms: int = 900_000) -> None:
+    def __init__(
+        self,
+        function_name: str = "function",
+        remaining_ms: int = 900_000,
+        request_id: str = "c6af9ac6-7b61-11e6-9a41-93e812345678",
+    ) -> None:
         self.function_name = function_name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
         self.memory_limit_in_mb = 512
-        self.aws_request_id = "c6af9ac6-7b61-11e6-9a41-93e812345678"
+        self.aws_request_id = request_id
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = "2026/11/29/[$LATEST]abc"
         self._remaining_ms = remaining_ms

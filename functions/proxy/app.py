@@ -1,7 +1,9 @@
 """ProxyFunction: invoked asynchronously with one turn to generate (see events/proxy-generate.json).
 
-Reads the turn's message and options from ChatTable, calls Bedrock ConverseStream and writes the reply to
-the Kinesis token stream as ordered, coalesced token records; the logic lives in ``chatstream.generation``.
+Claims the turn in ChatTable and reads its message and options there, calls Bedrock ConverseStream and writes
+the reply to the Kinesis token stream as ordered, coalesced token records; the logic lives in
+``chatstream.generation``. Lambda may deliver an asynchronous event more than once: a delivery that finds the turn
+claimed by another invocation, or already ended, generates nothing (metric ``DuplicateInvocations``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ with collector_paused():
 
     from chatstream.aws import create_client
     from chatstream.config import ProxyConfig
+    from chatstream.errors import TurnClaimed, TurnFinished
     from chatstream.generation import Generation, GenerationSettings, turn_to_generate
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.proxy_event import GenerateRequest
@@ -54,7 +57,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = GenerateRequest.from_event(event)
     logger.append_keys(session_id=request.session_id, turn=request.turn)
     table = ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days)
-    turn = turn_to_generate(table, request)
+    try:
+        turn = turn_to_generate(table, request, context.aws_request_id)
+    except (TurnClaimed, TurnFinished) as duplicate:
+        # Another delivery of this event generates (or generated) the turn: generating again would write a second
+        # reply over the first one's records.
+        metrics.add_metric(name="DuplicateInvocations", unit=MetricUnit.Count, value=1)
+        claimed_by = duplicate.claimed_by if isinstance(duplicate, TurnClaimed) else None
+        logger.warning("duplicate invocation; not generated", extra={"claimed_by": claimed_by})
+        return {**request.to_event(), "type": "duplicate", "stop_reason": None, "error": None, "records": 0}
     logger.debug("generating", extra={"message_text": turn.user})
     writer = TokenStreamWriter(KINESIS, CONFIG.stream_name, max_attempts=CONFIG.put_max_attempts)
     result = Generation(

@@ -5,7 +5,8 @@ Ctrl-C or SIGTERM stops every process it started. The port serves the relay's Fu
 paths, the Lambda API (``AWS_ENDPOINT_URL_LAMBDA=http://127.0.0.1:PORT``; what ``make invoke`` calls).
 
 ``--auth-type AWS_IAM`` makes the Function URL verify SigV4 signatures (the template's default; locally the
-default is ``NONE``); ``--built`` runs what ``sam build`` wrote to ``.aws-sam/build`` instead of the source tree.
+default is ``NONE``); ``--built`` runs what ``sam build`` wrote to ``.aws-sam/build`` instead of the source tree;
+``--duplicate-events P`` delivers each asynchronous invocation twice with probability P, as Lambda may.
 """
 
 from __future__ import annotations
@@ -45,7 +46,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the Function URL's auth: NONE (default), or AWS_IAM (SigV4, by a key of your AWS config)",
     )
     parser.add_argument("--built", action="store_true", help="run .aws-sam/build (after `make build`), not the source")
+    parser.add_argument(
+        "--duplicate-events",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="deliver each asynchronous invocation a second time with probability P, as Lambda may (default 0)",
+    )
     args = parser.parse_args(argv)
+    if not 0.0 <= args.duplicate_events <= 1.0:
+        parser.error(f"--duplicate-events is a probability, 0 to 1: got {args.duplicate_events}")
     die_with_parent(signal.SIGTERM)  # make (or a shell) dying stops the whole tree
     stop = threading.Event()
     ready = threading.Event()
@@ -63,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             model_delay_ms=args.model_delay_ms,
             parameter_overrides={"FunctionUrlAuthType": args.auth_type},
             code="build" if args.built else "source",
+            duplicate_events=args.duplicate_events,
         )
         if args.port is not None:
             settings.port = args.port

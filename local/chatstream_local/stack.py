@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -99,6 +100,9 @@ class StackSettings:
     code: CodeSource = "source"  # or "build": the functions and layers `sam build` wrote to build_dir
     build_dir: Path = BUILD_DIR
     principals: Principals | None = None  # AWS_IAM: who may sign (default: the keys of your AWS configuration)
+    # The share of asynchronous invocations delivered twice, as Lambda may (InvokeEndpoint); the seed repeats the draws.
+    duplicate_events: float = 0.0
+    duplicate_seed: int | None = None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] = os.environ, **kwargs: Any) -> StackSettings:
@@ -351,8 +355,15 @@ class LocalStack:
         specs = self.function_specs(invoke_url)
         self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
         self.invoke_endpoint = InvokeEndpoint(
-            self.local_lambda, port=invoke_port, on_failure=self._on_async_failure
+            self.local_lambda,
+            port=invoke_port,
+            on_failure=self._on_async_failure,
+            duplicate_events=self.settings.duplicate_events,
+            rng=random.Random(self.settings.duplicate_seed),
         ).start()
+        if self.settings.duplicate_events:
+            chance = f"{self.settings.duplicate_events:g}"
+            self._log("stack", f"each asynchronous invocation delivered twice with probability {chance}, as Lambda may")
         self.esm = EventSourceMapping.from_template(
             self.template,
             function_logical_id="ConsumerFunction",

@@ -1,4 +1,5 @@
-"""A short `make chaos` run in `make test`: 20 chats, 5 at a time, faults on, kills, drops, poison."""
+"""A short `make chaos` run in `make test`: 20 chats, 5 at a time, faults on, kills, drops, poison, proxy events
+delivered twice."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 @pytest.mark.timeout(240)
 def test_no_token_is_lost_or_duplicated_and_every_turn_ends_under_faults(aws_env: None) -> None:
     # GIVEN the local stack with AWS faults between the functions and the emulator, environments killed
-    # mid-invocation, connections dropped and resumed, model errors and poison records on the stream
+    # mid-invocation, connections dropped and resumed, model errors, poison records on the stream, and proxy events
+    # delivered twice (the default share; seed 7 draws 3 of the 20)
     settings = ChaosSettings(
         chats=20,
         concurrency=5,
@@ -43,11 +45,14 @@ def test_no_token_is_lost_or_duplicated_and_every_turn_ends_under_faults(aws_env
     assert totals.killed_generations <= result.proxy_kills, line
     assert totals.exact_streams == result.chats - totals.killed_generations, line
     assert (result.dlq.poison_in_dlq, result.dlq.unexpected_dlq) == (2, 0), line
+    # AND the proxy dropped each event delivered twice, and nothing else
+    assert result.duplicates.dropped == result.duplicates.delivered, line
     assert result.ok, line
     # AND the faults really happened: AWS faults in the functions' path, environments killed, connections dropped
     services = {kind.split("_", 1)[0] for kind in result.faults}
     assert {"kinesis", "dynamodb"} <= services, line
     assert result.proxy_kills >= 1 and result.consumer_kills >= 1, line
     assert totals.drops > 0 and totals.resumes >= totals.drops and totals.model_errors > 0, line
+    assert result.duplicates.delivered > 0, line
     # AND a dropped stream resumed from a paced piece inside a record, exactly (the counts above)
     assert totals.mid_record_resumes > 0, line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -209,3 +210,70 @@ def test_the_standard_endpoint_variable_points_boto3_here(
 )
 def test_function_name_forms(identifier: str, name: str) -> None:
     assert function_name_from(identifier) == name
+
+
+class LateDraws(random.Random):
+    """Draws that always deliver twice, and as late as the delay allows."""
+
+    def random(self) -> float:
+        return 0.999
+
+
+def test_with_duplicate_events_at_1_each_event_is_delivered_twice_and_wait_idle_waits_for_both(
+    aws_env: None, tmp_path: Path
+) -> None:
+    # GIVEN an endpoint that delivers every event a second time, well after the first has run (cold start included)
+    with (
+        LocalLambda(SPECS) as local,
+        InvokeEndpoint(local, duplicate_events=1.0, duplicate_delay_s=1.5, rng=LateDraws()) as endpoint,
+    ):
+        client = boto3.client("lambda", endpoint_url=endpoint.url, region_name="us-east-1")
+        out = tmp_path / "runs.jsonl"
+        payload = json.dumps({"out": str(out)}).encode()
+
+        # WHEN one event is accepted, and the caller waits for the endpoint to be idle
+        assert client.invoke(FunctionName="count", InvocationType="Event", Payload=payload)["StatusCode"] == 202
+        assert endpoint.wait_idle(timeout=20)
+
+        # THEN the function already ran twice, on the same event, and the endpoint counts one duplicate
+        assert [json.loads(line) for line in out.read_text().splitlines()] == [{"out": str(out)}] * 2
+        assert endpoint.duplicates == {"count": 1}
+
+
+def test_a_duplicate_that_fails_goes_to_on_failure_as_any_event(
+    failures: FailureRecorder, aws_env: None, tmp_path: Path
+) -> None:
+    # GIVEN an endpoint that delivers every event twice
+    with (
+        LocalLambda(SPECS) as local,
+        InvokeEndpoint(local, on_failure=failures, duplicate_events=1.0, duplicate_delay_s=0.1) as endpoint,
+    ):
+        out = tmp_path / "runs.jsonl"
+        payload = json.dumps({"out": str(out), "fail": True}).encode()
+
+        # WHEN an event of a function with no retries fails on both deliveries
+        endpoint.submit_event("count", payload)
+        assert endpoint.wait_idle(timeout=20)
+
+    # THEN each delivery ran once and went to the on-failure destination
+    assert len(out.read_text().splitlines()) == 2
+    assert [(name, sent) for name, sent, _ in failures.calls] == [("count", payload)] * 2
+
+
+def test_by_default_each_event_is_delivered_once(client: Any, endpoint: InvokeEndpoint, tmp_path: Path) -> None:
+    # GIVEN the endpoint as every test and the local stack make it, without duplicate_events
+    out = tmp_path / "runs.jsonl"
+
+    # WHEN five events are accepted and the endpoint is idle again
+    for n in range(5):
+        client.invoke(FunctionName="count", InvocationType="Event", Payload=json.dumps({"out": str(out), "n": n}))
+    assert endpoint.wait_idle(timeout=20)
+
+    # THEN each ran exactly once
+    assert sorted(json.loads(line)["n"] for line in out.read_text().splitlines()) == list(range(5))
+    assert endpoint.duplicates == {}
+
+
+def test_duplicate_events_is_a_probability(endpoint: InvokeEndpoint) -> None:
+    with pytest.raises(ValueError, match="probability"):
+        InvokeEndpoint(endpoint.local, duplicate_events=1.5)

@@ -10,11 +10,13 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
+from chaos.checks import is_dropped_duplicate
 from chatstream.status import StopReason, TurnStatus
 from chatstream_client.api import ApiError, ChatClient, ids_in_order
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
 from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackSettings
+from tests.fixtures.local_handlers.specs import wait_until
 from tests.layer_operations import FUNCTION_OPERATIONS
 
 if TYPE_CHECKING:
@@ -144,3 +146,34 @@ def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
         reply = client.chat("/long 40")
     assert reply.text == plan_reply("/long 40").text and reply.done is not None
     assert ids_in_order(reply.ids)
+
+
+def test_a_proxy_event_delivered_twice_is_generated_once(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack delivering every asynchronous invocation twice, as Lambda may, the second up to 1 s later;
+    # 5 ms a delta, so a reply of 300 takes 1.5 s and its second delivery comes while it generates
+    lines: list[tuple[str, str]] = []
+    stack = start_stack(
+        log=lambda component, line: lines.append((component, line)), duplicate_events=1.0, model_delay_ms=5
+    )
+    assert stack.invoke_endpoint is not None
+    with ChatClient(stack.url) as client:
+        # WHEN a user chats twice: a long reply the duplicate overlaps, a short one it comes after
+        first = client.chat("/long 300")
+        second = client.chat("hello", first.session_id)
+        history = client.history(first.session_id)
+    assert stack.invoke_endpoint.wait_idle(timeout=30)
+
+    # THEN the proxy got each event twice, and each stream and turn holds its reply once
+    assert stack.invoke_endpoint.duplicates == {stack.name("ProxyFunction"): 2}
+    assert (first.text, second.text) == (plan_reply("/long 300").text, "You said: hello")
+    assert first.clean and second.clean, first.incidents + second.incidents
+    assert [(t["status"], t["assistant"]) for t in history["turns"]] == [
+        (TurnStatus.COMPLETE, plan_reply("/long 300").text),
+        (TurnStatus.COMPLETE, "You said: hello"),
+    ]
+    # AND the proxy said it dropped each second delivery (its log reaches the stack's a moment after it returns)
+    wait_until(
+        lambda: sum(1 for component, line in lines if is_dropped_duplicate(line) and "ProxyFunction" in component) == 2,
+        timeout_s=5,
+        what="the proxy's two duplicate drops in its log",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -68,7 +69,7 @@ def start_turn(chat_table: ChatTable, message: str, **options: Any) -> Turn:
     """A new session's turn 1, as the relay starts it; returned as the proxy reads it back."""
     session_id = chat_table.create_session(OWNER)
     turn = chat_table.start_turn(session_id, OWNER, message, **options)
-    return turn_to_generate(chat_table, GenerateRequest(session_id, turn))
+    return turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
 
 
 def generate(current: Turn, bedrock: Any, kinesis: Any, stream_name: str, chat_table: ChatTable, **kw: Any):
@@ -302,7 +303,7 @@ def test_history_becomes_converse_messages(chat_table) -> None:
         chat_table.complete_turn(terminal, text)
     chat_table.start_turn(session_id, OWNER, "fourth")
     # WHEN the proxy builds the messages for turn 4
-    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 4)))
+    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 4), "proxy-request"))
     # THEN only turns with text are replayed, roles alternating, ending with the new message
     assert messages == [
         {"role": "user", "content": [{"text": "first"}]},
@@ -342,6 +343,28 @@ def test_sample_event_runs_through_the_handler(monkeypatch, proxy_app, kinesis, 
     assert assistant_text(records) == "You said: hello"
     assert result["type"] == "stop" and result["stop_reason"] == StopReason.END_TURN
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 3
+
+
+def test_a_duplicate_delivery_of_the_event_generates_nothing(
+    monkeypatch, proxy_app, kinesis, stream_name, chat_table, caplog
+) -> None:
+    # GIVEN the sample event handled once
+    start_sample_turn(monkeypatch, chat_table, "hello")
+    proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="first-delivery"))
+    generated = read_stream(kinesis, stream_name)
+    # WHEN Lambda delivers it again (its asynchronous queue may), while the turn is still in progress
+    result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="second-delivery"))
+    # THEN nothing more is written: the first delivery's reply is the turn's only one
+    assert read_stream(kinesis, stream_name) == generated
+    assert result == {**SAMPLE, "type": "duplicate", "stop_reason": None, "error": None, "records": 0}
+    # AND the drop is logged, naming the invocation that has the turn, without the conversation's text
+    (line,) = [r for r in caplog.records if r.getMessage() == "duplicate invocation; not generated"]
+    assert line.levelname == "WARNING" and line.claimed_by == "first-delivery"  # type: ignore[attr-defined]
+    assert "hello" not in json.dumps(vars(line), default=str)
+    # WHEN a delivery comes after the turn ended THEN it generates nothing either
+    chat_table.complete_turn(generated[-1], assistant_text(generated))
+    result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="third-delivery"))
+    assert result["type"] == "duplicate" and read_stream(kinesis, stream_name) == generated
 
 
 def test_an_event_from_an_earlier_relay_is_answered_from_the_turn_item(

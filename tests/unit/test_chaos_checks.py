@@ -10,13 +10,16 @@ import json
 import pytest
 
 from chaos.checks import (
+    DUPLICATE_DROPPED,
     ChaosResult,
     ChatCounts,
     DlqCounts,
+    DuplicateCounts,
     StoredTurn,
     check_chat,
     check_dlq,
     compare_text,
+    is_dropped_duplicate,
     poison_payload_of,
 )
 from chaos.client import StreamSeen
@@ -334,6 +337,7 @@ def result(
     faults: dict[str, int] | None = None,
     run_problems: tuple[str, ...] = (),
     proxy_kills: int = 4,
+    duplicates: DuplicateCounts | None = None,
     **changes: object,
 ) -> ChaosResult:
     """A run of two chats (one exact, one killed generation) with the given changes to its added-up counts."""
@@ -348,6 +352,7 @@ def result(
         proxy_kills=proxy_kills,
         consumer_kills=8,
         faults=faults,
+        duplicates=duplicates or DuplicateCounts(delivered=3, dropped=3),
         run_problems=run_problems,
     )
     return dataclasses.replace(run, totals=dataclasses.replace(run.totals, **changes))
@@ -358,7 +363,7 @@ def test_the_line_says_every_count_in_its_order() -> None:
         "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 failed_chats=0 exact_streams=1/1 "
         "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 mid_record_resumes=1 relay_retries=3 "
         "http_retries=5 "
-        "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 "
+        "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 duplicates=3/3 "
         "faults=dynamodb_read_throttle:197,kinesis_throttle:88"
     )
     assert result(faults={}).line().endswith(" faults=none")
@@ -379,6 +384,43 @@ def test_a_run_holds_only_when_every_stream_is_exact_or_a_killed_generation_and_
     assert not result(run_problems=("the stack did not settle within 60 s: 1 turns not finished (chat 3)",)).ok
 
 
+@pytest.mark.parametrize(
+    ("delivered", "dropped", "why"),
+    [
+        (3, 2, "a duplicate was generated again"),
+        (3, 4, "a delivery was no duplicate"),
+        (0, 1, "a delivery was no duplicate"),
+    ],
+)
+def test_a_run_fails_when_the_proxy_did_not_drop_exactly_the_events_delivered_twice(
+    delivered: int, dropped: int, why: str
+) -> None:
+    # GIVEN a run whose every chat held, but the proxy dropped more or fewer deliveries than were duplicates
+    run = result(duplicates=DuplicateCounts(delivered=delivered, dropped=dropped))
+
+    # THEN it fails, says why, and its line shows both counts
+    assert not run.ok
+    assert run.problems == (f"{delivered} proxy events delivered twice, {dropped} dropped as duplicates ({why})",)
+    assert f" duplicates={delivered}/{dropped} " in run.line()
+
+
+def test_a_run_without_duplicates_holds_with_none_dropped() -> None:
+    assert result(duplicates=DuplicateCounts()).ok
+
+
+@pytest.mark.parametrize(
+    ("line", "dropped"),
+    [
+        (json.dumps({"level": "WARNING", "message": DUPLICATE_DROPPED, "session_id": "s", "turn": 1}), True),
+        (json.dumps({"level": "WARNING", "message": "duplicate invocation"}), False),
+        (f"[WARNING] {DUPLICATE_DROPPED}", False),
+        ('{"message": "' + DUPLICATE_DROPPED, False),
+    ],
+)
+def test_only_the_proxys_json_line_with_that_message_is_a_dropped_duplicate(line: str, dropped: bool) -> None:
+    assert is_dropped_duplicate(line) is dropped
+
+
 def test_more_lost_generations_than_proxies_killed_is_a_problem() -> None:
     # GIVEN a run that counts one killed generation but killed no proxy
     run = result(proxy_kills=0)
@@ -395,10 +437,24 @@ def test_the_exact_streams_are_out_of_every_chat_but_the_killed_generations() ->
     assert dataclasses.replace(run, chats=4).possible_exact == 3
 
 
-def test_the_runs_problems_come_first_then_the_redrives_then_the_chats() -> None:
+def test_the_runs_problems_come_first_then_the_redrives_then_the_duplicates_then_the_chats() -> None:
     chats = [ChatCounts(problems=("chat 0: a",)), ChatCounts(problems=("chat 1: b",))]
     dlq = DlqCounts(problems=("redrive lost ranges: x",))
 
-    run = ChaosResult.of(chats, dlq, proxy_kills=0, consumer_kills=0, faults={}, run_problems=("did not settle",))
+    run = ChaosResult.of(
+        chats,
+        dlq,
+        proxy_kills=0,
+        consumer_kills=0,
+        faults={},
+        duplicates=DuplicateCounts(delivered=1),
+        run_problems=("did not settle",),
+    )
 
-    assert run.problems == ("did not settle", "redrive lost ranges: x", "chat 0: a", "chat 1: b")
+    assert run.problems == (
+        "did not settle",
+        "redrive lost ranges: x",
+        "1 proxy events delivered twice, 0 dropped as duplicates (a duplicate was generated again)",
+        "chat 0: a",
+        "chat 1: b",
+    )

@@ -62,7 +62,7 @@ def read_stream(kinesis: KinesisClient, stream_name: str) -> list[TokenRecord]:
 def run(chat_table: ChatTable, kinesis: KinesisClient, stream_name: str, bedrock: ScriptedBedrock, **kw: Any):
     session_id = chat_table.create_session(OWNER)
     turn = chat_table.start_turn(session_id, OWNER, "why?")
-    current = turn_to_generate(chat_table, GenerateRequest(session_id, turn))
+    current = turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
     writer = TokenStreamWriter(kinesis, stream_name, sleep=lambda _: None)
     settings = GenerationSettings(model_id="local.model", **kw)
     result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
@@ -163,7 +163,7 @@ def test_the_turn_item_keeps_reasoning_apart_and_the_next_prompt_leaves_it_out(c
     assert (first.assistant, first.reasoning) == ("One", "Pondering deeply")
     assert first.stop_reason is StopReason.END_TURN
     # WHEN the proxy builds turn 2's messages THEN turn 1's reasoning is not sent back, only its reply
-    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 2)))
+    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 2), "proxy-request"))
     assert messages == [
         {"role": "user", "content": [{"text": "first"}]},
         {"role": "assistant", "content": [{"text": "One"}]},

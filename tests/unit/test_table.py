@@ -10,7 +10,7 @@ import pytest
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from chatstream.errors import SessionNotFound, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.errors import SessionNotFound, TurnClaimed, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import _deser, _ser
@@ -152,6 +152,66 @@ def test_completing_an_unknown_turn_creates_nothing(chat_table: ChatTable) -> No
     chat_table.complete_turn(TokenRecord.stop(session_id, 4, 2, StopReason.END_TURN, Usage(1, 1), 5), "late")
     # THEN no partial turn item appears in the history
     assert chat_table.list_turns(session_id) == []
+
+
+def test_a_turn_is_claimed_for_one_generation_only(chat_table: ChatTable) -> None:
+    # GIVEN a turn the relay started
+    session_id = chat_table.start_session(OWNER, "hello", max_tokens=5)
+    # WHEN a proxy invocation claims it THEN it gets the turn item, as a strongly consistent read gives it
+    turn = chat_table.claim_turn(session_id, 1, "request-1")
+    assert (turn.user, turn.status, turn.max_tokens) == ("hello", TurnStatus.IN_PROGRESS, 5)
+    # WHEN a second delivery of the same event claims it THEN it is told who has it, and the claim stands
+    with pytest.raises(TurnClaimed) as raised:
+        chat_table.claim_turn(session_id, 1, "request-2")
+    assert raised.value.claimed_by == "request-1"
+    # AND once the turn has ended, a late delivery is told so
+    chat_table.complete_turn(TokenRecord.stop(session_id, 1, 2, StopReason.END_TURN, Usage(1, 1), 5), "Hi")
+    with pytest.raises(TurnFinished):
+        chat_table.claim_turn(session_id, 1, "request-3")
+    # AND a turn that does not exist is not found
+    with pytest.raises(TurnNotFound):
+        chat_table.claim_turn(session_id, 2, "request-4")
+
+
+def test_concurrent_claims_of_a_turn_give_it_to_exactly_one(chat_table: ChatTable) -> None:
+    # GIVEN a turn in progress
+    session_id = chat_table.start_session(OWNER, "hello")
+    winners: list[str] = []
+
+    def claim(generator: str) -> None:
+        try:
+            chat_table.claim_turn(session_id, 1, generator)
+            winners.append(generator)
+        except TurnClaimed:
+            pass
+
+    # WHEN four deliveries of its event claim it at once
+    threads = [threading.Thread(target=claim, args=(f"request-{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN exactly one generates it
+    assert len(winners) == 1
+
+
+def test_ending_a_turn_with_a_claim_only_ends_an_unclaimed_one(chat_table: ChatTable) -> None:
+    # GIVEN two turns in progress, one claimed by a proxy invocation
+    claimed, unclaimed = chat_table.start_session(OWNER, "a"), chat_table.start_session(OWNER, "b")
+    chat_table.claim_turn(claimed, 1, "request-1")
+    error = ErrorInfo("proxy_unavailable", "could not start", True)
+    # WHEN the relay ends each with a claim of its own
+    # THEN the claimed one is left to its generation, and the other ends, claimed by the relay
+    assert chat_table.complete_turn(TokenRecord.failure(claimed, 1, 1, error, 5), "", claim="relay") is False
+    assert chat_table.complete_turn(TokenRecord.failure(unclaimed, 1, 1, error, 5), "", claim="relay") is True
+    turn = chat_table.get_turn(claimed, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS
+    assert chat_table.owned_session(claimed, OWNER).active_turn == 1
+    turn = chat_table.get_turn(unclaimed, 1)
+    assert turn is not None and turn.status is TurnStatus.ERROR
+    assert chat_table.owned_session(unclaimed, OWNER).active_turn is None
+    with pytest.raises(TurnFinished):
+        chat_table.claim_turn(unclaimed, 1, "request-2")
 
 
 def test_start_session_allocates_turn_one_in_one_write(chat_table: ChatTable) -> None:

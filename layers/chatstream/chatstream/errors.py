@@ -52,4 +52,12 @@ class TurnInProgress(ChatstreamError):
 
 
 class TurnFinished(ChatstreamError):
-    """The turn already ended (cancel of a finished turn)."""
+    """The turn already ended (cancel of a finished turn; a generation event for a turn that ended)."""
+
+
+class TurnClaimed(ChatstreamError):
+    """Another invocation already claimed the turn's generation: this one is a duplicate delivery of its event."""
+
+    def __init__(self, message: str, claimed_by: str) -> None:
+        super().__init__(message)
+        self.claimed_by = claimed_by

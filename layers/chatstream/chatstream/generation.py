@@ -3,7 +3,8 @@
 Three parts: :class:`GenerationSettings` (what the deployer chose), the coalescer
 (``chatstream.coalescer``: which deltas become one record, and when) and :class:`Generation`, the loop.
 A generation starts from the turn item (:func:`turn_to_generate`): the invocation event names the turn,
-and the user's message and the turn's options are read from ChatTable.
+and the user's message and the turn's options are read from ChatTable, in the write that claims the turn for
+this invocation (Lambda may deliver an asynchronous event twice; only the first delivery generates).
 
 Two threads per generation. The caller's thread reads the Bedrock stream and appends each delta to the
 coalescer; it never waits on Kinesis. A writer thread takes the coalescer's steps: ``start`` and the
@@ -132,19 +133,22 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
     return ErrorInfo("internal_error", f"unexpected failure ({type(err).__name__})", False)
 
 
-def turn_to_generate(table: ChatTable, request: GenerateRequest) -> Turn:
-    """The turn item the event names (strongly consistent: the relay wrote it before invoking).
+def turn_to_generate(table: ChatTable, request: GenerateRequest, generator: str) -> Turn:
+    """The turn item the event names, claimed for this invocation (``generator``: its request id).
 
     :class:`~chatstream.errors.TurnNotFound` when there is none: the event names a session or turn that
     does not exist (or no longer does: expired by TTL), so there is no message to answer.
+    :class:`~chatstream.errors.TurnClaimed` and :class:`~chatstream.errors.TurnFinished` when the event is a
+    duplicate (Lambda may deliver an asynchronous event more than once): another invocation generates the turn, or
+    it already ended; this one must generate nothing (:meth:`~chatstream.table.ChatTable.claim_turn`).
     """
-    turn = table.get_turn(request.session_id, request.turn)
-    if turn is None:
+    try:
+        return table.claim_turn(request.session_id, request.turn, generator)
+    except TurnNotFound as err:
         raise TurnNotFound(
             f"session {request.session_id} has no turn {request.turn} in ChatTable, so there is no message to "
             "generate a reply to (the relay writes the turn before it invokes the proxy)"
-        )
-    return turn
+        ) from err
 
 
 def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:

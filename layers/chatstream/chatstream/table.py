@@ -11,7 +11,8 @@ turn                        ``S#<id>`` / ``T#<turn:06d>``     user, status, canc
                                                             usage, error, assistant, reasoning (when
                                                             the model showed any), max_tokens,
                                                             temperature, system, top_p, stop, history
-                                                            (``TurnOptions``), created_at, updated_at
+                                                            (``TurnOptions``), created_at, updated_at,
+                                                            generator (who claimed the generation)
 token record                ``S#<id>`` / ``R#<turn:06d>#<seq:08d>``  record (the record's JSON), ts
 ==========================  ==============================  =====================================
 
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from chatstream.backoff import Backoff
-from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.errors import SessionNotFound, Throttled, TurnClaimed, TurnFinished, TurnInProgress, TurnNotFound
 from chatstream.records import MAX_SEQ, TokenRecord, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import TurnOptions
@@ -322,6 +323,40 @@ class ChatTable:
         ).get("Item")
         return None if raw is None else _turn_from_item(session_id, _deser(raw))
 
+    def claim_turn(self, session_id: str, turn: int, generator: str) -> Turn:
+        """Claim a turn in progress for one generation and return its item, in one conditional write (which reads
+        the latest item, as the strongly consistent read it replaces).
+
+        Lambda may deliver an asynchronous event more than once, so the proxy claims its turn before it generates:
+        the first delivery writes ``generator`` (its request id); a later one gets :class:`TurnClaimed`, or
+        :class:`TurnFinished` when the turn already ended (the relay ended it when it could not invoke the proxy,
+        or the reaper did), and generates nothing. :class:`TurnNotFound` when there is no such turn.
+        """
+        try:
+            raw = self._call(
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+                UpdateExpression="SET #generator = :generator",
+                ConditionExpression=_CLAIMABLE,
+                ExpressionAttributeNames={"#status": "status", "#generator": "generator"},
+                ExpressionAttributeValues=_ser({":generator": generator, ":in_progress": TurnStatus.IN_PROGRESS}),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )["Attributes"]
+        except ClientError as err:
+            if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            old = err.response.get("Item")  # the modeled error's member (ReturnValuesOnConditionCheckFailure)
+            if not isinstance(old, dict) or not old:
+                raise TurnNotFound(f"session {session_id} has no turn {turn}") from err
+            item = _deser(old)
+            if item.get("status", TurnStatus.IN_PROGRESS) != TurnStatus.IN_PROGRESS:
+                raise TurnFinished(f"turn {turn} of session {session_id} already ended") from err
+            claimed_by = str(item.get("generator", ""))
+            raise TurnClaimed(f"turn {turn} of session {session_id} is claimed by {claimed_by}", claimed_by) from err
+        return _turn_from_item(session_id, _deser(raw))
+
     def list_turns(self, session_id: str) -> list[Turn]:
         """Every turn of the session, oldest first (one Query, paginated)."""
         items = self._query(
@@ -362,7 +397,13 @@ class ChatTable:
         return bool(raw and _deser(raw).get("cancel_requested"))
 
     def complete_turn(
-        self, record: TokenRecord, assistant: str, *, reasoning: str = "", if_in_progress: bool = False
+        self,
+        record: TokenRecord,
+        assistant: str,
+        *,
+        reasoning: str = "",
+        if_in_progress: bool = False,
+        claim: str | None = None,
     ) -> bool:
         """Record a turn's outcome from its terminal record, then free the session for the next turn.
 
@@ -372,22 +413,21 @@ class ChatTable:
 
         ``if_in_progress`` (the reaper's, which presumes a generation lost without its terminal record): only a
         turn still in progress is ended, in the same conditional write, so a turn its terminal record ended
-        meanwhile keeps that outcome. Returns whether the turn item was written.
+        meanwhile keeps that outcome. ``claim`` (the relay's, ending a turn whose proxy it could not invoke): only a
+        turn in progress that no generation has claimed (:meth:`claim_turn`) is ended, and the claim is written with
+        it, so a proxy invocation that arrives after all generates nothing. Returns whether the turn item was written.
         """
         if not record.is_terminal:
             raise ValueError("complete_turn takes the turn's stop or error record")
-        fields: dict[str, Any] = {"status": record.turn_status, "assistant": assistant, "updated_at": self.now_ms()}
-        if reasoning:
-            fields["reasoning"] = reasoning
-        if record.stop_reason is not None:
-            fields["stop_reason"] = record.stop_reason
-        if record.usage is not None:
-            fields["usage"] = record.usage.to_dict()
-        if record.error is not None:
-            fields["error"] = record.error.to_dict()
+        fields = _outcome(record, assistant, reasoning, self.now_ms())
+        if claim is not None:
+            fields["generator"] = claim
         values = {f":{name}": value for name, value in fields.items()}
         condition = "attribute_exists(pk)"
-        if if_in_progress:
+        if claim is not None:
+            condition = _CLAIMABLE
+            values[":in_progress"] = TurnStatus.IN_PROGRESS
+        elif if_in_progress:
             condition += " AND #status = :in_progress"
             values[":in_progress"] = TurnStatus.IN_PROGRESS
         try:
@@ -406,7 +446,7 @@ class ChatTable:
             # With if_in_progress, also a turn that ended meanwhile: its outcome stands, its session was freed.
             if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-            if if_in_progress:
+            if if_in_progress or claim is not None:
                 return False
             written = False
         try:
@@ -510,6 +550,24 @@ class ChatTable:
 
     def _expires_at(self, now_ms: int) -> int:
         return now_ms // 1000 + self.ttl_days * 86_400
+
+
+def _outcome(record: TokenRecord, assistant: str, reasoning: str, now_ms: int) -> dict[str, Any]:
+    """The turn item's attributes that a terminal record sets."""
+    fields: dict[str, Any] = {"status": record.turn_status, "assistant": assistant, "updated_at": now_ms}
+    if reasoning:
+        fields["reasoning"] = reasoning
+    if record.stop_reason is not None:
+        fields["stop_reason"] = record.stop_reason
+    if record.usage is not None:
+        fields["usage"] = record.usage.to_dict()
+    if record.error is not None:
+        fields["error"] = record.error.to_dict()
+    return fields
+
+
+# A turn a generation may claim: it exists, is in progress, and no generation has claimed it yet.
+_CLAIMABLE = "attribute_exists(pk) AND #status = :in_progress AND attribute_not_exists(#generator)"
 
 
 def _decimal(value: float) -> Decimal:

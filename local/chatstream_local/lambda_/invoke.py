@@ -7,9 +7,11 @@ boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS
 - ``RequestResponse`` → 200 with the function's payload (``X-Amz-Executed-Version``; on a function error
   ``X-Amz-Function-Error: Unhandled`` and the error document as the payload);
 - ``Event`` → 202 at once; the invocation runs in the background, queued as Lambda's asynchronous
-  invocations are, retried up to the function's ``max_retry_attempts`` (0 in the template: a generation is
-  never run twice), and an invocation that still fails goes to ``on_failure(name, payload, error)``, the
-  on-failure destination;
+  invocations are, retried up to the function's ``max_retry_attempts`` (0 in the template: a failed generation
+  is not run again), and an invocation that still fails goes to ``on_failure(name, payload, error)``, the
+  on-failure destination. Lambda may still deliver an event twice ("the queue itself is eventually
+  consistent"): with ``duplicate_events`` > 0, that share of the events is delivered a second time, after a
+  random delay (see :class:`InvokeEndpoint`);
 - ``DryRun`` → 204;
 - an unknown function → 404 ``ResourceNotFoundException``; a payload over the quota → 413
   ``RequestTooLargeException``; bad input → 400 ``InvalidRequestContentException``;
@@ -33,9 +35,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import random
 import re
 import threading
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,7 +77,17 @@ def function_name_from(identifier: str) -> str:
 
 
 class InvokeEndpoint:
-    """The Invoke API for the functions of a :class:`LocalLambda`, on ``127.0.0.1:<port>`` (0: a free port)."""
+    """The Invoke API for the functions of a :class:`LocalLambda`, on ``127.0.0.1:<port>`` (0: a free port).
+
+    ``duplicate_events``: the probability that an accepted ``Event`` invocation is delivered a second time, as
+    Lambda's asynchronous queue may deliver it ("Even if your function doesn't return an error, it's possible for it
+    to receive the same event from Lambda multiple times",
+    https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html). The second delivery is an
+    ordinary asynchronous invocation of the same payload (retries, ``on_failure`` and :meth:`wait_idle` as for any),
+    started a random 0 to ``duplicate_delay_s`` seconds after the first was accepted, so it may overlap the first or
+    come after it. ``rng`` draws both (seed it to repeat a run's draws); :attr:`duplicates` counts the deliveries.
+    0 by default: each event is delivered once.
+    """
 
     def __init__(
         self,
@@ -84,13 +98,22 @@ class InvokeEndpoint:
         on_failure: OnFailure | None = None,
         retry_delay_s: float = 1.0,
         max_async_workers: int | None = None,
+        duplicate_events: float = 0.0,
+        duplicate_delay_s: float = 1.0,
+        rng: random.Random | None = None,
     ) -> None:
+        if not 0.0 <= duplicate_events <= 1.0:
+            raise ValueError(f"duplicate_events is a probability, got {duplicate_events}")
         # Lambda runs queued asynchronous invocations up to the function's concurrency; by default so does this.
         if max_async_workers is None:
             max_async_workers = sum(local.spec(name).max_concurrency for name in local.function_names)
         self.local = local
         self.on_failure = on_failure
         self.retry_delay_s = retry_delay_s
+        self.duplicate_events = duplicate_events
+        self.duplicate_delay_s = duplicate_delay_s
+        self._rng = rng or random.Random()
+        self._duplicates: Counter[str] = Counter()
         self._server = LoopbackServer((host, port), _InvokeHandler, self)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
         self._thread: threading.Thread | None = None
@@ -131,12 +154,26 @@ class InvokeEndpoint:
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
+    @property
+    def duplicates(self) -> dict[str, int]:
+        """Event invocations delivered a second time so far, by function name (see ``duplicate_events``)."""
+        with self._idle:
+            return dict(self._duplicates)
+
     # -- asynchronous invocations ---------------------------------------------------------------------
     def submit_event(self, name: str, payload: bytes) -> None:
+        self._submit(name, payload, None)
+        with self._idle:  # one draw at a time: a seeded rng repeats its draws
+            twice = self.duplicate_events > 0 and self._rng.random() < self.duplicate_events
+            delay_s = self._rng.uniform(0.0, self.duplicate_delay_s) if twice else None
+        if delay_s is not None:
+            self._submit(name, payload, delay_s)
+
+    def _submit(self, name: str, payload: bytes, duplicate_after_s: float | None) -> None:
         with self._idle:
             self._pending += 1
         try:
-            self._executor.submit(self._run_event, name, payload)
+            self._executor.submit(self._run_event, name, payload, duplicate_after_s)
         except RuntimeError:  # the executor is shut down
             self._done_event()
 
@@ -145,8 +182,14 @@ class InvokeEndpoint:
             self._pending -= 1
             self._idle.notify_all()
 
-    def _run_event(self, name: str, payload: bytes) -> None:
+    def _run_event(self, name: str, payload: bytes, duplicate_after_s: float | None) -> None:
+        """Deliver one event (``duplicate_after_s``: a second delivery, that long after the first was accepted)."""
         try:
+            if duplicate_after_s is not None:
+                if self._stopping.wait(duplicate_after_s):
+                    return
+                with self._idle:
+                    self._duplicates[name] += 1
             attempts = 1 + max(self.local.spec(name).max_retry_attempts, 0)
             error: FunctionError | None = None
             for attempt in range(attempts):

@@ -10,11 +10,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError, ResponseStreamingError
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError, ResponseStreamingError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatstream.errors import Throttled
+from chatstream.errors import Throttled, TurnFinished
 from chatstream.records import ErrorInfo
 from chatstream.relay.follow import StreamOutcome
 from chatstream.relay.http import Request
@@ -34,6 +34,8 @@ from tests.unit.relay.relay_support import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from chatstream.relay.http import Response
     from chatstream.table import ChatTable
 
@@ -64,9 +66,12 @@ class RecordingLambda:
         self.failure: Exception | None = None
         self.read_failure: Exception | None = None
         self.status = 202
+        self.accepted_anyway: Callable[[dict[str, Any]], None] | None = None  # Lambda queued it before failing
 
     def invoke(self, **kwargs: Any) -> dict[str, Any]:
         self.calls.append(kwargs)
+        if self.accepted_anyway is not None:
+            self.accepted_anyway(json.loads(kwargs["Payload"]))
         if self.failure is not None:
             raise self.failure
         self.answers.append(AnswerBody(self.read_failure))
@@ -262,6 +267,35 @@ def test_a_failed_proxy_invoke_ends_the_turn_in_error_and_frees_the_session(
     assert turn is not None and turn.status is TurnStatus.ERROR
     proxy.failure = None
     assert meta_of(chat(service, "again", session_id=session_id))["turn"] == 2
+
+
+def test_an_invoke_that_failed_but_reached_the_proxy_is_followed_not_ended(
+    service: RelayService, proxy: RecordingLambda, chat_table: ChatTable
+) -> None:
+    # GIVEN an invoke that timed out after Lambda had queued it, and the proxy claimed the turn meanwhile
+    proxy.failure = ReadTimeoutError(endpoint_url="https://lambda.us-east-1.amazonaws.com")
+    proxy.accepted_anyway = lambda event: chat_table.claim_turn(event["session_id"], event["turn"], "proxy-request")
+    # WHEN a client starts a chat
+    response = chat(service, "hello")
+    session_id = meta_of(response)["session_id"]
+    # THEN the turn is not ended in error: the proxy generates it, and the stream follows its records
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS
+    write_turn(chat_table, session_id, 1, ["You", " said:", " hello"])
+    stream = rest_of(response)
+    assert stream.kinds == ["token", "token", "token", "done"] and stream.text == "You said: hello"
+
+
+def test_a_proxy_invocation_after_the_relay_ended_the_turn_generates_nothing(
+    service: RelayService, proxy: RecordingLambda, chat_table: ChatTable
+) -> None:
+    # GIVEN a turn the relay ended because its invoke failed
+    proxy.failure = ReadTimeoutError(endpoint_url="https://lambda.us-east-1.amazonaws.com")
+    session_id = meta_of(chat(service, "hello"))["session_id"]
+    # WHEN Lambda delivers the invocation after all, and the proxy tries to claim the turn
+    # THEN the turn has ended: the proxy must not generate
+    with pytest.raises(TurnFinished):
+        chat_table.claim_turn(session_id, 1, "proxy-request")
 
 
 def test_a_resume_of_a_turn_whose_invoke_failed_replays_the_error(

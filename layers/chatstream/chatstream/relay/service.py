@@ -19,7 +19,8 @@ holds the message and its options), invokes ProxyFunction asynchronously with th
 (:class:`~chatstream.proxy_event.GenerateRequest`), and answers a stream: ``retry: 1000``, ``meta`` at once, then the
 turn as :class:`~chatstream.relay.follow.Follower` emits it. When the invoke fails, the turn is ended
 in the table as an ``error`` (``proxy_unavailable``, retryable) so the session is free again, and
-the stream's ``meta`` is followed by that error.
+the stream's ``meta`` is followed by that error; unless a proxy invocation has claimed the turn meanwhile (a failed
+``Invoke`` may still have been queued), which then generates it as usual.
 
 Failures that are nobody's input (DynamoDB throttling before a stream starts) answer
 ``503 unavailable`` with ``Retry-After``; anything unexpected ``500 internal_error`` — never a traceback.
@@ -85,6 +86,7 @@ def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
 
 RETRY_MS = 1000
 PROXY_UNAVAILABLE = "proxy_unavailable"
+RELAY_CLAIM = "relay"  # the turn item's generator when the relay ended a turn it could not start
 
 
 @dataclass
@@ -318,7 +320,12 @@ class _Exchange:
         )
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
-        """Start the generation; on failure end the turn in the table and return its error record."""
+        """Start the generation; on failure end the turn in the table and return its error record.
+
+        An ``Invoke`` that failed (a timeout, say) may still have been queued by Lambda. So the turn is ended only if
+        no proxy invocation has claimed it, in the same write that claims it for the relay's error; if one has, it
+        generates, and the turn is followed as usual (``None``).
+        """
         try:
             response = self.service.lambda_client.invoke(
                 FunctionName=self.config.proxy_function_name,
@@ -337,7 +344,7 @@ class _Exchange:
             return self._end_turn_in_error(request.session_id, request.turn, err)
         return None
 
-    def _end_turn_in_error(self, session_id: str, turn: int, err: Exception) -> TokenRecord:
+    def _end_turn_in_error(self, session_id: str, turn: int, err: Exception) -> TokenRecord | None:
         code = err.response.get("Error", {}).get("Code", "") if isinstance(err, ClientError) else type(err).__name__
         error = ErrorInfo(
             PROXY_UNAVAILABLE, f"the generation could not be started ({code or 'unknown error'}); send again", True
@@ -347,7 +354,12 @@ class _Exchange:
         failure = TokenRecord.failure(session_id, turn, 1, error, now)
         try:
             # The consumer's order: the turn item first (frees the session), then the terminal token item.
-            self.table.complete_turn(failure, "")
+            if not self.table.complete_turn(failure, "", claim=RELAY_CLAIM):
+                logger.warning(
+                    "the proxy was invoked after all; its generation is followed",
+                    extra={"session_id": session_id, "turn": turn},
+                )
+                return None
             self.table.put_records([start, failure])
         except (ClientError, BotoCoreError, Throttled) as table_err:
             logger.error(
