@@ -553,16 +553,12 @@ class ChatTable:
 
 
 def _outcome(record: TokenRecord, assistant: str, reasoning: str, now_ms: int) -> dict[str, Any]:
-    """The turn item's attributes that a terminal record sets."""
+    """The turn item's attributes that a terminal record sets: its outcome, as the record carries it."""
     fields: dict[str, Any] = {"status": record.turn_status, "assistant": assistant, "updated_at": now_ms}
     if reasoning:
         fields["reasoning"] = reasoning
-    if record.stop_reason is not None:
-        fields["stop_reason"] = record.stop_reason
-    if record.usage is not None:
-        fields["usage"] = record.usage.to_dict()
-    if record.error is not None:
-        fields["error"] = record.error.to_dict()
+    carried = record.to_dict()
+    fields.update({name: carried[name] for name in ("stop_reason", "usage", "error") if name in carried})
     return fields
 
 
