@@ -138,6 +138,7 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
             counts, dlq, run_problems = _settle_and_check(stack, settings, plans, chats, progress)
             assert stack.invoke_endpoint is not None
             delivered = stack.invoke_endpoint.duplicates.get(stack.name(PROXY), 0)
+            failed = stack.invoke_endpoint.failed_duplicates.get(stack.name(PROXY), 0)
         finally:
             stack.stop()
     return ChaosResult.of(
@@ -146,7 +147,7 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
         proxy_kills=chats.proxy_kills,
         consumer_kills=chats.consumer_kills,
         faults=proxy.stats.counts,
-        duplicates=DuplicateCounts(delivered=delivered, dropped=dropped.count),
+        duplicates=DuplicateCounts(delivered=delivered, dropped=dropped.count, failed=failed),
         run_problems=run_problems,
     )
 

@@ -45,8 +45,10 @@ def test_no_token_is_lost_or_duplicated_and_every_turn_ends_under_faults(aws_env
     assert totals.killed_generations <= result.proxy_kills, line
     assert totals.exact_streams == result.chats - totals.killed_generations, line
     assert (result.dlq.poison_in_dlq, result.dlq.unexpected_dlq) == (2, 0), line
-    # AND the proxy dropped each event delivered twice, and nothing else
-    assert result.duplicates.dropped == result.duplicates.delivered, line
+    # AND the proxy dropped each event delivered twice (a second delivery the run killed may not have got that far),
+    # and nothing else
+    duplicates = result.duplicates
+    assert duplicates.delivered - duplicates.failed <= duplicates.dropped <= duplicates.delivered, line
     assert result.ok, line
     # AND the faults really happened: AWS faults in the functions' path, environments killed, connections dropped
     services = {kind.split("_", 1)[0] for kind in result.faults}

@@ -235,9 +235,11 @@ def test_with_duplicate_events_at_1_each_event_is_delivered_twice_and_wait_idle_
         assert client.invoke(FunctionName="count", InvocationType="Event", Payload=payload)["StatusCode"] == 202
         assert endpoint.wait_idle(timeout=20)
 
-        # THEN the function already ran twice, on the same event, and the endpoint counts one duplicate
+        # THEN the function already ran twice, on the same event, and the endpoint counts one duplicate, which did
+        # not fail
         assert [json.loads(line) for line in out.read_text().splitlines()] == [{"out": str(out)}] * 2
         assert endpoint.duplicates == {"count": 1}
+        assert endpoint.failed_duplicates == {}
 
 
 def test_a_duplicate_that_fails_goes_to_on_failure_as_any_event(
@@ -255,9 +257,11 @@ def test_a_duplicate_that_fails_goes_to_on_failure_as_any_event(
         endpoint.submit_event("count", payload)
         assert endpoint.wait_idle(timeout=20)
 
-    # THEN each delivery ran once and went to the on-failure destination
+    # THEN each delivery ran once and went to the on-failure destination, and the second counts as a failed duplicate
+    # (only the second: the first delivery is no duplicate)
     assert len(out.read_text().splitlines()) == 2
     assert [(name, sent) for name, sent, _ in failures.calls] == [("count", payload)] * 2
+    assert (endpoint.duplicates, endpoint.failed_duplicates) == ({"count": 1}, {"count": 1})
 
 
 def test_by_default_each_event_is_delivered_once(client: Any, endpoint: InvokeEndpoint, tmp_path: Path) -> None:

@@ -404,6 +404,31 @@ def test_a_run_fails_when_the_proxy_did_not_drop_exactly_the_events_delivered_tw
     assert f" duplicates={delivered}/{dropped} " in run.line()
 
 
+@pytest.mark.parametrize("dropped", [2, 3])
+def test_a_duplicate_delivery_that_failed_may_or_may_not_have_been_dropped(dropped: int) -> None:
+    # GIVEN a run in which one of three second deliveries failed (its environment killed), before or after the proxy
+    # logged the drop
+    run = result(duplicates=DuplicateCounts(delivered=3, dropped=dropped, failed=1))
+
+    # THEN it holds, and its line shows the failed delivery
+    assert run.ok, run.problems
+    assert f" duplicates=3/{dropped},failed:1 " in run.line()
+
+
+@pytest.mark.parametrize(
+    ("dropped", "why"), [(1, "a duplicate was generated again"), (4, "a delivery was no duplicate")]
+)
+def test_failed_duplicate_deliveries_excuse_no_more_than_themselves(dropped: int, why: str) -> None:
+    # GIVEN three second deliveries, one of which failed, and the proxy dropping too few or too many
+    run = result(duplicates=DuplicateCounts(delivered=3, dropped=dropped, failed=1))
+
+    # THEN the run fails
+    assert not run.ok
+    assert run.problems == (
+        f"3 proxy events delivered twice (1 of them failed), {dropped} dropped as duplicates ({why})",
+    )
+
+
 def test_a_run_without_duplicates_holds_with_none_dropped() -> None:
     assert result(duplicates=DuplicateCounts()).ok
 

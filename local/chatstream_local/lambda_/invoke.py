@@ -85,8 +85,9 @@ class InvokeEndpoint:
     https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html). The second delivery is an
     ordinary asynchronous invocation of the same payload (retries, ``on_failure`` and :meth:`wait_idle` as for any),
     started a random 0 to ``duplicate_delay_s`` seconds after the first was accepted, so it may overlap the first or
-    come after it. ``rng`` draws both (seed it to repeat a run's draws); :attr:`duplicates` counts the deliveries.
-    0 by default: each event is delivered once.
+    come after it. ``rng`` draws both (seed it to repeat a run's draws); :attr:`duplicates` counts the deliveries, and
+    :attr:`failed_duplicates` those of them that ended in an error (the function failed, or its environment was killed,
+    before or after it could tell the event was a duplicate). 0 by default: each event is delivered once.
     """
 
     def __init__(
@@ -114,6 +115,7 @@ class InvokeEndpoint:
         self.duplicate_delay_s = duplicate_delay_s
         self._rng = rng or random.Random()
         self._duplicates: Counter[str] = Counter()
+        self._failed_duplicates: Counter[str] = Counter()
         self._server = LoopbackServer((host, port), _InvokeHandler, self)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
         self._thread: threading.Thread | None = None
@@ -160,6 +162,12 @@ class InvokeEndpoint:
         with self._idle:
             return dict(self._duplicates)
 
+    @property
+    def failed_duplicates(self) -> dict[str, int]:
+        """Second deliveries (counted in :attr:`duplicates`) that ended in an error, by function name."""
+        with self._idle:
+            return dict(self._failed_duplicates)
+
     # -- asynchronous invocations ---------------------------------------------------------------------
     def submit_event(self, name: str, payload: bytes) -> None:
         self._submit(name, payload, None)
@@ -203,6 +211,9 @@ class InvokeEndpoint:
                 if result.function_error is None:
                     return
                 error = FunctionError(result.error_type or "Unhandled", result.payload)
+            if error is not None and duplicate_after_s is not None:
+                with self._idle:
+                    self._failed_duplicates[name] += 1
             if error is not None and self.on_failure is not None and not self._stopping.is_set():
                 self.on_failure(name, payload, error)
         finally:
