@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: help venv lint typecheck unit pytest validate build test local chat deploy clean browser-deps screenshot
+.PHONY: help venv lint typecheck unit pytest lambda-python validate build test local chat deploy clean browser-deps screenshot
 LOCAL_PATH := PYTHONPATH=local:layers/chatstream:layers/streaming-runtime
 
 help:
@@ -16,7 +16,7 @@ help:
 	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
 	@echo "make invoke    sam local invoke without Docker: FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"
 	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
-	@echo "make test      lint, type-check, checkov, tests, sam validate --lint, sam build (what CI runs)"
+	@echo "make test      lint, type-check, checkov, tests (again on Python 3.13), sam validate --lint, sam build (what CI runs)"
 	@echo "make bench     chatstream vs direct streaming vs per-token pipeline (bench/results.md)"
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line (ARGS=--cpu-stress: one core kept busy)"
 	@echo "make build     sam build"
@@ -48,7 +48,27 @@ validate: $(STAMP)
 build: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
 
-test: lint typecheck scan pytest validate build
+test: lint typecheck scan pytest lambda-python validate build
+
+# Lambda runs the functions on Python 3.13; the suite above runs on $(PYTHON). Where a Python 3.13 exists (found as
+# the builds find it, make/bytecode.mk), the unit tests, the streaming runtime's protocol tests and the local stack's
+# pipeline tests run again on it, in a virtual environment of its own made from the same pins, where the local Lambda
+# runs the functions on 3.13 too. With none, one warning line.
+include make/bytecode.mk
+VENV313 := .venv-3.13
+LAMBDA_PYTHON_TESTS := tests/unit tests/integration/test_streaming_runtime_protocol.py tests/integration/test_local_stack.py
+$(VENV313)/.installed: requirements/dev.txt
+	test -x $(VENV313)/bin/python || "$(PYTHON313)" -m venv $(VENV313)
+	$(VENV313)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	touch $@
+
+ifeq ($(PYTHON313),)
+lambda-python:
+	@echo "warning: no Python 3.13 found (set PYTHON313 to one): the tests ran on $$($(PYTHON) -V 2>&1) only" >&2
+else
+lambda-python: $(VENV313)/.installed
+	PATH="$(CURDIR)/$(VENV313)/bin:$$PATH" $(VENV313)/bin/pytest -q $(LAMBDA_PYTHON_TESTS) $(PYTEST_ARGS)
+endif
 
 # Debian's Chromium for the browser test (tests/e2e/test_browser.py drives it with Playwright, which never
 # downloads a browser of its own). Installed with apt-get when missing; where it cannot be, the test skips.
@@ -76,7 +96,7 @@ deploy: build
 	$(BIN)/sam deploy --guided
 
 clean:
-	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache tests/e2e/js/node_modules
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache tests/e2e/js/node_modules $(VENV313)
 
 # Re-process ConsumerDLQ (docs/OPERATIONS.md). STACK=<stack name> reads the queue, table and stream from the
 # stack's outputs (or set DLQ_URL / CHAT_TABLE_NAME); ARGS="--dry-run --max 10" passes options through.
