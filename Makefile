@@ -51,12 +51,13 @@ build: $(STAMP)
 test: lint typecheck scan pytest lambda-python validate build
 
 # Lambda runs the functions on Python 3.13; the suite above runs on $(PYTHON). Where a Python 3.13 exists (found as
-# the builds find it, make/bytecode.mk), the unit tests, the streaming runtime's protocol tests and the local stack's
-# pipeline tests run again on it, in a virtual environment of its own made from the same pins, where the local Lambda
-# runs the functions on 3.13 too. With none, one warning line.
+# the builds find it, make/bytecode.mk), the unit tests, the streaming runtime's protocol tests and the tests that run
+# each function on the local stack run again on it, in a virtual environment of its own made from the same pins, where
+# the local Lambda runs the functions on 3.13 too. With none, one warning line.
 include make/bytecode.mk
 VENV313 := .venv-3.13
-LAMBDA_PYTHON_TESTS := tests/unit tests/integration/test_streaming_runtime_protocol.py tests/integration/test_local_stack.py
+LAMBDA_PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py \
+	proxy.py relay_local.py openai_api.py)
 $(VENV313)/.installed: requirements/dev.txt
 	test -x $(VENV313)/bin/python || "$(PYTHON313)" -m venv $(VENV313)
 	$(VENV313)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
