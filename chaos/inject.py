@@ -14,7 +14,9 @@ from chatstream_local.process import die_with_parent
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Iterable, Set
 
+    from chatstream_local.lambda_.invocation import KilledInvocation
     from chatstream_local.stack import LocalStack
 
 PROXY = "ProxyFunction"
@@ -25,15 +27,15 @@ class EnvironmentKiller:
     """Kills busy execution environments of the proxy and the consumer, up to a budget each, at random moments
     (0.2 to 1.5 s apart) until stopped or the budgets are spent.
 
-    ``kills`` counts the kills by function; ``killed_turns`` holds the (session, turn) of every proxy invocation
-    killed: the generations the run itself ended.
+    ``kills`` counts the kills by function; ``killed_proxies`` holds every proxy invocation killed (its request id
+    and event). Those that were first deliveries are the generations the run itself ended (:func:`killed_turns`).
     """
 
     def __init__(self, stack: LocalStack, budget: dict[str, int], rng: random.Random) -> None:
         self.stack = stack
         self.budget = dict(budget)
         self.kills = dict.fromkeys(budget, 0)
-        self.killed_turns: set[tuple[str, int]] = set()
+        self.killed_proxies: list[KilledInvocation] = []
         self.rng = rng
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-killer", daemon=True)
@@ -59,7 +61,14 @@ class EnvironmentKiller:
                 continue
             self.kills[name] += 1
             if name == PROXY:
-                self.killed_turns.add(generation_of(killed.payload))
+                self.killed_proxies.append(killed)
+
+
+def killed_turns(killed: Iterable[KilledInvocation], second_deliveries: Set[str]) -> frozenset[tuple[str, int]]:
+    """The (session, turn) of each killed proxy invocation that was not a second delivery of its event (request ids
+    in ``second_deliveries``): the generations the run ended. A second delivery generates nothing (the proxy drops
+    it), so killing it ends no generation."""
+    return frozenset(generation_of(inv.payload) for inv in killed if inv.request_id not in second_deliveries)
 
 
 def generation_of(payload: bytes) -> tuple[str, int]:

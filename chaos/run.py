@@ -36,7 +36,7 @@ from chaos.checks import (
 )
 from chaos.client import StreamSeen, run_chat
 from chaos.faults import FaultProxy, FaultRates
-from chaos.inject import CONSUMER, PROXY, CpuStress, EnvironmentKiller, put_poison
+from chaos.inject import CONSUMER, PROXY, CpuStress, EnvironmentKiller, killed_turns, put_poison
 from chaos.plan import ChaosSettings, ChatPlan, plan_chats
 from chaos.readback import QueueReadError, Readback
 from chatstream.dlq import DeadLetterQueue
@@ -47,6 +47,8 @@ from chatstream_local.stack import LocalStack, StackSettings
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from chatstream_local.lambda_.invocation import KilledInvocation
+
 FAULTY_ENDPOINTS = ("AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
 SETTLE_POLL_S = 0.5
 STACK_REPORTS = ("stack", "url")  # the local stack's own components: what they log is always shown
@@ -55,13 +57,13 @@ STACK_REPORTS = ("stack", "url")  # the local stack's own components: what they 
 @dataclass(frozen=True)
 class ChatsRun:
     """What the chats left for the checks: each chat's stream (in plan order), the poison put, the kills (and the
-    turns whose proxy invocation was killed)."""
+    proxy invocations killed)."""
 
     streams: tuple[StreamSeen, ...]
     poisoned: tuple[bytes, ...]
     proxy_kills: int
     consumer_kills: int
-    killed_turns: frozenset[tuple[str, int]]
+    killed_proxies: tuple[KilledInvocation, ...]
 
 
 class DroppedDuplicates:
@@ -189,7 +191,7 @@ def _run_chats(
         session = next((seen.session_id for seen in streams if seen.session_id), "chaos-poison-session")
         poisoned.append(put_poison(stack, session, len(poisoned)))
     return ChatsRun(
-        tuple(streams), tuple(poisoned), killer.kills[PROXY], killer.kills[CONSUMER], frozenset(killer.killed_turns)
+        tuple(streams), tuple(poisoned), killer.kills[PROXY], killer.kills[CONSUMER], tuple(killer.killed_proxies)
     )
 
 
@@ -251,13 +253,10 @@ def _settle_and_check(
     except QueueReadError as err:
         run_problems.append(str(err))
         dlq = DlqCounts(poison_expected=len(chats.poisoned))
+    assert stack.invoke_endpoint is not None
+    killed = killed_turns(chats.killed_proxies, stack.invoke_endpoint.duplicate_request_ids(stack.name(PROXY)))
     counts = [
-        check_chat(
-            plan,
-            seen,
-            readback.stored_turn(seen),
-            killed=(seen.session_id, seen.turn) in chats.killed_turns,
-        )
+        check_chat(plan, seen, readback.stored_turn(seen), killed=(seen.session_id, seen.turn) in killed)
         for plan, seen in zip(plans, chats.streams, strict=True)
     ]
     return counts, dlq, run_problems

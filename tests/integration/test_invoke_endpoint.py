@@ -242,6 +242,25 @@ def test_with_duplicate_events_at_1_each_event_is_delivered_twice_and_wait_idle_
         assert endpoint.failed_duplicates == {}
 
 
+def test_the_endpoint_names_the_invocations_that_were_second_deliveries(aws_env: None, tmp_path: Path) -> None:
+    # GIVEN an endpoint that delivers every event a second time, after the first has run
+    with (
+        LocalLambda(SPECS) as local,
+        InvokeEndpoint(local, duplicate_events=1.0, duplicate_delay_s=1.5, rng=LateDraws()) as endpoint,
+    ):
+        out = tmp_path / "runs.jsonl"
+
+        # WHEN one event is delivered twice
+        endpoint.submit_event("count", json.dumps({"out": str(out), "with_request_id": True}).encode())
+        assert endpoint.wait_idle(timeout=20)
+
+        # THEN of the two invocations (in the order they ran) only the second is named a second delivery
+        first, second = (json.loads(line)["request_id"] for line in out.read_text().splitlines())
+        assert first != second
+        assert endpoint.duplicate_request_ids("count") == {second}
+        assert endpoint.duplicate_request_ids("count-retried") == frozenset()
+
+
 def test_a_duplicate_that_fails_goes_to_on_failure_as_any_event(
     failures: FailureRecorder, aws_env: None, tmp_path: Path
 ) -> None:
