@@ -85,7 +85,7 @@ def test_every_input_is_bounded(logged: tuple[LocalStack, list[tuple[str, str]]]
         for _ in range(MAX_TURNS - 1):
             assert client.chat("again", session_id=turn.session_id).done is not None
     over = _post(stack, {"message": "one too many", "session_id": turn.session_id})
-    assert (over.status_code, over.json()["error"]["code"]) == (409, "turn_in_progress")
+    assert (over.status_code, over.json()["error"]["code"]) == (409, "turn_limit")
     assert "limit" in over.json()["error"]["message"]
 
 

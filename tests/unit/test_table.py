@@ -10,7 +10,7 @@ import pytest
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from chatstream.errors import SessionNotFound, TurnClaimed, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.errors import SessionNotFound, TurnClaimed, TurnFinished, TurnInProgress, TurnLimitReached, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import _deser, _ser
@@ -223,6 +223,22 @@ def test_start_session_allocates_turn_one_in_one_write(chat_table: ChatTable) ->
     assert turn is not None and (turn.user, turn.status, turn.max_tokens) == ("hello", TurnStatus.IN_PROGRESS, 5)
     with pytest.raises(TurnInProgress):
         chat_table.start_turn(session_id, OWNER, "next")
+
+
+def test_a_session_at_its_turn_limit_refuses_a_new_turn_as_a_limit_not_as_a_turn_in_progress(
+    chat_table: ChatTable,
+) -> None:
+    # GIVEN a session whose only turn ended
+    session_id = chat_table.start_session(OWNER, "hello")
+    chat_table.complete_turn(TokenRecord.stop(session_id, 1, 2, StopReason.END_TURN, Usage(1, 1), 5), "Hi")
+
+    # WHEN a turn is allocated with a limit of one turn THEN it is refused as the limit, and nothing changed
+    with pytest.raises(TurnLimitReached, match="limit of 1 turns"):
+        chat_table.start_turn(session_id, OWNER, "next", max_turns=1)
+    session = chat_table.get_session(session_id)
+    assert session is not None and (session.turn_count, session.active_turn) == (1, None)
+    # AND with a limit of two it is turn 2
+    assert chat_table.start_turn(session_id, OWNER, "next", max_turns=2) == 2
 
 
 def test_a_session_can_start_with_a_chosen_id_once(chat_table: ChatTable) -> None:

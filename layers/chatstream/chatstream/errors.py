@@ -51,6 +51,10 @@ class TurnInProgress(ChatstreamError):
     """The session's previous turn is still generating."""
 
 
+class TurnLimitReached(ChatstreamError):
+    """The session has taken as many turns as a session may (``MaxTurnsPerSession``); a new session can go on."""
+
+
 class TurnFinished(ChatstreamError):
     """The turn already ended (cancel of a finished turn; a generation event for a turn that ended)."""
 

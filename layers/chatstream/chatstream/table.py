@@ -33,7 +33,15 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from chatstream.backoff import Backoff
-from chatstream.errors import SessionNotFound, Throttled, TurnClaimed, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.errors import (
+    SessionNotFound,
+    Throttled,
+    TurnClaimed,
+    TurnFinished,
+    TurnInProgress,
+    TurnLimitReached,
+    TurnNotFound,
+)
 from chatstream.records import MAX_SEQ, TokenRecord, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import TurnOptions
@@ -169,9 +177,9 @@ class ChatTable:
     ) -> int:
         """Allocate the session's next turn; one generating turn per session.
 
-        Raises :class:`SessionNotFound` (unknown or foreign session) or :class:`TurnInProgress`
-        (a turn is generating, or another request allocated one concurrently). An active turn
-        older than ``stale_after_ms`` (its generator died without a terminal record) is taken over.
+        Raises :class:`SessionNotFound` (unknown or foreign session), :class:`TurnInProgress` (a turn is generating,
+        or another request allocated one concurrently) or :class:`TurnLimitReached` (the session has ``max_turns``).
+        An active turn older than ``stale_after_ms`` (its generator died without a terminal record) is taken over.
         """
         session = self.owned_session(session_id, owner)
         now = self.now_ms()
@@ -184,7 +192,7 @@ class ChatTable:
         if session.active_turn is not None and not stale:
             raise TurnInProgress(f"turn {session.active_turn} of session {session_id} is still generating")
         if max_turns is not None and session.turn_count >= max_turns:
-            raise TurnInProgress(f"session {session_id} reached its limit of {max_turns} turns")
+            raise TurnLimitReached(f"session {session_id} reached its limit of {max_turns} turns")
         turn = session.turn_count + 1
         condition = "turn_count = :prev AND "
         condition += "active_turn = :stale" if stale else "attribute_not_exists(active_turn)"

@@ -218,6 +218,29 @@ def test_a_new_turn_while_one_is_generating_is_409_turn_in_progress(service: Rel
     assert "still generating" in message
 
 
+def test_a_turn_beyond_the_sessions_limit_is_409_turn_limit_and_invokes_nothing(
+    chat_table: ChatTable, proxy: RecordingLambda, clock: FakeClock, table_name: str
+) -> None:
+    # GIVEN a relay that allows two turns a session, and a session that has taken both
+    config = relay_config(table_name, MAX_TURNS_PER_SESSION="2")
+    service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+    session_id = meta_of(chat(service, "one"))["session_id"]
+    write_turn(chat_table, session_id, 1, ["first"])
+    assert meta_of(chat(service, "two", session_id=session_id))["turn"] == 2
+    write_turn(chat_table, session_id, 2, ["second"])
+    invoked = len(proxy.calls)
+
+    # WHEN the client sends a third message on it
+    response = chat(service, "three", session_id=session_id)
+
+    # THEN 409 turn_limit (not turn_in_progress, which a client may wait out), saying what to do, and no generation
+    message = assert_error(response, 409, "turn_limit")
+    assert "limit of 2 turns" in message and "new session" in message
+    assert len(proxy.calls) == invoked
+    # AND a new session still starts
+    assert meta_of(chat(service, "three"))["turn"] == 1
+
+
 def test_concurrent_posts_on_one_session_give_one_stream_and_409s(
     service: RelayService, chat_table: ChatTable, proxy: RecordingLambda
 ) -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnNotFound
+from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnLimitReached, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord
 from chatstream.relay import sse
@@ -268,6 +268,8 @@ class _Exchange:
             raise HttpError(
                 409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
             ) from None
+        except TurnLimitReached as err:
+            raise HttpError(409, "turn_limit", f"{err}; start a new session to go on") from None
         return session_id, turn
 
     def owner(self) -> str:
