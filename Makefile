@@ -90,8 +90,12 @@ screenshot: $(STAMP) browser-deps
 local: $(STAMP)
 	$(LOCAL_PATH) exec $(BIN)/python -m chatstream_local $(ARGS)
 
+# The relay `make chat` and `make smoke` talk to: URL, else the local stack on CHATSTREAM_PORT when it is set, else the
+# client's own default (CHATSTREAM_URL, else the local stack's default port).
+CLIENT_URL = $(or $(URL),$(if $(CHATSTREAM_PORT),http://127.0.0.1:$(CHATSTREAM_PORT)))
+
 chat: $(STAMP)
-	PYTHONPATH=client $(BIN)/python -m chatstream_client.cli $(if $(URL),--url $(URL)) $(ARGS)
+	PYTHONPATH=client $(BIN)/python -m chatstream_client.cli $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
 
 deploy: build
 	$(BIN)/sam deploy --guided
@@ -138,4 +142,4 @@ invoke: $(STAMP)
 # Function URL; ARGS="--second-profile NAME" adds the check that another principal gets 404 on the session.
 .PHONY: smoke
 smoke: $(STAMP)
-	PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(URL),--url $(URL)) $(ARGS)
+	PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
