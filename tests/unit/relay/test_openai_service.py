@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from chatstream.errors import Throttled
-from chatstream.records import assistant_text
+from chatstream.records import ErrorInfo, assistant_text
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
 from tests.builders import turn_records
@@ -258,3 +258,84 @@ def test_a_chat_completion_stream_sends_a_chunk_per_word(service: RelayService, 
     chunks = [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
     contents = [json.loads(data)["choices"][0]["delta"].get("content") for data in chunks[1:-2]]
     assert contents == ["You", " said:", " hi", " there"] and chunks[-1] == "[DONE]"
+
+
+def _service_with(chat_table: ChatTable, proxy: RecordingLambda, table_name: str, clock: FakeClock) -> RelayService:
+    config = relay_config(table_name, MODEL_ID=MODEL)
+    return RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+
+
+def test_a_chat_completion_waits_out_a_model_silent_longer_than_the_idle_reconnect(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_id = "5e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"  # each test its own: the table is shared
+    # GIVEN a turn that starts at once, then stays silent for 90 s (a stream would get its idle reconnect at 60 s)
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    records = turn_records(session_id, 1, ["You said:", " hi"])
+    clock = FakeClock()
+    clock.at(1.0, lambda: chat_table.put_records(records[:1]))
+    clock.at(
+        90.0,
+        lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records[1:])),
+    )
+    service = _service_with(chat_table, proxy, table_name, clock)
+
+    # WHEN a chat completion that is not streamed asks for it
+    response = call(
+        service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    )
+
+    # THEN it answers the whole reply once the turn ends: nobody could have followed a reconnect
+    assert response.status_code == 200, body_of(response)
+    assert body_of(response)["choices"][0]["message"]["content"] == "You said: hi"
+    assert clock.t >= 90.0
+
+
+def test_a_chat_completion_the_relay_has_no_time_left_for_names_its_turn_and_asks_not_to_be_retried(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_id = "6e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"  # each test its own: the table is shared
+    # GIVEN a turn that started, and a relay whose invocation ends in 100 s, before the turn does
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    records = turn_records(session_id, 1, ["You said:", " hi"])
+    clock = FakeClock(deadline_s=100.0)
+    clock.at(1.0, lambda: chat_table.put_records(records[:2]))
+    service = _service_with(chat_table, proxy, table_name, clock)
+
+    # WHEN a chat completion that is not streamed asks for it
+    response = call(
+        service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    )
+
+    # THEN 503 still_generating, which says where to follow the turn, names it in the headers, and tells OpenAI's
+    # SDKs not to retry (a retry would start a second generation)
+    error = openai_error(response, 503)
+    assert error["code"] == "still_generating" and f"/sessions/{session_id}/turns/1/events" in error["message"]
+    assert response.headers["x-should-retry"] == "false"
+    assert (response.headers["X-Chatstream-Session-Id"], response.headers["X-Chatstream-Turn"]) == (session_id, "1")
+    assert proxy.invocations == 1
+
+
+def test_a_chat_completion_whose_turn_failed_names_the_turn(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_id = "7e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"  # each test its own: the table is shared
+    # GIVEN a turn the model failed with throttling
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    error = ErrorInfo("throttled", "slow down", True)
+    records = turn_records(session_id, 1, ["You"], error=error)
+    clock = FakeClock()
+    clock.at(
+        1.0, lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records))
+    )
+    service = _service_with(chat_table, proxy, table_name, clock)
+
+    # WHEN a chat completion that is not streamed asks for it
+    response = call(
+        service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    )
+
+    # THEN the failure's status and code, with the turn's headers (its history keeps what it produced)
+    assert openai_error(response, 429)["code"] == "throttled"
+    assert response.headers["X-Chatstream-Session-Id"] == session_id
+    assert "x-should-retry" not in response.headers

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -303,13 +304,18 @@ class _Exchange:
         pace: bool | None,
         *,
         new_turn: bool = False,
+        to_the_end: bool = False,
     ) -> Follower:
         """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
-        turn this request started is not read at once: the proxy has only just been invoked."""
+        turn this request started is not read at once: the proxy has only just been invoked. ``to_the_end``: for an
+        answer that is not streamed, no idle ``reconnect`` (there is no client to resume); only the function's
+        remaining time ends it before the turn ends."""
         settings = self.service.settings
         assert settings is not None
         if pace is not None and pace is not settings.pace:
             settings = replace(settings, pace=pace)
+        if to_the_end:
+            settings = replace(settings, idle_reconnect_s=math.inf)
         return Follower(
             self.table,
             session_id,

@@ -248,13 +248,18 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
         return Response(200, {**SSE_HEADERS, **headers}, stream, info)
     _drain(exchange, session_id, turn_number)
     turn = _turn(exchange, session_id, turn_number)
+    # Errors name the turn too (its headers): it was started, and its history keeps what it produced.
     if turn.status is TurnStatus.ERROR:
         error = dict(turn.error or {})
         code = str(error.get("code") or "model_error")
-        raise OpenAIError(_FAILED_STATUS.get(code, 500), code, str(error.get("message") or "the generation failed"))
+        message = str(error.get("message") or "the generation failed")
+        raise OpenAIError(_FAILED_STATUS.get(code, 500), code, message, headers=headers)
     if not turn.finished:
+        # The relay's time ran out first. Asking again would start a second generation while this one goes on, so
+        # OpenAI's SDKs are told not to retry (they obey `x-should-retry`).
         url = f"/sessions/{session_id}/turns/{turn_number}/events"
-        raise OpenAIError(503, "still_generating", f"the reply is still being generated; follow it at {url}")
+        message = f"the reply is still being generated; follow it at {url}"
+        raise OpenAIError(503, "still_generating", message, headers={**headers, "x-should-retry": "false"})
     body = completion_object(session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage)
     return json_response(200, body, headers)
 
@@ -297,5 +302,8 @@ def _turn(exchange: _Exchange, session_id: str, turn_number: int) -> Turn:
 
 def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
     """Follow the turn to its end (or the relay's time limit), for an answer that is not streamed."""
-    for _ in exchange.follower(session_id, turn_number, None, FollowStats(), pace=False, new_turn=True).events():
+    follower = exchange.follower(
+        session_id, turn_number, None, FollowStats(), pace=False, new_turn=True, to_the_end=True
+    )
+    for _ in follower.events():
         pass
