@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectTimeoutError, ReadTimeoutError
+from urllib3.exceptions import HTTPError as TransportError
+from urllib3.exceptions import ReadTimeoutError as StreamReadTimeout
 
 from chatstream.backoff import Backoff
 from chatstream.coalescer import Coalescer, Step, WriterAction
@@ -126,9 +128,11 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
         message = str(err.response.get("Error", {}).get("Message", "")) or str(err)
         ours, retryable = _BEDROCK_ERRORS.get(code.lower(), ("model_error", False))
         return ErrorInfo(ours, f"{code}: {message}" if code else message, retryable)
-    if isinstance(err, ReadTimeoutError | ConnectTimeoutError):
+    # Once the stream has begun, botocore reads it through urllib3 and lets urllib3's own errors through unwrapped:
+    # the model silent past the read timeout, or the connection lost mid-stream.
+    if isinstance(err, ReadTimeoutError | ConnectTimeoutError | StreamReadTimeout):
         return ErrorInfo("timeout", f"the model did not answer in time ({type(err).__name__})", True)
-    if isinstance(err, BotoCoreError):
+    if isinstance(err, BotoCoreError | TransportError):
         return ErrorInfo("model_unavailable", f"could not reach the model ({type(err).__name__})", True)
     return ErrorInfo("internal_error", f"unexpected failure ({type(err).__name__})", False)
 
