@@ -291,3 +291,15 @@ def test_an_empty_body_is_told_what_to_send() -> None:
         parse_responses_request(b"", max_tokens_limit=100, valid_base64=True)
     with pytest.raises(HttpError, match='"messages"'):
         parse_chat_completion_request(b" ", max_tokens_limit=100, valid_base64=True)
+
+
+@pytest.mark.parametrize(
+    ("model", "said"), [(None, "model is required"), ("", "model is required"), (5, "must be a string")]
+)
+def test_a_missing_model_is_required_and_one_of_the_wrong_type_is_said_to_be(model: object, said: str) -> None:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "x"}]}
+    if model is not None:
+        body["model"] = model
+    assert error_of(chat, body) == (400, "invalid_request", "model")
+    with pytest.raises(HttpError, match=said):
+        chat(body)

@@ -211,8 +211,10 @@ def _check_fields(fields: Mapping[str, Any], known: frozenset[str], unsupported_
 
 def _model(fields: Mapping[str, Any]) -> str:
     model = fields.get("model")
-    if not isinstance(model, str) or not model:
+    if model is None or model == "":
         raise invalid("model is required: the deployment's model id (GET /v1/models lists it)", "model")
+    if not isinstance(model, str):
+        raise invalid("model must be a string: the deployment's model id (GET /v1/models lists it)", "model")
     return model
 
 
