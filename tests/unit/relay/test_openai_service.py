@@ -339,3 +339,30 @@ def test_a_chat_completion_whose_turn_failed_names_the_turn(
     assert openai_error(response, 429)["code"] == "throttled"
     assert response.headers["X-Chatstream-Session-Id"] == session_id
     assert "x-should-retry" not in response.headers
+
+
+def test_a_streamed_chat_completion_that_fails_ends_with_the_error_typed_as_without_a_stream(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN a streamed chat completion whose turn the model throttled after a word
+    response = call(
+        service,
+        "POST",
+        "/v1/chat/completions",
+        {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    session_id = response.headers["X-Chatstream-Session-Id"]
+    records = turn_records(session_id, 1, ["You"], error=ErrorInfo("throttled", "slow — down", True))
+    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.put_records(records)
+
+    # WHEN it is read THEN it ends with the error, of the type a non-streamed answer has (429: rate_limit_error)
+    data = [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
+    assert data[-1] == ('{"error":{"message":"slow — down","type":"rate_limit_error","param":null,"code":"throttled"}}')
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_a_malformed_starting_after_is_a_400_with_or_without_a_stream(service: RelayService, stream: str) -> None:
+    created = background(service)
+    response = call(service, "GET", f"/v1/responses/{created['id']}?stream={stream}&starting_after=abc")
+    assert openai_error(response, 400)["param"] == "starting_after"

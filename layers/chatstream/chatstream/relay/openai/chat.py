@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatstream.relay import sse
+from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
 from chatstream.status import StopReason
 
@@ -68,7 +69,8 @@ def completion_object(
 
 
 def error_data(code: str, message: str) -> str:
-    return sse.message(json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}}))
+    error = {"message": message, "type": error_type(failed_status(code)), "param": None, "code": code}
+    return sse.message(json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":")))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from chatstream.records import RecordType
 from chatstream.relay.follow import FollowStats
 from chatstream.relay.http import SSE_HEADERS, HttpError, Response, StreamInfo, StreamKind, json_response
 from chatstream.relay.openai.chat import ChunkStream, completion_object
-from chatstream.relay.openai.errors import OpenAIError, invalid, openai_api
+from chatstream.relay.openai.errors import OpenAIError, failed_status, invalid, openai_api
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import (
     Output,
@@ -42,9 +42,6 @@ SESSION_HEADER = "X-Chatstream-Session-Id"
 TURN_HEADER = "X-Chatstream-Turn"
 CANCEL_WAIT_S = 10.0  # how long a cancel waits for the turn to end before answering
 _CANCEL_POLL_S = 0.1
-
-# A failed turn's error code → the status a non-streamed chat completion answers with.
-_FAILED_STATUS = {"throttled": 429, "invalid_request": 400, "proxy_unavailable": 503, "model_unavailable": 503}
 
 
 def served_models(exchange: _Exchange) -> list[str]:
@@ -116,9 +113,9 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     if stream not in ("true", "false"):
         raise invalid("stream must be true or false", "stream")
     pace = _pace(exchange)
+    after = _sequence_number(query.get("starting_after"), "starting_after")  # checked with or without a stream
     if stream == "false":
         return json_response(200, _object(exchange, turn), _session_headers(turn.session_id, turn.turn))
-    after = _sequence_number(query.get("starting_after"), "starting_after")
     return _response_stream(
         exchange, turn, -1 if after is None else after, _session_headers(turn.session_id, turn.turn), pace
     )
@@ -253,7 +250,7 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
         error = dict(turn.error or {})
         code = str(error.get("code") or "model_error")
         message = str(error.get("message") or "the generation failed")
-        raise OpenAIError(_FAILED_STATUS.get(code, 500), code, message, headers=headers)
+        raise OpenAIError(failed_status(code), code, message, headers=headers)
     if not turn.finished:
         # The relay's time ran out first. Asking again would start a second generation while this one goes on, so
         # OpenAI's SDKs are told not to retry (they obey `x-should-retry`).
@@ -269,7 +266,10 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
 
 def _sequence_number(value: str | None, name: str) -> int | None:
     """``starting_after``: a sequence number the stream sent (``None`` when not given)."""
-    position = parse_position(value, name)
+    try:
+        position = parse_position(value, name)
+    except HttpError as err:
+        raise invalid(err.message, name) from None  # OpenAI's shape names the parameter
     if position is not None and position.offset is not None:
         raise invalid(f"{name} must be a sequence number (a non-negative integer), got {value!r}", name)
     return None if position is None else position.seq

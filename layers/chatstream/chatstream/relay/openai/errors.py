@@ -36,6 +36,19 @@ _TYPES = {
     429: "rate_limit_error",
 }
 
+# A failed turn's error code → the status a non-streamed answer carries it with (else 500), and so its type.
+_FAILED_STATUS = {"throttled": 429, "invalid_request": 400, "proxy_unavailable": 503, "model_unavailable": 503}
+
+
+def failed_status(code: str) -> int:
+    """The status of a turn that failed with ``code``, answered without a stream."""
+    return _FAILED_STATUS.get(code, 500)
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for a status (a stream's error takes its failure's status: the same type either way)."""
+    return _TYPES.get(status, "server_error")
+
 
 class OpenAIError(HttpError):
     """An :class:`HttpError` that also names the request field at fault (OpenAI's ``param``)."""
@@ -60,7 +73,7 @@ def error_response(err: HttpError) -> Response:
     body = {
         "error": {
             "message": err.message,
-            "type": _TYPES.get(err.status, "server_error"),
+            "type": error_type(err.status),
             "param": err.param if isinstance(err, OpenAIError) else None,
             "code": err.code,
         }
