@@ -14,7 +14,7 @@ from chatstream_local.process import die_with_parent
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Iterable, Set
+    from collections.abc import Iterable
 
     from chatstream_local.lambda_.invocation import KilledInvocation
     from chatstream_local.stack import LocalStack
@@ -28,7 +28,7 @@ class EnvironmentKiller:
     (0.2 to 1.5 s apart) until stopped or the budgets are spent.
 
     ``kills`` counts the kills by function; ``killed_proxies`` holds every proxy invocation killed (its request id
-    and event). Those that were first deliveries are the generations the run itself ended (:func:`killed_turns`).
+    and event), from which :func:`killed_generation` tells the generations the run itself ended.
     """
 
     def __init__(self, stack: LocalStack, budget: dict[str, int], rng: random.Random) -> None:
@@ -64,11 +64,13 @@ class EnvironmentKiller:
                 self.killed_proxies.append(killed)
 
 
-def killed_turns(killed: Iterable[KilledInvocation], second_deliveries: Set[str]) -> frozenset[tuple[str, int]]:
-    """The (session, turn) of each killed proxy invocation that was not a second delivery of its event (request ids
-    in ``second_deliveries``): the generations the run ended. A second delivery generates nothing (the proxy drops
-    it), so killing it ends no generation."""
-    return frozenset(generation_of(inv.payload) for inv in killed if inv.request_id not in second_deliveries)
+def killed_generation(turn: tuple[str, int], generator: str | None, killed: Iterable[KilledInvocation]) -> bool:
+    """Whether the run's kills ended ``turn``'s generation. Whichever delivery of its event claims the turn generates
+    it (the first to claim, not always the first delivered), and the claim is its request id (``generator``): so it
+    is the killed invocation that had claimed the turn, or, when none claimed it, any killed invocation of the turn
+    (killed before it could claim). A killed delivery that found the turn claimed by another ended nothing."""
+    killed_ids = {inv.request_id for inv in killed if generation_of(inv.payload) == turn}
+    return generator in killed_ids if generator is not None else bool(killed_ids)
 
 
 def generation_of(payload: bytes) -> tuple[str, int]:

@@ -36,7 +36,7 @@ from chaos.checks import (
 )
 from chaos.client import StreamSeen, run_chat
 from chaos.faults import FaultProxy, FaultRates
-from chaos.inject import CONSUMER, PROXY, CpuStress, EnvironmentKiller, killed_turns, put_poison
+from chaos.inject import CONSUMER, PROXY, CpuStress, EnvironmentKiller, killed_generation, put_poison
 from chaos.plan import ChaosSettings, ChatPlan, plan_chats
 from chaos.readback import QueueReadError, Readback
 from chatstream.dlq import DeadLetterQueue
@@ -253,12 +253,12 @@ def _settle_and_check(
     except QueueReadError as err:
         run_problems.append(str(err))
         dlq = DlqCounts(poison_expected=len(chats.poisoned))
-    assert stack.invoke_endpoint is not None
-    killed = killed_turns(chats.killed_proxies, stack.invoke_endpoint.duplicate_request_ids(stack.name(PROXY)))
-    counts = [
-        check_chat(plan, seen, readback.stored_turn(seen), killed=(seen.session_id, seen.turn) in killed)
-        for plan, seen in zip(plans, chats.streams, strict=True)
-    ]
+    counts = []
+    for plan, seen in zip(plans, chats.streams, strict=True):
+        stored = readback.stored_turn(seen)
+        generator = stored.turn.generator if stored.turn is not None else None
+        killed = killed_generation((seen.session_id, seen.turn), generator, chats.killed_proxies)
+        counts.append(check_chat(plan, seen, stored, killed=killed))
     return counts, dlq, run_problems
 
 

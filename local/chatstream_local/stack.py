@@ -384,8 +384,11 @@ class LocalStack:
         assert self.local_lambda is not None
         return self.local_lambda.invoke(self.name("ConsumerFunction"), payload)
 
-    def _on_async_failure(self, name: str, payload: bytes, error: FunctionError) -> None:
-        """A failed asynchronous invocation goes to the function's OnFailure destination, as Lambda sends it."""
+    def _on_async_failure(
+        self, name: str, payload: bytes, error: FunctionError, request_id: str | None, attempts: int
+    ) -> None:
+        """A failed asynchronous invocation goes to the function's OnFailure destination, as Lambda sends it (its
+        request id, and how many times it ran)."""
         logical_id = next(
             (lid for lid in self.template.resources_of_type("AWS::Serverless::Function") if self.name(lid) == name),
             None,
@@ -410,10 +413,10 @@ class LocalStack:
             "version": "1.0",
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
             "requestContext": {
-                "requestId": str(uuid.uuid4()),
+                "requestId": request_id or str(uuid.uuid4()),
                 "functionArn": f"{self.template.arn(logical_id)}:$LATEST" if logical_id else name,
                 "condition": "RetriesExhausted",
-                "approximateInvokeCount": 1,
+                "approximateInvokeCount": attempts,
             },
             "requestPayload": request_payload,
             "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},

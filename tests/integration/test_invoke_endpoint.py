@@ -37,11 +37,13 @@ SPECS = [
 class FailureRecorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, bytes, FunctionError]] = []
+        self.attempts: list[tuple[str | None, int]] = []  # the failed invocation's request id, and its attempts
         self._lock = threading.Lock()
 
-    def __call__(self, name: str, payload: bytes, error: FunctionError) -> None:
+    def __call__(self, name: str, payload: bytes, error: FunctionError, request_id: str | None, attempts: int) -> None:
         with self._lock:
             self.calls.append((name, payload, error))
+            self.attempts.append((request_id, attempts))
 
 
 @pytest.fixture
@@ -127,12 +129,14 @@ def test_a_failed_event_invocation_is_not_retried_and_goes_to_on_failure(
     client.invoke(FunctionName="count", InvocationType="Event", Payload=payload)
     assert endpoint.wait_idle(timeout=20)
 
-    # THEN it ran once, and the on-failure destination got the event and the error
+    # THEN it ran once, and the on-failure destination got the event, the error, and the invocation's request id
     assert len(out.read_text().splitlines()) == 1
     assert len(failures.calls) == 1
     name, failed_payload, error = failures.calls[0]
     assert (name, failed_payload) == ("count", payload)
     assert error.error_type == "RuntimeError"
+    request_id, attempts = failures.attempts[0]
+    assert request_id and attempts == 1
 
 
 def test_an_event_invocation_is_retried_up_to_max_retry_attempts(
@@ -147,9 +151,10 @@ def test_an_event_invocation_is_retried_up_to_max_retry_attempts(
     )
     assert endpoint.wait_idle(timeout=20)
 
-    # THEN it ran three times, then went to on_failure once
+    # THEN it ran three times, then went to on_failure once, saying so
     assert len(out.read_text().splitlines()) == 3
     assert [call[0] for call in failures.calls] == ["count-retried"]
+    assert failures.attempts[0][1] == 3
 
 
 def test_a_successful_event_invocation_does_not_reach_on_failure(
@@ -240,25 +245,6 @@ def test_with_duplicate_events_at_1_each_event_is_delivered_twice_and_wait_idle_
         assert [json.loads(line) for line in out.read_text().splitlines()] == [{"out": str(out)}] * 2
         assert endpoint.duplicates == {"count": 1}
         assert endpoint.failed_duplicates == {}
-
-
-def test_the_endpoint_names_the_invocations_that_were_second_deliveries(aws_env: None, tmp_path: Path) -> None:
-    # GIVEN an endpoint that delivers every event a second time, after the first has run
-    with (
-        LocalLambda(SPECS) as local,
-        InvokeEndpoint(local, duplicate_events=1.0, duplicate_delay_s=1.5, rng=LateDraws()) as endpoint,
-    ):
-        out = tmp_path / "runs.jsonl"
-
-        # WHEN one event is delivered twice
-        endpoint.submit_event("count", json.dumps({"out": str(out), "with_request_id": True}).encode())
-        assert endpoint.wait_idle(timeout=20)
-
-        # THEN of the two invocations (in the order they ran) only the second is named a second delivery
-        first, second = (json.loads(line)["request_id"] for line in out.read_text().splitlines())
-        assert first != second
-        assert endpoint.duplicate_request_ids("count") == {second}
-        assert endpoint.duplicate_request_ids("count-retried") == frozenset()
 
 
 def test_a_duplicate_that_fails_goes_to_on_failure_as_any_event(

@@ -39,7 +39,7 @@ def test_killing_a_busy_environment_fails_its_invocation_and_the_next_one_runs_f
     assert (killed.request_id, killed.payload) == (handle.request_id, payload)
     result = handle.result()
     assert result.error_type == "Runtime.ExitError"
-    assert "signal: kill" in json.loads(result.payload)["errorMessage"]
+    assert "Runtime exited with error: signal: killed" in json.loads(result.payload)["errorMessage"]
 
     # AND the next invocation runs on a new environment
     (tmp_path / "release").touch()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from chaos.inject import CpuStress, generation_of, killed_turns
+from chaos.inject import CpuStress, generation_of, killed_generation
 from chatstream_local.lambda_.invocation import KilledInvocation
 
 
@@ -36,21 +36,17 @@ def test_a_killed_proxy_invocation_names_its_generation() -> None:
     assert generation_of(payload) == ("s-1", 3)
 
 
-def test_only_killed_first_deliveries_are_generations_the_run_ended() -> None:
-    # GIVEN three killed proxy invocations: turn 1's first delivery, turn 2's second delivery (its first generated),
-    # and turn 3's first and second deliveries both
-    def event(turn: int) -> bytes:
-        return json.dumps({"session_id": "s-1", "turn": turn}).encode()
+def test_a_generation_the_run_ended_is_one_whose_claiming_invocation_it_killed() -> None:
+    def killed(request_id: str, turn: int) -> KilledInvocation:
+        return KilledInvocation(request_id, json.dumps({"session_id": "s-1", "turn": turn}).encode())
 
-    killed = [
-        KilledInvocation("r-1", event(1)),
-        KilledInvocation("r-2b", event(2)),
-        KilledInvocation("r-3", event(3)),
-        KilledInvocation("r-3b", event(3)),
-    ]
-
-    # WHEN the second deliveries are known by request id
-    ended = killed_turns(killed, {"r-2b", "r-3b", "r-other"})
-
-    # THEN turns 1 and 3 lost their generation to the run, and turn 2 did not
-    assert ended == {("s-1", 1), ("s-1", 3)}
+    kills = [killed("r-1", 1), killed("r-2b", 2), killed("r-3", 3), killed("r-5", 5)]
+    # the killed invocation had claimed the turn: the run ended its generation
+    assert killed_generation(("s-1", 1), "r-1", kills)
+    # a delivery killed after another claimed the turn (the first delivered or the second) ended nothing
+    assert not killed_generation(("s-1", 2), "r-2a", kills)
+    # a killed delivery that never claimed, with no other claim: it was killed before it could claim
+    assert killed_generation(("s-1", 3), None, kills)
+    # no kill of the turn at all, claimed or not (the relay's own claim when it could not invoke the proxy)
+    assert not killed_generation(("s-1", 4), None, kills)
+    assert not killed_generation(("s-1", 4), "relay", kills)

@@ -107,6 +107,7 @@ class Turn:
     temperature: float | None = None
     created_at: int = 0
     options: TurnOptions = field(default_factory=TurnOptions)
+    generator: str | None = None  # who claimed its generation: the proxy invocation's request id (or "relay")
 
     @property
     def finished(self) -> bool:
@@ -652,4 +653,5 @@ def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
         temperature=None if temperature is None else float(temperature),
         created_at=int(item.get("created_at", 0)),
         options=TurnOptions.from_item(dict(item)),
+        generator=None if item.get("generator") is None else str(item["generator"]),
     )

@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from chatstream_local.lambda_.invocation import StreamHandle
     from chatstream_local.lambda_.service import LocalLambda
 
-    OnFailure = Callable[[str, bytes, FunctionError], None]
+    # (function name, event, the last attempt's error, its request id (None: it never ran), attempts made)
+    OnFailure = Callable[[str, bytes, FunctionError, str | None, int], None]
 
 INVOKE_PREFIX = "/2015-03-31/functions/"
 STREAM_PREFIX = "/2021-11-15/functions/"
@@ -87,8 +88,7 @@ class InvokeEndpoint:
     started a random 0 to ``duplicate_delay_s`` seconds after the first was accepted, so it may overlap the first or
     come after it. ``rng`` draws both (seed it to repeat a run's draws); :attr:`duplicates` counts the deliveries, and
     :attr:`failed_duplicates` those of them that ended in an error (the function failed, or its environment was killed,
-    before or after it could tell the event was a duplicate), and :meth:`duplicate_request_ids` names their
-    invocations. 0 by default: each event is delivered once.
+    before or after it could tell the event was a duplicate). 0 by default: each event is delivered once.
     """
 
     def __init__(
@@ -117,7 +117,6 @@ class InvokeEndpoint:
         self._rng = rng or random.Random()
         self._duplicates: Counter[str] = Counter()
         self._failed_duplicates: Counter[str] = Counter()
-        self._duplicate_request_ids: dict[str, set[str]] = {}
         self._server = LoopbackServer((host, port), _InvokeHandler, self)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
         self._thread: threading.Thread | None = None
@@ -170,11 +169,6 @@ class InvokeEndpoint:
         with self._idle:
             return dict(self._failed_duplicates)
 
-    def duplicate_request_ids(self, name: str) -> frozenset[str]:
-        """The request ids of the invocations (every attempt) of ``name`` that were second deliveries."""
-        with self._idle:
-            return frozenset(self._duplicate_request_ids.get(name, ()))
-
     # -- asynchronous invocations ---------------------------------------------------------------------
     def submit_event(self, name: str, payload: bytes) -> None:
         self._submit(name, payload, None)
@@ -207,6 +201,8 @@ class InvokeEndpoint:
                     self._duplicates[name] += 1
             attempts = 1 + max(self.local.spec(name).max_retry_attempts, 0)
             error: FunctionError | None = None
+            request_id: str | None = None
+            made = 0
             for attempt in range(attempts):
                 if attempt and self._stopping.wait(self.retry_delay_s * attempt):
                     return
@@ -215,9 +211,7 @@ class InvokeEndpoint:
                 except LocalLambdaError as err:
                     error = FunctionError.synthetic("ServiceException", str(err))
                     break
-                if duplicate_after_s is not None:
-                    with self._idle:
-                        self._duplicate_request_ids.setdefault(name, set()).add(result.request_id)
+                made, request_id = made + 1, result.request_id
                 if result.function_error is None:
                     return
                 error = FunctionError(result.error_type or "Unhandled", result.payload)
@@ -225,7 +219,7 @@ class InvokeEndpoint:
                 with self._idle:
                     self._failed_duplicates[name] += 1
             if error is not None and self.on_failure is not None and not self._stopping.is_set():
-                self.on_failure(name, payload, error)
+                self.on_failure(name, payload, error, request_id, made)
         finally:
             self._done_event()
 

@@ -151,7 +151,10 @@ def kill_process_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def exit_detail(returncode: int) -> str:
-    """How a runtime process ended, in Lambda's words: ``signal: kill`` or ``exit status 1``."""
+    """How a runtime process ended, in Lambda's words (its Go runtime's): ``signal: killed``, ``signal: segmentation
+    fault`` or ``exit status 1``."""
     if returncode < 0:
-        return f"signal: {signal.Signals(-returncode).name.lower().removeprefix('sig')}"
+        described = signal.strsignal(-returncode)  # the C library's words, which Go's signal names follow
+        name = described.lower() if described else signal.Signals(-returncode).name.lower().removeprefix("sig")
+        return f"signal: {name}"
     return f"exit status {returncode}"
