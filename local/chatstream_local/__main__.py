@@ -53,7 +53,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="P",
         help="deliver each asynchronous invocation a second time with probability P, as Lambda may (default 0)",
     )
+    parser.add_argument(
+        "--parameter-overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="template parameters, as `sam deploy --parameter-overrides` takes them (e.g. RelayReservedConcurrency=2)",
+    )
     args = parser.parse_args(argv)
+    overrides = {"FunctionUrlAuthType": args.auth_type}
+    for pair in args.parameter_overrides:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--parameter-overrides takes KEY=VALUE pairs: got {pair!r}")
+        overrides[key] = value
     if not 0.0 <= args.duplicate_events <= 1.0:
         parser.error(f"--duplicate-events is a probability, 0 to 1: got {args.duplicate_events}")
     die_with_parent(signal.SIGTERM)  # make (or a shell) dying stops the whole tree
@@ -71,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = StackSettings.from_env(
             verbose=args.verbose,
             model_delay_ms=args.model_delay_ms,
-            parameter_overrides={"FunctionUrlAuthType": args.auth_type},
+            parameter_overrides=overrides,
             code="build" if args.built else "source",
             duplicate_events=args.duplicate_events,
         )

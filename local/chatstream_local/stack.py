@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from chatstream_local.lambda_.invocation import FunctionError
+    from chatstream_local.lambda_.invoke import FailedEvent
 
 DEFAULT_PORT = 3000
 ENHANCED_FAN_OUT_ENV = "CHATSTREAM_ENHANCED_FAN_OUT"  # template.yaml's EnhancedFanOut for this stack: true or false
@@ -282,7 +282,8 @@ class LocalStack:
             env.update(self._endpoints(invoke_url, logical_id))
             env.update(self.settings.function_overrides.get(logical_id, {}))  # last: tests and tools win
             code_dirs, exec_wrapper = self.code_of(logical_id, wrapper_path)
-            retries = settings.get("EventInvokeConfig", {}).get("MaximumRetryAttempts", 2)
+            invoke_config = settings.get("EventInvokeConfig", {})
+            reserved = settings.get("ReservedConcurrentExecutions")
             specs.append(
                 FunctionSpec(
                     name=self.name(logical_id),
@@ -293,8 +294,10 @@ class LocalStack:
                     memory_mb=int(settings.get("MemorySize", 128)),
                     runtime="streaming" if exec_wrapper else "awslambdaric",
                     exec_wrapper=exec_wrapper,
-                    max_retry_attempts=int(retries),
+                    max_retry_attempts=int(invoke_config.get("MaximumRetryAttempts", 2)),
+                    max_event_age_s=float(invoke_config.get("MaximumEventAgeInSeconds", 21_600)),
                     max_concurrency=100,
+                    reserved_concurrency=None if reserved is None else int(reserved),
                     nice=SHARED_FUNCTION_NICE if self._mapped(settings) else FUNCTION_NICE,
                     python=python,
                 )
@@ -384,22 +387,26 @@ class LocalStack:
         assert self.local_lambda is not None
         return self.local_lambda.invoke(self.name("ConsumerFunction"), payload)
 
-    def _on_async_failure(
-        self, name: str, payload: bytes, error: FunctionError, request_id: str | None, attempts: int
-    ) -> None:
-        """A failed asynchronous invocation goes to the function's OnFailure destination, as Lambda sends it (its
-        request id, and how many times it ran)."""
+    def _on_async_failure(self, failed: FailedEvent) -> None:
+        """An asynchronous event Lambda gave up on goes to the function's OnFailure destination, as Lambda sends it:
+        its last invocation's request id, how many times it ran, and why (``RetriesExhausted``, or
+        ``EventAgeExceeded`` with no response when it never ran)."""
+        name, payload, error = failed.name, failed.payload, failed.error
         logical_id = next(
             (lid for lid in self.template.resources_of_type("AWS::Serverless::Function") if self.name(lid) == name),
             None,
         )
         settings = self.template.function_settings(logical_id) if logical_id else {}
         destination = settings.get("EventInvokeConfig", {}).get("DestinationConfig", {}).get("OnFailure", {})
-        document = error.document()
-        failure = (
-            f"{self._short(name)}: asynchronous invocation failed: {document.get('errorType') or error.error_type}: "
-            + " ".join(str(document.get("errorMessage", "")).split())[:300]
-        )
+        if error is None:  # throttled until too old: it never ran
+            failure = f"{self._short(name)}: asynchronous event dropped: {failed.condition} (it never ran)"
+        else:
+            document = error.document()
+            error_type = document.get("errorType") or error.error_type
+            failure = (
+                f"{self._short(name)}: asynchronous invocation failed: {error_type}: "
+                + " ".join(str(document.get("errorMessage", "")).split())[:300]
+            )
         if destination.get("Type") != "SQS":
             self._log("stack", f"{failure}; no SQS destination")
             return
@@ -409,19 +416,20 @@ class LocalStack:
             request_payload = json.loads(payload or b"null")
         except ValueError:
             request_payload = payload.decode("utf-8", "replace")
-        body = {
+        body: dict[str, Any] = {
             "version": "1.0",
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
             "requestContext": {
-                "requestId": request_id or str(uuid.uuid4()),
+                "requestId": failed.request_id or str(uuid.uuid4()),
                 "functionArn": f"{self.template.arn(logical_id)}:$LATEST" if logical_id else name,
-                "condition": "RetriesExhausted",
-                "approximateInvokeCount": attempts,
+                "condition": failed.condition,
+                "approximateInvokeCount": failed.attempts,
             },
             "requestPayload": request_payload,
-            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
-            "responsePayload": error.document(),
         }
+        if error is not None:  # an event that never ran has no response
+            body["responseContext"] = {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"}
+            body["responsePayload"] = error.document()
         sqs = self.client("sqs")
         url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))

@@ -25,7 +25,30 @@ _CONSUMER_CREATED = 1700000000  # a stream consumer's ARN ends with its creation
 
 
 class TemplateError(ValueError):
-    """The template lacks something the local stack needs, or uses an intrinsic it cannot resolve."""
+    """The template lacks something the local stack needs, uses an intrinsic it cannot resolve, or a parameter
+    override is one CloudFormation would refuse."""
+
+
+def _parameter_problem(declared: Any, value: str) -> str | None:
+    """Why CloudFormation would refuse ``value`` for a parameter declared as ``declared`` (None: it would not)."""
+    if not isinstance(declared, dict):
+        return "template.yaml declares no such parameter"
+    allowed = declared.get("AllowedValues")
+    if allowed is not None and value not in [str(option) for option in allowed]:
+        return f"not one of {', '.join(str(option) for option in allowed)}"
+    if declared.get("Type") == "Number":
+        try:
+            number = float(value)
+        except ValueError:
+            return "not a number"
+        if "MinValue" in declared and number < float(declared["MinValue"]):
+            return f"below its MinValue {declared['MinValue']}"
+        if "MaxValue" in declared and number > float(declared["MaxValue"]):
+            return f"above its MaxValue {declared['MaxValue']}"
+    pattern = declared.get("AllowedPattern")
+    if pattern is not None and re.fullmatch(str(pattern), value) is None:
+        return f"does not match its AllowedPattern {pattern}"
+    return None
 
 
 @dataclass
@@ -38,6 +61,12 @@ class Template:
     parameter_overrides: dict[str, str] = field(default_factory=dict)
     physical_names: dict[str, str] = field(default_factory=dict)
     ref_overrides: dict[str, str] = field(default_factory=dict)  # e.g. a queue's real URL in the emulator
+
+    def __post_init__(self) -> None:
+        for name, value in self.parameter_overrides.items():
+            problem = _parameter_problem(self.raw.get("Parameters", {}).get(name), str(value))
+            if problem:
+                raise TemplateError(f"parameter {name}={value!r}: {problem}")
 
     @classmethod
     def load(cls, path: Path = TEMPLATE_PATH, **kwargs: Any) -> Template:

@@ -35,6 +35,7 @@ SPECS = [
     streamed("ignore-disconnect", "ignore_disconnect"),
     streamed("echo-event", "echo_event"),
     streamed("echo-body", "echo_body"),
+    streamed("echo-body-reserved-0", "echo_body", reserved_concurrency=0),
     buffered("buffered-http", "http_response"),
     buffered("buffered-list", "plain_list"),
     buffered("buffered-fail", "fail"),
@@ -397,3 +398,14 @@ def test_with_cors_the_url_answers_preflights_itself_and_marks_responses_for_all
     assert "access-control-allow-origin" not in http.post(server.url, headers=other, content=b"{}").headers
     # AND an OPTIONS that is not a preflight reaches the function
     assert http.options(server.url).json()["requestContext"]["http"]["method"] == "OPTIONS"
+
+
+def test_a_function_at_its_reserved_concurrency_is_a_429_and_does_not_run(
+    url_for: Callable[..., FunctionUrlServer], http: httpx.Client, local: LocalLambda
+) -> None:
+    # WHEN a URL's function has a reserved concurrency of 0 (Lambda throttles every invocation)
+    response = http.post(url_for("echo-body-reserved-0").url, content=b"hello")
+
+    # THEN the URL answers 429, as Lambda does, and the function never ran
+    assert (response.status_code, response.json()) == (429, {"Message": "Rate Exceeded."})
+    assert local.stats()["echo-body-reserved-0"].environments_started == 0

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from chatstream_local.lambda_.invocation import FunctionError
+    from chatstream_local.lambda_.invoke import FailedEvent
 
 pytestmark = pytest.mark.integration
 
@@ -31,19 +32,23 @@ SPECS = [
     buffered("hold-wide", "hold", max_concurrency=20),
     buffered("count", "count"),
     buffered("count-retried", "count", max_retry_attempts=2),
+    buffered("count-reserved-0", "count", reserved_concurrency=0, max_event_age_s=1.0),
+    buffered("hold-reserved-1", "hold", reserved_concurrency=1),
 ]
 
 
 class FailureRecorder:
     def __init__(self) -> None:
-        self.calls: list[tuple[str, bytes, FunctionError]] = []
-        self.attempts: list[tuple[str | None, int]] = []  # the failed invocation's request id, and its attempts
+        self.failed: list[FailedEvent] = []
         self._lock = threading.Lock()
 
-    def __call__(self, name: str, payload: bytes, error: FunctionError, request_id: str | None, attempts: int) -> None:
+    def __call__(self, failed: FailedEvent) -> None:
         with self._lock:
-            self.calls.append((name, payload, error))
-            self.attempts.append((request_id, attempts))
+            self.failed.append(failed)
+
+    @property
+    def calls(self) -> list[tuple[str, bytes, FunctionError | None]]:
+        return [(failed.name, failed.payload, failed.error) for failed in self.failed]
 
 
 @pytest.fixture
@@ -135,8 +140,8 @@ def test_a_failed_event_invocation_is_not_retried_and_goes_to_on_failure(
     name, failed_payload, error = failures.calls[0]
     assert (name, failed_payload) == ("count", payload)
     assert error.error_type == "RuntimeError"
-    request_id, attempts = failures.attempts[0]
-    assert request_id and attempts == 1
+    failed = failures.failed[0]
+    assert (failed.condition, failed.attempts) == ("RetriesExhausted", 1) and failed.request_id
 
 
 def test_an_event_invocation_is_retried_up_to_max_retry_attempts(
@@ -154,7 +159,7 @@ def test_an_event_invocation_is_retried_up_to_max_retry_attempts(
     # THEN it ran three times, then went to on_failure once, saying so
     assert len(out.read_text().splitlines()) == 3
     assert [call[0] for call in failures.calls] == ["count-retried"]
-    assert failures.attempts[0][1] == 3
+    assert (failures.failed[0].condition, failures.failed[0].attempts) == ("RetriesExhausted", 3)
 
 
 def test_a_successful_event_invocation_does_not_reach_on_failure(
@@ -286,3 +291,67 @@ def test_by_default_each_event_is_delivered_once(client: Any, endpoint: InvokeEn
 def test_duplicate_events_is_a_probability(endpoint: InvokeEndpoint) -> None:
     with pytest.raises(ValueError, match="probability"):
         InvokeEndpoint(endpoint.local, duplicate_events=1.5)
+
+
+# ------------------------------------------------------------------------------ reserved concurrency
+
+
+def test_a_request_response_past_the_reserved_concurrency_is_throttled_429(
+    client: Any, tmp_path: Path, endpoint: InvokeEndpoint
+) -> None:
+    # GIVEN a function with a reserved concurrency of 1, its one environment busy
+    payload = json.dumps({"dir": str(tmp_path)}).encode()
+    busy = threading.Thread(target=lambda: client.invoke(FunctionName="hold-reserved-1", Payload=payload))
+    busy.start()
+    wait_until(lambda: any(tmp_path.glob("started-*")), what="the first invocation to start")
+
+    # WHEN another invocation comes
+    # THEN Lambda's throttle: TooManyRequestsException, with its reason, and the function did not run
+    with pytest.raises(client.exceptions.TooManyRequestsException) as raised:
+        client.invoke(FunctionName="hold-reserved-1", Payload=payload)
+    assert raised.value.response["Reason"] == "ReservedFunctionConcurrentInvocationLimitExceeded"
+    assert len(list(tmp_path.glob("started-*"))) == 1
+    # AND once the environment is free, the next one runs
+    (tmp_path / "release").touch()
+    busy.join(timeout=20)
+    assert client.invoke(FunctionName="hold-reserved-1", Payload=payload)["StatusCode"] == 200
+    assert endpoint.local.stats()["hold-reserved-1"].throttles >= 1  # botocore may have retried the 429
+
+
+def test_a_throttled_event_waits_and_runs_once_the_function_is_free_using_no_retry(
+    client: Any, tmp_path: Path, endpoint: InvokeEndpoint, failures: FailureRecorder
+) -> None:
+    # GIVEN a function with a reserved concurrency of 1 (no retries), its one environment busy
+    payload = json.dumps({"dir": str(tmp_path)}).encode()
+    busy = threading.Thread(target=lambda: client.invoke(FunctionName="hold-reserved-1", Payload=payload))
+    busy.start()
+    wait_until(lambda: any(tmp_path.glob("started-*")), what="the first invocation to start")
+
+    # WHEN an event for it comes, and the environment is freed a little later
+    assert client.invoke(FunctionName="hold-reserved-1", InvocationType="Event", Payload=payload)["StatusCode"] == 202
+    wait_until(lambda: endpoint.local.stats()["hold-reserved-1"].throttles >= 2, what="the event to be throttled")
+    (tmp_path / "release").touch()
+    busy.join(timeout=20)
+    assert endpoint.wait_idle(timeout=20)
+
+    # THEN the event ran (a throttle is no failed attempt), and nothing went to the on-failure destination
+    assert len(list(tmp_path.glob("started-*"))) == 2
+    assert failures.failed == []
+
+
+def test_an_event_throttled_past_its_maximum_age_goes_to_on_failure_as_event_age_exceeded(
+    client: Any, tmp_path: Path, endpoint: InvokeEndpoint, failures: FailureRecorder
+) -> None:
+    # GIVEN a function with a reserved concurrency of 0 (Lambda throttles every invocation) and events kept 1 s
+    out = tmp_path / "runs.jsonl"
+    payload = json.dumps({"out": str(out)}).encode()
+
+    # WHEN an event for it comes
+    assert client.invoke(FunctionName="count-reserved-0", InvocationType="Event", Payload=payload)["StatusCode"] == 202
+    assert endpoint.wait_idle(timeout=20)
+
+    # THEN it never ran, and went to the on-failure destination as too old, with no error and no invocation
+    assert not out.exists()
+    assert [(f.name, f.payload, f.condition, f.error, f.request_id, f.attempts) for f in failures.failed] == [
+        ("count-reserved-0", payload, "EventAgeExceeded", None, None, 0)
+    ]

@@ -18,6 +18,7 @@ from chatstream.kinesis import TokenStreamWriter
 from chatstream.records import TokenRecord
 from chatstream.status import TurnStatus
 from chatstream.table import ChatTable
+from chatstream_local.event_sources import kinesis as kinesis_source
 from chatstream_local.event_sources.invoker import Invoked
 from chatstream_local.event_sources.kinesis import (
     CONDITION_RECORD_AGE,
@@ -26,6 +27,7 @@ from chatstream_local.event_sources.kinesis import (
     EventSourceMapping,
     ReadMode,
 )
+from chatstream_local.lambda_.exceptions import FunctionThrottled
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.template import Template
 from tests.builders import turn_records
@@ -407,3 +409,28 @@ def test_enhanced_fan_out_delivers_a_put_to_the_read_already_waiting(stack) -> N
     # THEN the read that was waiting when it was put answered with it (pushed, not found by a later poll)
     assert answers[0] == 1
     assert recorder.sequence_numbers(0) == [sequence_number]
+
+
+def test_a_throttled_batch_is_tried_again_whole_using_no_retry(stack, monkeypatch) -> None:
+    # GIVEN five records, and a consumer throttled (at its reserved concurrency) more times than the mapping's
+    # retries, then free
+    monkeypatch.setattr(kinesis_source, "THROTTLE_WAIT_S", 0.01)
+    sequence_numbers = [stack.put(f"r{i}".encode(), "k") for i in range(5)]
+    recorder = Recorder(lambda event: throttled_then_free(event))
+    mapping = stack.mapping(recorder)
+    retries = mapping.settings.maximum_retry_attempts
+    throttles = {"left": retries + 2}
+
+    def throttled_then_free(event: dict[str, Any]) -> Invoked:
+        if throttles["left"]:
+            throttles["left"] -= 1
+            raise FunctionThrottled("ConsumerFunction", 1)
+        return Invoked(b'{"batchItemFailures":[]}')
+
+    # WHEN the mapping processes the stream
+    mapping.drain()
+    # THEN the whole batch ran once the consumer was free: not split, not sent to the DLQ, no retry used
+    assert [recorder.sequence_numbers(call) for call in range(len(recorder.calls))] == [sequence_numbers]
+    assert stack.dlq_bodies() == []
+    (shard,) = mapping.stats().values()
+    assert (shard.throttles, shard.invocations, shard.records_delivered) == (retries + 2, 1, 5)

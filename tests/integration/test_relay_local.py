@@ -279,3 +279,57 @@ def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., Local
     # THEN it gets what is contiguous, never past the gap, then a gap error
     assert [(name, data.get("text")) for name, _, data in events] == [("token", "one"), ("error", None)]
     assert events[-1][2]["code"] == "gap"
+
+
+# ------------------------------------------------------------------------------ reserved concurrency
+
+
+def test_a_chat_past_the_relays_reserved_concurrency_is_a_429_and_the_one_streaming_goes_on(
+    start_stack: Callable[..., LocalStack],
+) -> None:
+    # GIVEN a stack deployed with RelayReservedConcurrency=1, one chat streaming a slow reply through the relay
+    overrides = {"FunctionUrlAuthType": "NONE", "RelayReservedConcurrency": "1"}
+    stack = start_stack(model_delay_ms=40, parameter_overrides=overrides)
+    with (
+        httpx.Client(base_url=stack.url, timeout=30) as http,
+        http.stream("POST", "/chat", json={"message": "/long 30"}) as first,
+    ):
+        lines = first.iter_lines()
+        assert next(line for line in lines if line.startswith("event: token"))
+
+        # WHEN a second chat comes while it streams
+        second = http.post("/chat", json={"message": "hello"})
+
+        # THEN the Function URL throttles it (429, as Lambda does), the relay never ran for it
+        assert second.status_code == 429
+        # AND the first chat streams on to its end
+        assert "event: done" in list(lines)
+    assert stack.local_lambda is not None
+    assert stack.local_lambda.stats()[stack.name("RelayFunction")].throttles >= 1
+
+
+def test_a_generation_past_the_proxys_reserved_concurrency_waits_and_runs(
+    start_stack: Callable[..., LocalStack],
+) -> None:
+    # GIVEN a stack deployed with ProxyReservedConcurrency=1 and a slow model
+    overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
+    stack = start_stack(model_delay_ms=40, parameter_overrides=overrides)
+
+    # WHEN two chats start at once
+    results: list[TurnResult] = []
+
+    def chat(message: str) -> None:
+        with ChatClient(stack.url) as client:
+            results.append(client.chat(message))
+
+    threads = [threading.Thread(target=chat, args=(f"/long {n}",)) for n in (60, 61)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    # THEN Lambda throttled one generation's event, which ran once the other was done: both replies are whole
+    assert sorted(len(result.text.split()) for result in results) == [60, 61]
+    assert all(result.done is not None and result.clean for result in results), [r.incidents for r in results]
+    assert stack.local_lambda is not None
+    assert stack.local_lambda.stats()[stack.name("ProxyFunction")].throttles >= 1

@@ -60,3 +60,23 @@ def test_the_table_refuses_deletion_as_the_deployed_one_does(dynamodb: DynamoDBC
     # WHEN someone deletes it THEN DynamoDB refuses
     with pytest.raises(ClientError, match="DeletionProtectionEnabled is set to True"):
         dynamodb.delete_table(TableName=name)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"Nope": "1"}, "declares no such parameter"),
+        ({"RelayReservedConcurrency": "two"}, "not a number"),
+        ({"RelayReservedConcurrency": "-1"}, "below its MinValue 0"),
+        ({"EnhancedFanOut": "maybe"}, "not one of true, false"),
+    ],
+)
+def test_a_parameter_override_cloudformation_would_refuse_is_refused(overrides: dict[str, str], problem: str) -> None:
+    with pytest.raises(TemplateError, match=problem):
+        Template.load(parameter_overrides=overrides)
+
+
+def test_a_reserved_concurrency_override_reaches_the_function() -> None:
+    template = Template.load(parameter_overrides={"RelayReservedConcurrency": "2"})
+    assert int(template.function_settings("RelayFunction")["ReservedConcurrentExecutions"]) == 2
+    assert "ReservedConcurrentExecutions" not in Template.load().function_settings("RelayFunction")

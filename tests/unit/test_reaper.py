@@ -34,6 +34,17 @@ def test_parses_lambdas_destination_record() -> None:
     assert failed.error().code == "generation_failed" and failed.error().retryable
 
 
+def test_parses_the_record_of_an_event_that_never_ran_because_it_was_too_old() -> None:
+    # GIVEN the record Lambda sends for an event throttled past MaximumEventAgeInSeconds: no response at all
+    body = json.loads(load_event("reaper-proxy-failure.json")["Records"][0]["body"])
+    body["requestContext"].update(condition="EventAgeExceeded", approximateInvokeCount=0)
+    del body["responseContext"], body["responsePayload"]
+    # WHEN it is parsed THEN the turn is named, and the error says why
+    failed = FailedGeneration.from_destination_record(json.dumps(body))
+    assert (failed.request.turn, failed.condition) == (1, "EventAgeExceeded")
+    assert "EventAgeExceeded" in failed.error().message and failed.error().retryable
+
+
 def test_the_sample_record_is_real_shaped_and_holds_no_conversation_text() -> None:
     # GIVEN the sample SQS event: its md5OfBody is the body's, as SQS computes it
     record = load_event("reaper-proxy-failure.json")["Records"][0]

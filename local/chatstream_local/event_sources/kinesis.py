@@ -16,7 +16,9 @@ function's Kinesis event in the template:
 - ``MaximumRetryAttempts`` and ``MaximumRecordAgeInSeconds``: what is still failing after the retries,
   or older than the maximum age, is skipped and an on-failure record goes to the
   ``DestinationConfig.OnFailure`` queue in Lambda's shape (``requestContext``, ``responseContext``,
-  ``version``, ``timestamp``, ``KinesisBatchInfo``).
+  ``version``, ``timestamp``, ``KinesisBatchInfo``);
+- a throttled invocation (the function at its reserved concurrency) is tried again after a pause, using no retry
+  and splitting nothing, until its records are older than ``MaximumRecordAgeInSeconds``.
 
 Each shard is processed by its own thread (``start``/``stop``), or deterministically, one batch per
 shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory.
@@ -56,6 +58,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from chatstream_local.account import ACCOUNT_ID
+from chatstream_local.lambda_.exceptions import FunctionThrottled
 from chatstream_local.moto import WAIT_HEADER
 
 if TYPE_CHECKING:
@@ -74,6 +77,7 @@ CONDITION_RECORD_AGE = "RecordAgeExceeded"
 
 POLL_INTERVAL_IDLE_S = 1.0  # Lambda polls a shard "at a base rate of once per second"
 SHARD_READS_PER_SECOND = 5  # Kinesis: "up to five read transactions per second" per shard, shared by its readers
+THROTTLE_WAIT_S = 0.5  # between tries of a throttled batch
 PUSH_WAIT_MS = 500  # enhanced fan-out: how long one local GetRecords waits for a put before it is asked again
 
 
@@ -174,6 +178,7 @@ class ShardStats:
     invocations: int = 0
     batches_sent_to_on_failure: int = 0
     records_delivered: int = 0
+    throttles: int = 0  # invocations the function's reserved concurrency refused
 
 
 class EventSourceMapping:
@@ -497,6 +502,13 @@ class _ShardReader:
                 continue
             attempt = fresh
             outcome = self._invoke(attempt)
+            if isinstance(outcome, FunctionThrottled):
+                # Throttled: tried again after a pause, using no retry and splitting nothing, until its records are
+                # too old (Lambda: "retries ... until the record expires"); every shard's batches wait alike.
+                self.stats.throttles += 1
+                time.sleep(THROTTLE_WAIT_S)
+                pending.insert(0, attempt)
+                continue
             attempt.invocations += 1
             failed_from = self._failed_from(attempt.records, outcome)
             if failed_from is None:
@@ -536,14 +548,18 @@ class _ShardReader:
         fresh = [record for record in attempt.records if now - record.arrival <= limit]
         return _Attempt(fresh, attempt.invocations, attempt.retries) if fresh else None
 
-    def _invoke(self, attempt: _Attempt) -> InvokeOutcome | None:
+    def _invoke(self, attempt: _Attempt) -> InvokeOutcome | None | FunctionThrottled:
         payload = json.dumps(self.mapping.event(self.shard_id, attempt.records)).encode("utf-8")
-        self.stats.invocations += 1
         try:
-            return self.mapping.invoke(payload)
+            outcome = self.mapping.invoke(payload)
+        except FunctionThrottled as throttled:
+            return throttled
         except Exception:  # the invoker could not invoke: Lambda retries such errors like function errors
+            self.stats.invocations += 1
             logger.exception("event source mapping: invoking %s failed", self.mapping.function_arn)
             return None
+        self.stats.invocations += 1
+        return outcome
 
     def _failed_from(self, records: list[_Record], outcome: InvokeOutcome | None) -> int | None:
         """Index of the first record to retry, or None when the whole batch succeeded."""

@@ -1,9 +1,10 @@
 """The execution environments of one function: which environment runs an invocation (Lambda's assignment).
 
 An invocation goes to an idle environment, else to a new one while the function has fewer than its
-``max_concurrency``, else it waits for one to be free. A dead environment leaves the pool; the next invocation
-that finds none idle starts a replacement (a cold start). An environment whose init timed out is replaced at once
-by one that retries the init for the invocation that was waiting (see
+``max_concurrency``, else it waits for one to be free; a function with a ``reserved_concurrency`` throttles it
+instead once that many environments are busy (:class:`FunctionThrottled`), as Lambda does. A dead environment
+leaves the pool; the next invocation that finds none idle starts a replacement (a cold start). An environment
+whose init timed out is replaced at once by one that retries the init for the invocation that was waiting (see
 :mod:`~chatstream_local.lambda_.execution_environment`), in the same place under ``max_concurrency``.
 """
 
@@ -14,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from chatstream_local.lambda_.exceptions import LocalLambdaError
+from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError
 from chatstream_local.lambda_.execution_environment import ExecutionEnvironment
 from chatstream_local.lambda_.invocation import FunctionError
 
@@ -29,6 +30,7 @@ class PoolStats:
     environments_started: int
     environments_alive: int
     invocations: int
+    throttles: int = 0  # invocations refused at the reserved concurrency
 
 
 class EnvironmentPool:
@@ -43,6 +45,7 @@ class EnvironmentPool:
         self._alive: set[ExecutionEnvironment] = set()
         self._started = 0
         self._invocations = 0
+        self._throttles = 0
         self._closed = False
         self._ids = itertools.count(1)
 
@@ -56,6 +59,10 @@ class EnvironmentPool:
                 if self._idle:
                     self._idle.pop().assign(inv)
                     return
+                reserved = self.spec.reserved_concurrency
+                if reserved is not None and len(self._alive) >= reserved:
+                    self._throttles += 1
+                    raise FunctionThrottled(self.spec.name, reserved)
                 if len(self._alive) < self.spec.max_concurrency:
                     environment = self._new_environment()
                     break
@@ -126,4 +133,4 @@ class EnvironmentPool:
 
     def stats(self) -> PoolStats:
         with self._cond:
-            return PoolStats(self._started, len(self._alive), self._invocations)
+            return PoolStats(self._started, len(self._alive), self._invocations, self._throttles)

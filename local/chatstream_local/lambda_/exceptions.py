@@ -13,3 +13,14 @@ class UnknownFunction(LocalLambdaError):
     def __init__(self, name: str) -> None:
         super().__init__(f"Function not found: {name}")
         self.name = name
+
+
+class FunctionThrottled(LocalLambdaError):
+    """The function is at its reserved concurrency (``ReservedConcurrentExecutions``): Lambda throttles the invocation
+    rather than queue it (the Invoke API's ``TooManyRequestsException``, reason
+    ``ReservedFunctionConcurrentInvocationLimitExceeded``; a Function URL's ``429``)."""
+
+    def __init__(self, name: str, reserved: int) -> None:
+        super().__init__(f"Rate Exceeded. ({name} is at its reserved concurrency, {reserved})")
+        self.name = name
+        self.reserved = reserved

@@ -39,6 +39,14 @@ class FunctionSpec:
     stack gives every function its deployed site's (:mod:`~chatstream_local.lambda_.deployed_site`): only the
     packages it has on Lambda.
 
+    ``reserved_concurrency`` (``ReservedConcurrentExecutions``): with it, an invocation that finds that many
+    environments busy is throttled (:class:`~chatstream_local.lambda_.exceptions.FunctionThrottled`), as Lambda
+    throttles it; without it, the function may run ``max_concurrency`` environments and an invocation past them
+    waits for one (the account's unreserved concurrency, which a machine never reaches).
+
+    ``max_event_age_s`` (``MaximumEventAgeInSeconds``): how long an asynchronous event may wait (throttled, or
+    between retries) before it goes to the on-failure destination as ``EventAgeExceeded``.
+
     ``command`` replaces the runtime's process command entirely (a custom runtime, or a test double of one);
     it still gets the same environment variables.
     """
@@ -52,7 +60,9 @@ class FunctionSpec:
     runtime: RuntimeKind = "awslambdaric"
     exec_wrapper: Path | None = None
     max_retry_attempts: int = 0
+    max_event_age_s: float = 21_600.0  # Lambda's default: six hours
     max_concurrency: int = 10
+    reserved_concurrency: int | None = None
     command: Sequence[str] | None = None
     nice: int = FUNCTION_NICE
     python: Path | None = None
@@ -64,6 +74,8 @@ class FunctionSpec:
             raise ValueError(f"function {self.name!r}: timeout_s must be positive, got {self.timeout_s}")
         if self.max_concurrency < 1:
             raise ValueError(f"function {self.name!r}: max_concurrency must be at least 1")
+        if self.reserved_concurrency is not None and self.reserved_concurrency < 0:
+            raise ValueError(f"function {self.name!r}: reserved_concurrency must be 0 or more")
 
     @property
     def task_root(self) -> Path:

@@ -46,7 +46,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from chatstream_local.account import ACCOUNT_ID, current_region
 from chatstream_local.lambda_.cors import FunctionUrlCors
-from chatstream_local.lambda_.exceptions import LocalLambdaError
+from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "k
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
 FORBIDDEN = b'{"Message":"Forbidden"}'
+# A throttled invocation: 429, as Lambda answers it (the body's wording is the Invoke API's message; not checked
+# against a Function URL on AWS).
+RATE_EXCEEDED = b'{"Message":"Rate Exceeded."}'
 _ERROR_MESSAGE_CHARS = 300  # of a function's error message in a log line
 
 
@@ -359,6 +362,9 @@ class _UrlHandler(QuietHandler):
         event = front.build_event(self.command, self.path, headers, body, self.client_address[0], caller)
         try:
             handle = front.local.invoke_stream(front.function_name, json.dumps(event).encode())
+        except FunctionThrottled:  # the function at its reserved concurrency
+            self._send_whole(429, {"content-type": "application/json"}, [], RATE_EXCEEDED)
+            return
         except LocalLambdaError:
             self._send_whole(503, {"content-type": "application/json"}, [], b'{"Message":"Service Unavailable"}')
             return

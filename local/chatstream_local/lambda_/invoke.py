@@ -8,11 +8,15 @@ boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS
   ``X-Amz-Function-Error: Unhandled`` and the error document as the payload);
 - ``Event`` → 202 at once; the invocation runs in the background, queued as Lambda's asynchronous
   invocations are, retried up to the function's ``max_retry_attempts`` (0 in the template: a failed generation
-  is not run again), and an invocation that still fails goes to ``on_failure(name, payload, error)``, the
-  on-failure destination. Lambda may still deliver an event twice ("the queue itself is eventually
-  consistent"): with ``duplicate_events`` > 0, that share of the events is delivered a second time, after a
-  random delay (see :class:`InvokeEndpoint`);
+  is not run again), and an invocation that still fails goes to ``on_failure(FailedEvent)``, the on-failure
+  destination (``RetriesExhausted``). A throttled event (the function at its reserved concurrency) is tried again
+  without using a retry, with a growing wait, until it is older than the function's ``max_event_age_s``, when it
+  goes there as ``EventAgeExceeded``, as does an event too old for its next retry. Lambda may still deliver an
+  event twice ("the queue itself is eventually consistent"): with ``duplicate_events`` > 0, that share of the
+  events is delivered a second time, after a random delay (see :class:`InvokeEndpoint`);
 - ``DryRun`` → 204;
+- a throttled ``RequestResponse`` → 429 ``TooManyRequestsException`` (``Reason``
+  ``ReservedFunctionConcurrentInvocationLimitExceeded``);
 - an unknown function → 404 ``ResourceNotFoundException``; a payload over the quota → 413
   ``RequestTooLargeException``; bad input → 400 ``InvalidRequestContentException``;
 - ``LogType: Tail`` → ``X-Amz-Log-Result``: the last 4 KB of the invocation's log, base64 (``START``, the
@@ -38,15 +42,17 @@ import json
 import random
 import re
 import threading
+import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from chatstream_local.eventstream import encode_blob_event, encode_event
-from chatstream_local.lambda_.exceptions import LocalLambdaError, UnknownFunction
+from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError, UnknownFunction
 from chatstream_local.lambda_.invocation import FunctionError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
 
@@ -57,9 +63,6 @@ if TYPE_CHECKING:
     from chatstream_local.lambda_.invocation import StreamHandle
     from chatstream_local.lambda_.service import LocalLambda
 
-    # (function name, event, the last attempt's error, its request id (None: it never ran), attempts made)
-    OnFailure = Callable[[str, bytes, FunctionError, str | None, int], None]
-
 INVOKE_PREFIX = "/2015-03-31/functions/"
 STREAM_PREFIX = "/2021-11-15/functions/"
 API_PREFIXES = (INVOKE_PREFIX, STREAM_PREFIX)  # every path of the Lambda API this endpoint serves
@@ -68,6 +71,25 @@ _INVOKE_STREAM = re.compile(r"^/2021-11-15/functions/(?P<name>[^/]+)/response-st
 _GET_FUNCTION = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)$")
 SYNC_PAYLOAD_LIMIT = 6_291_456  # bytes: "Request must be smaller than 6291456 bytes for the InvokeFunction operation"
 ASYNC_PAYLOAD_LIMIT = 1_048_576  # bytes: the asynchronous invocation payload quota (1 MB)
+RETRIES_EXHAUSTED = "RetriesExhausted"
+EVENT_AGE_EXCEEDED = "EventAgeExceeded"
+THROTTLE_WAIT_S = (0.25, 4.0)  # a throttled event's first wait and the longest (Lambda: "up to 5 minutes")
+
+
+@dataclass(frozen=True)
+class FailedEvent:
+    """An asynchronous event Lambda gave up on: what its on-failure destination record says."""
+
+    name: str  # the function's
+    payload: bytes
+    condition: str  # RETRIES_EXHAUSTED or EVENT_AGE_EXCEEDED
+    error: FunctionError | None  # the last invocation's; None when it never ran (throttled until too old)
+    request_id: str | None  # the last invocation's
+    attempts: int  # the invocations made
+
+
+if TYPE_CHECKING:
+    OnFailure = Callable[[FailedEvent], None]
 
 
 def function_name_from(identifier: str) -> str:
@@ -186,6 +208,34 @@ class InvokeEndpoint:
         except RuntimeError:  # the executor is shut down
             self._done_event()
 
+    def _deliver(self, name: str, payload: bytes, accepted: float) -> FailedEvent | None:
+        """Run the event until it succeeds (None), or until Lambda gives up on it: its retries used, or too old."""
+        spec = self.local.spec(name)
+        error: FunctionError | None = None
+        request_id: str | None = None
+        made = 0
+        wait, throttle_wait = 0.0, THROTTLE_WAIT_S[0]
+        while True:
+            if wait and self._stopping.wait(wait):
+                return None
+            if time.monotonic() - accepted > spec.max_event_age_s:
+                return FailedEvent(name, payload, EVENT_AGE_EXCEEDED, error, request_id, made)
+            try:
+                result = self.local.invoke(name, payload)
+            except FunctionThrottled:  # not a retry: tried again, waiting longer each time, until too old
+                wait, throttle_wait = throttle_wait, min(throttle_wait * 2, THROTTLE_WAIT_S[1])
+                continue
+            except LocalLambdaError as err:
+                error = FunctionError.synthetic("ServiceException", str(err))
+                return FailedEvent(name, payload, RETRIES_EXHAUSTED, error, request_id, made)
+            made, request_id = made + 1, result.request_id
+            if result.function_error is None:
+                return None
+            error = FunctionError(result.error_type or "Unhandled", result.payload)
+            if made > max(spec.max_retry_attempts, 0):
+                return FailedEvent(name, payload, RETRIES_EXHAUSTED, error, request_id, made)
+            wait = self.retry_delay_s * made
+
     def _done_event(self) -> None:
         with self._idle:
             self._pending -= 1
@@ -193,33 +243,19 @@ class InvokeEndpoint:
 
     def _run_event(self, name: str, payload: bytes, duplicate_after_s: float | None) -> None:
         """Deliver one event (``duplicate_after_s``: a second delivery, that long after the first was accepted)."""
+        accepted = time.monotonic()
         try:
             if duplicate_after_s is not None:
                 if self._stopping.wait(duplicate_after_s):
                     return
                 with self._idle:
                     self._duplicates[name] += 1
-            attempts = 1 + max(self.local.spec(name).max_retry_attempts, 0)
-            error: FunctionError | None = None
-            request_id: str | None = None
-            made = 0
-            for attempt in range(attempts):
-                if attempt and self._stopping.wait(self.retry_delay_s * attempt):
-                    return
-                try:
-                    result = self.local.invoke(name, payload)
-                except LocalLambdaError as err:
-                    error = FunctionError.synthetic("ServiceException", str(err))
-                    break
-                made, request_id = made + 1, result.request_id
-                if result.function_error is None:
-                    return
-                error = FunctionError(result.error_type or "Unhandled", result.payload)
-            if error is not None and duplicate_after_s is not None:
+            failed = self._deliver(name, payload, accepted)
+            if failed is not None and duplicate_after_s is not None:
                 with self._idle:
                     self._failed_duplicates[name] += 1
-            if error is not None and self.on_failure is not None and not self._stopping.is_set():
-                self.on_failure(name, payload, error, request_id, made)
+            if failed is not None and self.on_failure is not None and not self._stopping.is_set():
+                self.on_failure(failed)
         finally:
             self._done_event()
 
@@ -236,6 +272,11 @@ class _InvokeHandler(QuietHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+    def _throttled(self, err: FunctionThrottled) -> None:
+        reason = "ReservedFunctionConcurrentInvocationLimitExceeded"
+        body = json.dumps({"Reason": reason, "Type": "User", "message": "Rate Exceeded."}).encode()
+        self._send(429, body, {"x-amzn-ErrorType": "TooManyRequestsException", "x-amzn-RequestId": str(uuid.uuid4())})
 
     def _api_error(self, status: int, code: str, message: str) -> None:
         body = json.dumps({"Type": "User", "message": message}).encode()
@@ -316,6 +357,9 @@ class _InvokeHandler(QuietHandler):
             handle = self.server.owner.local.invoke_stream(
                 name, payload, client_context=client_context, tail_log=log_type == "Tail"
             )
+        except FunctionThrottled as err:
+            self._throttled(err)
+            return
         except LocalLambdaError as err:
             self._api_error(500, "ServiceException", str(err))
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -242,35 +243,56 @@ def test_a_resume_while_the_turn_goes_on_is_exact(service: RelayService, chat_ta
     assert rest[-1]["response"]["output"][0]["content"][0]["text"] == text
 
 
-def test_a_chat_completion_stream_sends_a_chunk_per_word(service: RelayService, chat_table: ChatTable) -> None:
-    # GIVEN a streamed chat completion whose turn is stored in records of several words
+def streamed_completion(
+    service: RelayService, chat_table: ChatTable, words: list[str], error: ErrorInfo | None = None
+) -> list[str]:
+    """The ``data:`` of a streamed chat completion whose turn is stored as ``words`` (then ``error``, if given)."""
     response = call(
         service,
         "POST",
         "/v1/chat/completions",
         {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
     )
-    session_id = response.headers["X-Chatstream-Session-Id"]
-    records = turn_records(session_id, 1, ["You said:", " hi there"])
+    records = turn_records(response.headers["X-Chatstream-Session-Id"], 1, words, error=error)
     chat_table.complete_turn(records[-1], assistant_text(records))
     chat_table.put_records(records)
+    return [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
+
+
+def test_a_chat_completion_stream_sends_a_chunk_per_word(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a streamed chat completion whose turn is stored in records of several words
     # WHEN it is read THEN each word is its own chunk
-    chunks = [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
+    chunks = streamed_completion(service, chat_table, ["You said:", " hi there"])
     contents = [json.loads(data)["choices"][0]["delta"].get("content") for data in chunks[1:-2]]
     assert contents == ["You", " said:", " hi", " there"] and chunks[-1] == "[DONE]"
 
 
-def _service_with(chat_table: ChatTable, proxy: RecordingLambda, table_name: str, clock: FakeClock) -> RelayService:
-    config = relay_config(table_name, MODEL_ID=MODEL)
-    return RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+CompletionIn = Callable[[str, FakeClock], "Response"]
+
+
+@pytest.fixture
+def completion_in(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> CompletionIn:
+    """Ask for a chat completion, not streamed, whose turn is in session ``session_id``, on a relay whose time is
+    ``clock`` (each test its own session: the table is shared)."""
+
+    def ask(session_id: str, clock: FakeClock) -> Response:
+        monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+        config = relay_config(table_name, MODEL_ID=MODEL)
+        service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+        return call(
+            service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        )
+
+    return ask
 
 
 def test_a_chat_completion_waits_out_a_model_silent_longer_than_the_idle_reconnect(
-    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+    chat_table: ChatTable, completion_in: CompletionIn
 ) -> None:
-    session_id = "5e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"  # each test its own: the table is shared
     # GIVEN a turn that starts at once, then stays silent for 90 s (a stream would get its idle reconnect at 60 s)
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    session_id = "5e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"
     records = turn_records(session_id, 1, ["You said:", " hi"])
     clock = FakeClock()
     clock.at(1.0, lambda: chat_table.put_records(records[:1]))
@@ -278,12 +300,9 @@ def test_a_chat_completion_waits_out_a_model_silent_longer_than_the_idle_reconne
         90.0,
         lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records[1:])),
     )
-    service = _service_with(chat_table, proxy, table_name, clock)
 
     # WHEN a chat completion that is not streamed asks for it
-    response = call(
-        service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-    )
+    response = completion_in(session_id, clock)
 
     # THEN it answers the whole reply once the turn ends: nobody could have followed a reconnect
     assert response.status_code == 200, body_of(response)
@@ -292,20 +311,16 @@ def test_a_chat_completion_waits_out_a_model_silent_longer_than_the_idle_reconne
 
 
 def test_a_chat_completion_the_relay_has_no_time_left_for_names_its_turn_and_asks_not_to_be_retried(
-    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+    chat_table: ChatTable, proxy: RecordingLambda, completion_in: CompletionIn
 ) -> None:
-    session_id = "6e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"  # each test its own: the table is shared
     # GIVEN a turn that started, and a relay whose invocation ends in 100 s, before the turn does
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    session_id = "6e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"
     records = turn_records(session_id, 1, ["You said:", " hi"])
     clock = FakeClock(deadline_s=100.0)
     clock.at(1.0, lambda: chat_table.put_records(records[:2]))
-    service = _service_with(chat_table, proxy, table_name, clock)
 
     # WHEN a chat completion that is not streamed asks for it
-    response = call(
-        service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-    )
+    response = completion_in(session_id, clock)
 
     # THEN 503 still_generating, which says where to follow the turn, names it in the headers, and tells OpenAI's
     # SDKs not to retry (a retry would start a second generation)
@@ -316,24 +331,18 @@ def test_a_chat_completion_the_relay_has_no_time_left_for_names_its_turn_and_ask
     assert proxy.invocations == 1
 
 
-def test_a_chat_completion_whose_turn_failed_names_the_turn(
-    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    session_id = "7e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"  # each test its own: the table is shared
+def test_a_chat_completion_whose_turn_failed_names_the_turn(chat_table: ChatTable, completion_in: CompletionIn) -> None:
     # GIVEN a turn the model failed with throttling
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    session_id = "7e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"
     error = ErrorInfo("throttled", "slow down", True)
     records = turn_records(session_id, 1, ["You"], error=error)
     clock = FakeClock()
     clock.at(
         1.0, lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records))
     )
-    service = _service_with(chat_table, proxy, table_name, clock)
 
     # WHEN a chat completion that is not streamed asks for it
-    response = call(
-        service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-    )
+    response = completion_in(session_id, clock)
 
     # THEN the failure's status and code, with the turn's headers (its history keeps what it produced)
     assert openai_error(response, 429)["code"] == "throttled"
@@ -345,19 +354,8 @@ def test_a_streamed_chat_completion_that_fails_ends_with_the_error_typed_as_with
     service: RelayService, chat_table: ChatTable
 ) -> None:
     # GIVEN a streamed chat completion whose turn the model throttled after a word
-    response = call(
-        service,
-        "POST",
-        "/v1/chat/completions",
-        {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
-    )
-    session_id = response.headers["X-Chatstream-Session-Id"]
-    records = turn_records(session_id, 1, ["You"], error=ErrorInfo("throttled", "slow — down", True))
-    chat_table.complete_turn(records[-1], assistant_text(records))
-    chat_table.put_records(records)
-
     # WHEN it is read THEN it ends with the error, of the type a non-streamed answer has (429: rate_limit_error)
-    data = [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
+    data = streamed_completion(service, chat_table, ["You"], ErrorInfo("throttled", "slow — down", True))
     assert data[-1] == ('{"error":{"message":"slow — down","type":"rate_limit_error","param":null,"code":"throttled"}}')
 
 
