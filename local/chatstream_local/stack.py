@@ -460,9 +460,7 @@ class LocalStack:
 
     def _authenticator(self) -> SigV4Verifier | None:
         """``AuthType: AWS_IAM`` verifies SigV4 (unless a test's ``identity_resolver`` stands in for it)."""
-        auth_type = self.template.parameter("FunctionUrlAuthType")
-        if auth_type not in AUTH_TYPES:
-            raise StackError(f"FunctionUrlAuthType must be NONE or AWS_IAM, got {auth_type!r}")
+        auth_type = self.template.parameter("FunctionUrlAuthType")  # NONE or AWS_IAM: the template checks overrides
         if auth_type != "AWS_IAM" or self.settings.identity_resolver is not None:
             return None
         principals = self.settings.principals or Principals.from_aws_config()

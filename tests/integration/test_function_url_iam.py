@@ -15,6 +15,7 @@ from chatstream_local.iam import Principal, Principals, SigV4Verifier
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.stack import LocalStack, StackError, StackSettings
+from chatstream_local.template import TemplateError
 from tests.fixtures.local_handlers.specs import streamed
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ def test_a_request_not_signed_by_a_principal_is_forbidden_before_the_function(ur
 
 def test_the_stack_verifies_sigv4_only_under_aws_iam(monkeypatch: pytest.MonkeyPatch) -> None:
     # The choice is the template parameter's: NONE (the local default) builds no check, AWS_IAM builds one over
-    # the given principals and the stack's own key (which signs its readiness check), and anything else is refused
+    # the given principals and the stack's own key (which signs its readiness check), and anything else is refused,
+    # as CloudFormation refuses a value outside a parameter's AllowedValues
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     none = LocalStack(StackSettings(port=0))
     assert none._authenticator() is None
@@ -74,8 +76,8 @@ def test_the_stack_verifies_sigv4_only_under_aws_iam(monkeypatch: pytest.MonkeyP
     )
     verifier = iam._authenticator()
     assert verifier is not None and {p.name for p in verifier.principals} == {"alice", "chatstream-local-stack"}
-    with pytest.raises(StackError, match="FunctionUrlAuthType must be NONE or AWS_IAM"):
-        LocalStack(StackSettings(port=0, parameter_overrides={"FunctionUrlAuthType": "IAM"}))._authenticator()
+    with pytest.raises(TemplateError, match="FunctionUrlAuthType='IAM': not one of AWS_IAM, NONE"):
+        LocalStack(StackSettings(port=0, parameter_overrides={"FunctionUrlAuthType": "IAM"}))
 
 
 def test_the_stack_runs_sam_builds_output_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
