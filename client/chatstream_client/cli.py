@@ -225,6 +225,9 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
             return EXIT_INTERRUPTED
         except (ApiError, httpx.TransportError) as error:
             err.write(f"\nerror: {explain(error, args.url, signed)}\n")
+            if isinstance(error, ApiError) and error.code == "turn_limit":  # this session can take no more turns
+                session_id = None
+                err.write("[the next message starts a new session]\n")
             continue
         session_id = result.session_id or session_id
         _report_end(result, out, err)

@@ -740,6 +740,24 @@ def test_a_rejected_message_shows_the_apis_reason_and_keeps_the_text(chat: ChatP
     assert chat.page.locator("#message").input_value() == too_long
 
 
+def test_a_session_at_its_turn_limit_is_reported_and_the_next_message_starts_a_new_one(chat: ChatPage) -> None:
+    # GIVEN a session the page shows, and a relay that refuses its next turn: the session took all its turns
+    chat.open()
+    chat.send("first")
+    chat.wait_status("complete")
+    full = chat.page.evaluate("location.hash")
+    limit = {"code": "turn_limit", "message": "session reached its limit of 1 turns; start a new session to go on"}
+    chat.page.route("**/chat", lambda route: json_answer(route, 409, {"error": limit}), times=1)
+    # WHEN the next message is sent THEN the reason is shown and the URL no longer names the full session
+    chat.send("second")
+    expect(chat.page.get_by_role("alert")).to_contain_text("start a new session")
+    assert full and chat.page.evaluate("location.hash") == ""
+    # AND the message after it starts a new session
+    chat.send("third")
+    assert chat.wait_status("complete") == "You said: third"
+    assert chat.page.evaluate("location.hash") not in ("", full)
+
+
 def test_an_unknown_session_in_the_url_is_reported_and_a_new_chat_begins(chat: ChatPage) -> None:
     # GIVEN a link to a session that does not exist WHEN it is opened
     chat.open("#session=" + "0" * 32)

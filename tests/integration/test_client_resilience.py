@@ -77,6 +77,7 @@ class Seen:
     method: str
     path: str
     headers: dict[str, str]
+    body: bytes = b""
 
 
 @dataclass
@@ -111,10 +112,10 @@ class _Handler(QuietHandler):
         self._answer()
 
     def _answer(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         relay = self.server.owner
         path = self.path.split("?", 1)[0]
-        relay.seen.append(Seen(self.command, path, {k.lower(): v for k, v in self.headers.items()}))
+        relay.seen.append(Seen(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body))
         answer = relay.next(f"{self.command} {path}")
         self.send_response(answer.status)
         for name, value in answer.headers:
@@ -398,3 +399,31 @@ def test_the_cli_streams_a_reply_after_a_503(relay: FakeRelay, capsys: pytest.Ca
     # THEN it sent the message again and printed the reply
     assert (status, capsys.readouterr().out.strip()) == (0, "hello")
     assert len(relay.requests("POST /chat")) == 2
+
+
+def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay whose session takes one turn: the second message is refused 409 turn_limit
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    reply = stream(meta(), token(1, "hello"), done(2))
+    relay.script("POST /chat", reply, error(409, "turn_limit"), reply)
+    typed = iter(["one", "two", "three"])
+
+    def prompt(_: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", prompt)
+
+    # WHEN a person types three messages
+    status = main(["--url", relay.url, "--no-iam"])
+
+    # THEN the second is refused with the relay's reason, the client says the next starts a new session, and the
+    # third is sent without the full session's id
+    assert status == 0
+    assert "[the next message starts a new session]" in capsys.readouterr().err
+    sent = [json.loads(seen.body) for seen in relay.requests("POST /chat")]
+    assert [body.get("session_id") for body in sent] == [None, SESSION, None]

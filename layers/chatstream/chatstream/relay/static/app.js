@@ -467,7 +467,8 @@
           continue;
         }
       }
-      if (answer.error.code === "session_not_found") rememberSession(null);
+      // A session that is gone, or has taken all its turns: the next message starts a new one.
+      if (answer.error.code === "session_not_found" || answer.error.code === "turn_limit") rememberSession(null);
       rejected(r, message, answer.error.message);
       return;
     }
