@@ -111,6 +111,9 @@ class InvokeEndpoint:
     come after it. ``rng`` draws both (seed it to repeat a run's draws); :attr:`duplicates` counts the deliveries, and
     :attr:`failed_duplicates` those of them that ended in an error (the function failed, or its environment was killed,
     before or after it could tell the event was a duplicate). 0 by default: each event is delivered once.
+
+    ``retry_delay_s``: the wait before a failed event's first retry, doubled before its second: Lambda's one minute,
+    then two (same page), by default; tests pass their own.
     """
 
     def __init__(
@@ -120,7 +123,7 @@ class InvokeEndpoint:
         host: str = "127.0.0.1",
         port: int = 0,
         on_failure: OnFailure | None = None,
-        retry_delay_s: float = 1.0,
+        retry_delay_s: float = 60.0,
         max_async_workers: int | None = None,
         duplicate_events: float = 0.0,
         duplicate_delay_s: float = 1.0,
