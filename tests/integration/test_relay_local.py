@@ -313,7 +313,7 @@ def test_a_generation_past_the_proxys_reserved_concurrency_waits_and_runs(
 ) -> None:
     # GIVEN a stack deployed with ProxyReservedConcurrency=1 and a slow model
     overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
-    stack = start_stack(model_delay_ms=40, parameter_overrides=overrides)
+    stack = start_stack(model_delay_ms=25, parameter_overrides=overrides)
 
     # WHEN two chats start at once
     results: list[TurnResult] = []
@@ -322,14 +322,14 @@ def test_a_generation_past_the_proxys_reserved_concurrency_waits_and_runs(
         with ChatClient(stack.url) as client:
             results.append(client.chat(message))
 
-    threads = [threading.Thread(target=chat, args=(f"/long {n}",)) for n in (60, 61)]
+    threads = [threading.Thread(target=chat, args=(f"/long {n}",)) for n in (40, 41)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
 
     # THEN Lambda throttled one generation's event, which ran once the other was done: both replies are whole
-    assert sorted(len(result.text.split()) for result in results) == [60, 61]
+    assert sorted(len(result.text.split()) for result in results) == [40, 41]
     assert all(result.done is not None and result.clean for result in results), [r.incidents for r in results]
     assert stack.local_lambda is not None
     assert stack.local_lambda.stats()[stack.name("ProxyFunction")].throttles >= 1
