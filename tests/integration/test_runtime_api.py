@@ -33,6 +33,7 @@ SPECS = [
     buffered("big", "big"),
     buffered("noisy", "noisy"),
     streamed("gated", "gated"),
+    streamed("big-stream", "big"),
     streamed("fail-mid", "fail_mid"),
     streamed("fail-before", "fail_before"),
     streamed("broken-stream", "nope"),
@@ -213,6 +214,19 @@ def test_a_buffered_response_over_6_mb_is_a_function_error(local: LocalLambda) -
     # THEN the caller gets Function.ResponseSizeTooLarge
     assert result.error_type == "Function.ResponseSizeTooLarge"
     assert "6291556 bytes" in json.loads(result.payload)["errorMessage"]
+
+
+def test_a_streaming_runtime_is_held_to_6_mb_when_the_invocation_is_buffered(local: LocalLambda) -> None:
+    # GIVEN a streaming handler that writes 7 MB
+    payload = json.dumps({"size": 7 * 1024 * 1024}).encode()
+
+    # WHEN it is read as a stream (a RESPONSE_STREAM Function URL, InvokeWithResponseStream) THEN it passes whole
+    streamed = local.invoke_stream("big-stream", payload, streamed=True).result()
+    assert streamed.function_error is None and len(streamed.payload) >= 7 * 1024 * 1024
+    # AND invoked buffered (Invoke, an event source, an Event), Lambda holds it to 6 MB (last: this test's fake
+    # runtime exits on the refusal, where the streaming runtime layer goes on to its next invocation)
+    buffered = local.invoke("big-stream", payload)
+    assert buffered.error_type == "Function.ResponseSizeTooLarge"
 
 
 def test_a_streamed_chunk_reaches_the_caller_before_the_handler_produces_the_next(

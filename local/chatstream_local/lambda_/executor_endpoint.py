@@ -220,6 +220,7 @@ class _RuntimeApiHandler(QuietHandler):
     def _post_response(self, inv: Invocation) -> None:
         environment = self.server.owner
         streaming = self.headers.get(RESPONSE_MODE_HEADER, "").lower() == "streaming"
+        held = not (streaming and inv.streamed)  # to the buffered limit: a buffered runtime, or a buffered invocation
         content_type = self.headers.get("Content-Type") or "application/json"
         chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
         inv.handle.begin_response(ResponseStart(streaming=streaming, content_type=content_type))
@@ -231,13 +232,13 @@ class _RuntimeApiHandler(QuietHandler):
                         raise _ConnectionCut
                     total += len(chunk)
                     inv.handle.push_chunk(chunk)
-                    if not streaming and total > BUFFERED_RESPONSE_LIMIT:
+                    if held and total > BUFFERED_RESPONSE_LIMIT:
                         self._too_large(inv)
                         return
                 error = self._trailer_error()
             else:
                 length = int(self.headers.get("Content-Length") or 0)
-                if length > BUFFERED_RESPONSE_LIMIT and not streaming:
+                if length > BUFFERED_RESPONSE_LIMIT and held:
                     self._too_large(inv)
                     return
                 data = self.rfile.read(length) if length else b""

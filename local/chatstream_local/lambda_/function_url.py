@@ -361,7 +361,9 @@ class _UrlHandler(QuietHandler):
                 return
         event = front.build_event(self.command, self.path, headers, body, self.client_address[0], caller)
         try:
-            handle = front.local.invoke_stream(front.function_name, json.dumps(event).encode())
+            handle = front.local.invoke_stream(
+                front.function_name, json.dumps(event).encode(), streamed=front.invoke_mode == "RESPONSE_STREAM"
+            )
         except FunctionThrottled:  # the function at its reserved concurrency
             self._send_whole(429, {"content-type": "application/json"}, [], RATE_EXCEEDED)
             return

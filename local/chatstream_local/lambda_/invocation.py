@@ -192,6 +192,10 @@ class Invocation:
 
     ``cut`` is a fault to inject: once set, the Runtime API endpoint drops the connection the runtime streams this
     invocation's response on when the next chunk arrives, as a broken connection would end it.
+
+    ``streamed``: the caller reads the response as a stream (a Function URL in ``RESPONSE_STREAM`` mode,
+    ``InvokeWithResponseStream``). Otherwise Lambda buffers it, and holds even a streaming runtime's response to the
+    6 MB of a buffered one (``Function.ResponseSizeTooLarge``).
     """
 
     handle: StreamHandle
@@ -201,6 +205,7 @@ class Invocation:
     trace_id: str
     deadline_ms: int = 0  # set when the runtime fetches it (``Lambda-Runtime-Deadline-Ms``)
     cut: threading.Event = field(default_factory=threading.Event)
+    streamed: bool = True
 
     @property
     def request_id(self) -> str:

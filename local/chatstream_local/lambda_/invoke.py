@@ -358,7 +358,7 @@ class _InvokeHandler(QuietHandler):
             return
         try:
             handle = self.server.owner.local.invoke_stream(
-                name, payload, client_context=client_context, tail_log=log_type == "Tail"
+                name, payload, client_context=client_context, tail_log=log_type == "Tail", streamed=streaming
             )
         except FunctionThrottled as err:
             self._throttled(err)

@@ -101,17 +101,19 @@ class LocalLambda:
         client_context: str | None = None,
         cognito_identity: str | None = None,
         tail_log: bool = False,
+        streamed: bool = True,
     ) -> StreamHandle:
         """Start an invocation and return its response as it arrives (see :class:`StreamHandle`).
 
         ``client_context`` is the client context JSON (not base64), passed to the runtime as
-        ``Lambda-Runtime-Client-Context``. ``tail_log`` keeps the execution log (``LogType: Tail``).
+        ``Lambda-Runtime-Client-Context``. ``tail_log`` keeps the execution log (``LogType: Tail``). ``streamed``:
+        the caller reads the response as a stream; ``False``, a buffered invocation, held to 6 MB (:class:`Invocation`).
         """
         pool = self._pool(name)
         if pool is None:
             raise LocalLambdaError("LocalLambda.start() was not called")
         handle = StreamHandle(str(uuid.uuid4()), pool.spec.name, tail_log=tail_log)
-        pool.dispatch(Invocation(handle, payload, client_context, cognito_identity, new_trace_id()))
+        pool.dispatch(Invocation(handle, payload, client_context, cognito_identity, new_trace_id(), streamed=streamed))
         return handle
 
     def invoke(
@@ -125,7 +127,12 @@ class LocalLambda:
     ) -> InvokeResult:
         """Invoke and wait for the whole response (the Invoke API's ``RequestResponse``)."""
         return self.invoke_stream(
-            name, payload, client_context=client_context, cognito_identity=cognito_identity, tail_log=tail_log
+            name,
+            payload,
+            client_context=client_context,
+            cognito_identity=cognito_identity,
+            tail_log=tail_log,
+            streamed=False,
         ).result()
 
     def kill_busy_environment(self, name: str) -> KilledInvocation | None:
