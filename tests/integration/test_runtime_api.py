@@ -5,20 +5,25 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from chatstream_local.lambda_ import execution_environment
 from chatstream_local.lambda_.exceptions import UnknownFunction
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
-from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
+from chatstream_local.lambda_.runtime_executor import environment_variables, exit_detail, has_exited, runtime_command
 from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.lambda_.telemetry_log import MalformedFrame, TelemetryRecord, read_records, split_records
 from tests.fixtures.local_handlers.specs import HANDLERS, buffered, on_layer, streamed, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from pathlib import Path
+
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +56,14 @@ def log_lines() -> list[tuple[str, str]]:
 def local(log_lines: list[tuple[str, str]]) -> Iterator[LocalLambda]:
     with LocalLambda(SPECS, log_sink=lambda label, line: log_lines.append((label, line))) as running:
         yield running
+
+
+def _exited(pid: int) -> bool:
+    """Whether the process has exited: a zombie not yet reaped, or gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def _alive(pid: int) -> bool:
@@ -169,6 +182,47 @@ def test_a_process_that_exits_mid_invocation_gives_an_exit_error_and_is_replaced
     assert local.stats()["crash"].environments_started == 2
 
 
+def test_an_environment_whose_process_exits_while_idle_gives_the_next_invocation_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a local Lambda whose exit watcher has seen a process exit but not yet retired its environment (the
+    # moment an invocation could be handed to a dead environment)
+    watcher_saw_exit, release_watcher = threading.Event(), threading.Event()
+
+    def held_exit_detail(returncode: int) -> str:
+        watcher_saw_exit.set()
+        release_watcher.wait(timeout=20)
+        return exit_detail(returncode)
+
+    monkeypatch.setattr(execution_environment, "exit_detail", held_exit_detail)
+    with LocalLambda([buffered("echo", "echo")]) as local:
+        # AND a warm environment whose process exits between invocations
+        pid = json.loads(local.invoke("echo", b"{}").payload)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert watcher_saw_exit.wait(timeout=20)
+
+        # WHEN the next invocation comes
+        result = local.invoke("echo", b"{}")
+        release_watcher.set()
+
+        # THEN it runs after a new init, as Lambda resets such an environment: no Runtime.ExitError
+        assert result.function_error is None, result.payload
+        assert json.loads(result.payload)["pid"] != pid
+        assert local.stats()["echo"].environments_started == 2
+
+
+def test_a_process_that_exited_is_known_before_it_is_reaped() -> None:
+    # GIVEN a child process that has exited and not been reaped (a zombie)
+    process = subprocess.Popen(["true"])
+    wait_until(lambda: _exited(process.pid), what="the process to exit")
+
+    # THEN it has exited, and it is still the caller's to reap, with its status
+    assert has_exited(process)
+    assert has_exited(process)
+    assert process.wait(timeout=5) == 0
+    assert has_exited(process)
+
+
 def test_the_deadline_kills_the_environment_and_the_next_invocation_gets_a_fresh_one(local: LocalLambda) -> None:
     # GIVEN a function with a 1 s timeout, warmed up
     warm_pid = json.loads(local.invoke("slow", b"{}").payload)["pid"]
@@ -223,8 +277,7 @@ def test_a_streaming_runtime_is_held_to_6_mb_when_the_invocation_is_buffered(loc
     # WHEN it is read as a stream (a RESPONSE_STREAM Function URL, InvokeWithResponseStream) THEN it passes whole
     streamed = local.invoke_stream("big-stream", payload, streamed=True).result()
     assert streamed.function_error is None and len(streamed.payload) >= 7 * 1024 * 1024
-    # AND invoked buffered (Invoke, an event source, an Event), Lambda holds it to 6 MB (last: this test's fake
-    # runtime exits on the refusal, where the streaming runtime layer goes on to its next invocation)
+    # AND invoked buffered (Invoke, an event source, an Event), Lambda holds it to 6 MB
     buffered = local.invoke("big-stream", payload)
     assert buffered.error_type == "Function.ResponseSizeTooLarge"
 

@@ -3,7 +3,8 @@
 An invocation goes to an idle environment, else to a new one while the function has fewer than its
 ``max_concurrency``, else it waits for one to be free; a function with a ``reserved_concurrency`` throttles it
 instead once that many environments are busy (:class:`FunctionThrottled`), as Lambda does. A dead environment
-leaves the pool; the next invocation that finds none idle starts a replacement (a cold start). An environment
+leaves the pool; the next invocation that finds none idle starts a replacement (a cold start), and one handed to an
+environment whose process had exited while idle runs in a new one. An environment
 whose init timed out is replaced at once by one that retries the init for the invocation that was waiting (see
 :mod:`~chatstream_local.lambda_.execution_environment`), in the same place under ``max_concurrency``.
 """
@@ -56,9 +57,11 @@ class EnvironmentPool:
             while True:
                 if self._closed:
                     raise LocalLambdaError("the local Lambda is stopped")
-                if self._idle:
-                    self._idle.pop().assign(inv)
-                    return
+                while self._idle:
+                    idle = self._idle.pop()
+                    if idle.assign(inv):
+                        return
+                    self._alive.discard(idle)  # its process exited while idle: gone, not counted
                 reserved = self.spec.reserved_concurrency
                 if reserved is not None and len(self._alive) >= reserved:
                     self._throttles += 1
@@ -71,9 +74,16 @@ class EnvironmentPool:
 
     def _retry_init(self, timed_out: ExecutionEnvironment, inv: Invocation) -> None:
         """``timed_out``'s init passed the init timeout: retry it in a new environment, with ``inv`` waiting."""
+        self._start_again(timed_out, inv, retried_init=True)
+
+    def _reinit(self, exited: ExecutionEnvironment, inv: Invocation) -> None:
+        """``exited``'s process exited while idle, with ``inv`` handed to it: run ``inv`` after a new init."""
+        self._start_again(exited, inv, retried_init=False)
+
+    def _start_again(self, gone: ExecutionEnvironment, inv: Invocation, *, retried_init: bool) -> None:
         with self._cond:
-            self._alive.discard(timed_out)
-            retry = None if self._closed else self._new_environment(retried_init=True)
+            self._alive.discard(gone)
+            retry = None if self._closed else self._new_environment(retried_init=retried_init)
             self._cond.notify_all()
         if retry is None:
             inv.handle.finish(FunctionError.synthetic("Runtime.Stopped", "the local Lambda was stopped"))
@@ -88,6 +98,7 @@ class EnvironmentPool:
             on_idle=self._release,
             on_gone=self._retire,
             on_init_timeout=self._retry_init,
+            on_exited_idle=self._reinit,
             retried_init=retried_init,
             log_sink=self._log_sink,
         )

@@ -14,7 +14,11 @@ As on Lambda, an environment runs one invocation at a time:
   the first function invocation with the configured function timeout." Only when that retried init also runs
   past the function's timeout does the invocation fail (``Sandbox.Timedout``, "Task timed out after N
   seconds");
-- a dead environment tells its pool once (``on_gone``); the next invocation gets a new one.
+- a dead environment tells its pool once (``on_gone``); the next invocation gets a new one. A runtime process that
+  exits between invocations leaves nothing to fail: Lambda resets such an environment and inits a new one for the
+  next invocation. Here an invocation that was handed to it after the exit, before its runtime asked for it with
+  ``/next``, goes back to the pool for a new environment (``on_exited_idle``) instead of failing with
+  ``Runtime.ExitError``.
 
 Its log is what the process writes to stdout and stderr, line by line, and the records it writes to its telemetry
 log pipe (``_LAMBDA_TELEMETRY_LOG_FD``), each whole however many lines it holds, as CloudWatch keeps them.
@@ -38,6 +42,7 @@ from chatstream_local.lambda_.log_pump import OutputPump
 from chatstream_local.lambda_.runtime_executor import (
     exit_detail,
     gets_telemetry_log,
+    has_exited,
     kill_process_group,
     start_runtime,
 )
@@ -60,7 +65,9 @@ class ExecutionEnvironment:
     ``on_idle(environment)`` is called when it finished an invocation and can take another; ``on_gone(environment)``
     once, when it is dead (killed, exited, failed to start); ``on_init_timeout(environment, invocation)`` when its
     init ran past ``init_timeout_s``: the environment is killed, and the invocation waiting for it is the
-    callback's to run (in an environment made with ``retried_init=True``). ``log_sink(label, line)`` gets its
+    callback's to run (in an environment made with ``retried_init=True``); ``on_exited_idle(environment,
+    invocation)`` when its process exited between invocations with one handed to it that the runtime never asked
+    for: the callback runs it in a new environment. ``log_sink(label, line)`` gets its
     output lines, and Lambda's own report of an init that timed out.
 
     With ``retried_init`` the environment is a retry of an init that timed out: its init and its first
@@ -76,6 +83,7 @@ class ExecutionEnvironment:
         on_idle: EnvironmentCallback,
         on_gone: EnvironmentCallback,
         on_init_timeout: InitTimeoutCallback,
+        on_exited_idle: InitTimeoutCallback,
         retried_init: bool = False,
         log_sink: LogSink | None = None,
     ) -> None:
@@ -86,6 +94,7 @@ class ExecutionEnvironment:
         self._on_idle = on_idle
         self._on_gone = on_gone
         self._on_init_timeout_callback = on_init_timeout
+        self._on_exited_idle = on_exited_idle
         self._log_sink = log_sink
         self._started_at = 0.0  # time.monotonic() at start()
         self._cond = threading.Condition()
@@ -200,10 +209,17 @@ class ExecutionEnvironment:
         assert self._process is not None
         detail = exit_detail(self._process.wait())
         with self._cond:
+            self._dead = True  # no invocation is handed to it any more (``assign``)
             init_error = self._init_error
-            victims = [inv for inv in (self._pending, self._current) if inv is not None]
+            initialized = self._initialized
+            pending, current = self._pending, self._current
             self._pending = self._current = None
-        for inv in victims:
+        if pending is not None and initialized and current is None:
+            self._on_exited_idle(self, pending)  # never started here: it runs after a new init, as on Lambda
+            pending = None
+        for inv in (pending, current):
+            if inv is None:
+                continue
             if init_error is not None:
                 inv.handle.finish(init_error)
             else:
@@ -311,11 +327,16 @@ class ExecutionEnvironment:
         self.kill()
 
     # -- the Runtime API's side (RuntimeApiBackend) ---------------------------------------------------
-    def assign(self, inv: Invocation) -> None:
-        """Give the (idle) environment its next invocation."""
+    def assign(self, inv: Invocation) -> bool:
+        """Give the (idle) environment its next invocation; False when it is dead: its process exited while idle
+        (Lambda knows at once, here a thread waits for it), and the caller gives the invocation a new environment."""
         with self._cond:
+            if self._dead or (self._process is not None and has_exited(self._process)):
+                self._dead = True
+                return False
             self._pending = inv
             self._cond.notify_all()
+            return True
 
     def next_invocation(self) -> Invocation | None:
         with self._cond:

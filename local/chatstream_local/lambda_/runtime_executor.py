@@ -150,6 +150,16 @@ def kill_process_group(process: subprocess.Popen[bytes]) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
+def has_exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether the process has exited, reaped or not, without reaping it (the thread that waits for it does)."""
+    if process.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped meanwhile
+        return True
+
+
 def exit_detail(returncode: int) -> str:
     """How a runtime process ended, in Lambda's words (its Go runtime's): ``signal: killed``, ``signal: segmentation
     fault`` or ``exit status 1``."""
