@@ -7,6 +7,9 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from openai import omit
+from openai._models import construct_type_unchecked
+from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
 from chatstream.records import ErrorInfo
@@ -284,6 +287,37 @@ def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_conten
     datas = [chunk.removeprefix("data: ").strip() for chunk in chunks]
     content = "".join(json.loads(data)["choices"][0]["delta"].get("content") or "" for data in datas[:-1])
     assert content == "Hi" and datas[-1] == "[DONE]"
+
+
+def test_the_sdks_own_stream_accumulator_rebuilds_each_item_exactly(chat_table: ChatTable) -> None:
+    # GIVEN a turn that reasons, then replies, in pieces
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["x"])
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    native = [
+        'id: 1\nevent: reasoning\ndata: {"text":"Think"}\n\n',
+        'id: 2\nevent: reasoning\ndata: {"text":"ing."}\n\n',
+        'id: 3\nevent: token\ndata: {"text":"You"}\n\n',
+        'id: 4\nevent: token\ndata: {"text":" said: hi"}\n\n',
+        'id: 5\nevent: done\ndata: {"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":4}}\n\n',
+    ]
+    stream = ResponseStream(chat_table, turn, "model-x")
+    events = validated([*stream.prelude(), *stream.events(turn_events(native))])
+
+    # WHEN the openai SDK's stream helper accumulates them, as client.responses.stream() does
+    state: ResponseStreamState[object] = ResponseStreamState(input_tools=omit, text_format=omit)
+    texts: list[str] = []
+    for event in events:
+        for handled in state.handle_event(construct_type_unchecked(type_=ResponseStreamEvent, value=event)):
+            if handled.type == "response.output_text.delta":
+                texts.append(handled.snapshot)
+
+    # THEN an item is added empty and its deltas fill it: the reply is rebuilt once, piece by piece
+    added = [event["item"] for event in events if event["type"] == "response.output_item.added"]
+    assert [item["content"] for item in added] == [[], []]
+    assert texts[-1] == "You said: hi"
+    assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:], strict=False))
 
 
 def test_an_empty_body_is_told_what_to_send() -> None:

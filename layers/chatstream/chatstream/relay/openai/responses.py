@@ -280,7 +280,7 @@ class ResponseStream:
         if closed is not None:
             yield from self._close(closed)
         if opened is not None:
-            item = opened.to_dict("in_progress")
+            item = replace(opened, text="").to_dict("in_progress")  # added empty: the deltas bring its text
             yield from self._event("response.output_item.added", {"output_index": opened.index, "item": item})
             part = opened.part("")
             yield from self._event("response.content_part.added", {**self._where(opened), "part": part})
