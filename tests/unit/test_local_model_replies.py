@@ -59,12 +59,19 @@ def test_max_tokens_counts_reasoning_first() -> None:
         ("/think x hello", "/think takes"),
         ("/think 0 hello", "between 1 and"),
         ("/think 100001 hello", "between 1 and"),
+        ("/think " + "9" * 5000 + " hello", "got a 5000-digit number"),
+        ("/long " + "9" * 5000, "got a 5000-digit number"),
         ("/think 2 /think 2 hi", "not itself /think"),
     ],
 )
 def test_a_malformed_think_is_a_validation_error(message: str, reason: str) -> None:
     with pytest.raises(InvalidRequest, match=reason):
         plan_reply(message)
+
+
+def test_a_count_with_leading_zeros_is_its_number() -> None:
+    assert plan_reply("/think 0003 hello").reasoning_text == "r1 r2 r3"
+    assert plan_reply("/long 0002").text == "w1 w2"
 
 
 # --- ordinary messages -------------------------------------------------------------------------

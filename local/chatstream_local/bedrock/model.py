@@ -98,7 +98,16 @@ def _command_argument(words: Sequence[str], lowest: int) -> int:
     command = words[0]
     if len(words) != 2 or not _DIGITS.fullmatch(words[1]):
         raise InvalidRequest(f"{command} takes one whole number N, {lowest} <= N <= {MAX_LONG}")
-    value = int(words[1])
+    return _in_range(command, words[1], lowest)
+
+
+def _in_range(command: str, digits: str, lowest: int) -> int:
+    """``digits`` as a number from ``lowest`` to ``MAX_LONG``; read only when it is short enough to be one (Python
+    refuses to read a number of more than 4,300 digits)."""
+    stripped = digits.lstrip("0") or "0"
+    if len(stripped) > len(str(MAX_LONG)):
+        raise InvalidRequest(f"{command} N must be between {lowest} and {MAX_LONG}, got a {len(stripped)}-digit number")
+    value = int(stripped)
     if not lowest <= value <= MAX_LONG:
         raise InvalidRequest(f"{command} N must be between {lowest} and {MAX_LONG}, got {value}")
     return value
@@ -126,11 +135,10 @@ def _think(
     count, rest = (match["count"], match["rest"]) if match else (None, None)
     if count is None or rest is None or not _DIGITS.fullmatch(count):
         raise InvalidRequest(f"/think takes one whole number N, 1 <= N <= {MAX_LONG}, then a message")
-    if not 1 <= int(count) <= MAX_LONG:
-        raise InvalidRequest(f"/think N must be between 1 and {MAX_LONG}, got {int(count)}")
+    words = _in_range("/think", count, 1)
     if rest.split()[0] == "/think":
         raise InvalidRequest("/think takes a message that is not itself /think")
-    reasoning = _long_deltas(int(count), "r")
+    reasoning = _long_deltas(words, "r")
     if max_tokens is not None and max_tokens <= len(reasoning):
         return Reply((), "max_tokens", reasoning[:max_tokens], signed=max_tokens == len(reasoning))
     remaining = None if max_tokens is None else max_tokens - len(reasoning)
