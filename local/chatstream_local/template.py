@@ -45,6 +45,10 @@ def _parameter_problem(declared: Any, value: str) -> str | None:
             return f"below its MinValue {declared['MinValue']}"
         if "MaxValue" in declared and number > float(declared["MaxValue"]):
             return f"above its MaxValue {declared['MaxValue']}"
+    if "MinLength" in declared and len(value) < int(declared["MinLength"]):
+        return f"shorter than its MinLength {declared['MinLength']}"
+    if "MaxLength" in declared and len(value) > int(declared["MaxLength"]):
+        return f"longer than its MaxLength {declared['MaxLength']}"
     pattern = declared.get("AllowedPattern")
     if pattern is not None and re.fullmatch(str(pattern), value) is None:
         return f"does not match its AllowedPattern {pattern}"

@@ -69,11 +69,20 @@ def test_the_table_refuses_deletion_as_the_deployed_one_does(dynamodb: DynamoDBC
         ({"RelayReservedConcurrency": "two"}, "not a number"),
         ({"RelayReservedConcurrency": "-1"}, "below its MinValue 0"),
         ({"EnhancedFanOut": "maybe"}, "not one of true, false"),
+        ({"ModelRequestFields": '["thinking"]'}, "does not match its AllowedPattern"),
+        ({"ModelRequestFields": "{" + "x" * 1024 + "}"}, "longer than its MaxLength 1024"),
     ],
 )
 def test_a_parameter_override_cloudformation_would_refuse_is_refused(overrides: dict[str, str], problem: str) -> None:
     with pytest.raises(TemplateError, match=problem):
         Template.load(parameter_overrides=overrides)
+
+
+def test_model_request_fields_reach_the_proxy() -> None:
+    fields = '{"thinking":{"type":"enabled","budget_tokens":2048}}'
+    template = Template.load(parameter_overrides={"ModelRequestFields": fields})
+    assert template.function_settings("ProxyFunction")["Environment"]["Variables"]["MODEL_REQUEST_FIELDS"] == fields
+    assert Template.load().function_settings("ProxyFunction")["Environment"]["Variables"]["MODEL_REQUEST_FIELDS"] == ""
 
 
 def test_a_reserved_concurrency_override_reaches_the_function() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from chatstream.config import ProxyConfig
+from chatstream.errors import ConfigError
 from chatstream.generation import Generation, GenerationSettings
 from chatstream.turn_options import HistoryMessage, TurnOptions
 from tests.unit.relay.relay_support import write_turn
@@ -21,10 +24,16 @@ OPTIONS = TurnOptions(
 )
 
 
-def converse_params(table: ChatTable, session_id: str, turn: int, system_prompt: str = "") -> dict[str, Any]:
+def converse_params(
+    table: ChatTable, session_id: str, turn: int, system_prompt: str = "", environ: dict[str, str] | None = None
+) -> dict[str, Any]:
     item = table.get_turn(session_id, turn)
     assert item is not None
-    generation = Generation(item, None, None, table, GenerationSettings("model-x", system_prompt=system_prompt))  # type: ignore[arg-type]
+    config = ProxyConfig.from_env(
+        {"CHAT_TABLE_NAME": "t", "TOKEN_STREAM_NAME": "s", "MODEL_ID": "model-x", "SYSTEM_PROMPT": system_prompt}
+        | (environ or {})
+    )
+    generation = Generation(item, None, None, table, GenerationSettings.from_config(config))  # type: ignore[arg-type]
     return generation._converse_params()
 
 
@@ -58,6 +67,33 @@ def test_a_turn_without_options_sends_none(chat_table: ChatTable) -> None:
     params = converse_params(chat_table, session_id, 1)
     assert "system" not in params and "inferenceConfig" not in params
     assert params["messages"] == [{"role": "user", "content": [{"text": "hello"}]}]
+
+
+def test_the_deployments_model_request_fields_go_to_converse_stream(chat_table: ChatTable) -> None:
+    # GIVEN a deployment that turns on Claude's extended thinking (the ModelRequestFields parameter)
+    thinking = {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+    session_id = chat_table.start_session("me", "hello")
+    # WHEN the proxy builds the request THEN they are its additionalModelRequestFields, as given
+    params = converse_params(chat_table, session_id, 1, environ={"MODEL_REQUEST_FIELDS": json.dumps(thinking)})
+    assert params["additionalModelRequestFields"] == thinking
+    # AND blank, there are none
+    assert "additionalModelRequestFields" not in converse_params(chat_table, session_id, 1, environ={})
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("{", "MODEL_REQUEST_FIELDS must be a JSON object, and is not JSON"),
+        ("[1]", "got an array"),
+        ("7", "got a number"),
+        ("null", "got null"),
+    ],
+)
+def test_model_request_fields_that_are_not_a_json_object_fail_the_cold_start(value: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ProxyConfig.from_env(
+            {"CHAT_TABLE_NAME": "t", "TOKEN_STREAM_NAME": "s", "MODEL_ID": "m", "MODEL_REQUEST_FIELDS": value}
+        )
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ deployment fails its cold start with a message instead of failing requests later
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.config import Config
 
@@ -26,6 +27,7 @@ FLUSH_MAX_CHARS = "FLUSH_MAX_CHARS"
 CANCEL_CHECK_INTERVAL_MS = "CANCEL_CHECK_INTERVAL_MS"
 PUT_MAX_ATTEMPTS = "PUT_MAX_ATTEMPTS"
 SYSTEM_PROMPT = "SYSTEM_PROMPT"
+MODEL_REQUEST_FIELDS = "MODEL_REQUEST_FIELDS"
 TTL_DAYS = "TTL_DAYS"
 DLQ_URL = "DLQ_URL"
 PROXY_FUNCTION_NAME = "PROXY_FUNCTION_NAME"
@@ -76,6 +78,22 @@ class _Env:
             raise ConfigError(f"environment variable {name} must be between {minimum} and {maximum}, got {value}")
         return value
 
+    def json_object(self, name: str) -> Mapping[str, Any] | None:
+        """A JSON object, or ``None`` when the variable is unset or blank."""
+        raw = self._environ.get(name, "").strip()
+        if not raw:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError as err:
+            raise ConfigError(f"environment variable {name} must be a JSON object, and is not JSON: {err}") from err
+        if not isinstance(value, dict):
+            kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+                type(value), "a number"
+            )
+            raise ConfigError(f"environment variable {name} must be a JSON object, got {kind}")
+        return value
+
     def boolean(self, name: str, default: bool) -> bool:
         raw = self._environ.get(name, "").strip().lower()
         if not raw:
@@ -106,6 +124,7 @@ class ProxyConfig:
     cancel_check_interval_ms: int
     put_max_attempts: int
     system_prompt: str
+    model_request_fields: Mapping[str, Any] | None = None  # ConverseStream's additionalModelRequestFields
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ProxyConfig:
@@ -119,6 +138,7 @@ class ProxyConfig:
             cancel_check_interval_ms=env.integer(CANCEL_CHECK_INTERVAL_MS, 500, minimum=0, maximum=60_000),
             put_max_attempts=env.integer(PUT_MAX_ATTEMPTS, 8, minimum=1, maximum=100),
             system_prompt=env.optional(SYSTEM_PROMPT, ""),
+            model_request_fields=env.json_object(MODEL_REQUEST_FIELDS),
         )
 
 

@@ -81,6 +81,7 @@ class GenerationSettings:
 
     model_id: str
     system_prompt: str = ""
+    model_request_fields: Mapping[str, Any] | None = None  # the model's own fields (Claude's ``thinking``, for one)
     flush_interval_ms: int = 300
     flush_max_chars: int = 1024
     cancel_check_interval_ms: int = 500
@@ -93,6 +94,7 @@ class GenerationSettings:
         return cls(
             model_id=config.model_id,
             system_prompt=config.system_prompt,
+            model_request_fields=config.model_request_fields,
             flush_interval_ms=config.flush_interval_ms,
             flush_max_chars=config.flush_max_chars,
             cancel_check_interval_ms=config.cancel_check_interval_ms,
@@ -346,6 +348,8 @@ class Generation:
             inference["stopSequences"] = list(options.stop)
         if inference:
             params["inferenceConfig"] = inference
+        if settings.model_request_fields:
+            params["additionalModelRequestFields"] = dict(settings.model_request_fields)
         return params
 
     def _append(self, text: str, kind: RecordType) -> None:
