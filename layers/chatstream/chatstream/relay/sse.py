@@ -13,11 +13,11 @@ import json
 import re
 from typing import Any
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _single_line(name: str, value: str) -> str:
-    if _LINE_BREAK.search(value) or "\x00" in value:
+    if LINE_BREAK.search(value) or "\x00" in value:
         raise ValueError(f"an SSE {name} must be one line without NUL, got {value!r}")
     return value
 
@@ -29,7 +29,7 @@ def message(data: str, *, event: str | None = None, id: int | str | None = None)
         lines.append(f"id: {_single_line('id', str(id))}")
     if event is not None:
         lines.append(f"event: {_single_line('event', event)}")
-    lines.extend(f"data: {line}" for line in _LINE_BREAK.split(data))
+    lines.extend(f"data: {line}" for line in LINE_BREAK.split(data))
     return "\n".join(lines) + "\n\n"
 
 
@@ -47,4 +47,4 @@ def retry(milliseconds: int) -> str:
 
 def comment(text: str = "") -> str:
     """A comment block (one ``:`` line per line of ``text``), ignored by clients."""
-    return "".join(f": {line}\n" if line else ":\n" for line in _LINE_BREAK.split(text)) + "\n"
+    return "".join(f": {line}\n" if line else ":\n" for line in LINE_BREAK.split(text)) + "\n"

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chatstream.relay.sse import LINE_BREAK
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
@@ -84,7 +86,7 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
 
 def _fields(chunk: str) -> tuple[str, str | None, dict[str, Any]]:
     name, event_id, data = "message", None, []
-    for line in chunk.splitlines():
+    for line in LINE_BREAK.split(chunk):  # SSE's line breaks only: str.splitlines() also breaks at U+2028 in the text
         field, _, value = line.partition(": ")
         if field == "event":
             name = value
