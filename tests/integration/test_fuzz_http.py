@@ -151,12 +151,17 @@ CONVERSATIONS = {"/v1/responses": ("input", "input_text"), "/v1/chat/completions
 
 def start_and_end_with_the_user(case: schemathesis.Case) -> None:
     """The one rule of a valid request JSON Schema cannot state (the document states it in prose, and the relay
-    answers 400): a conversation starts and ends with the user's message. A valid case is made to follow it."""
+        answers 400): a conversation starts and ends with the user's message (reasoning items passed back are not
+    messages). A valid case is made to follow it."""
     field, user_part = CONVERSATIONS.get(case.operation.path, ("", ""))
     messages = case.body.get(field) if isinstance(case.body, dict) else None
     if not isinstance(messages, list):
         return
-    conversation = [message for message in messages if message.get("role") not in ("system", "developer")]
+    conversation = [
+        message
+        for message in messages
+        if message.get("type") != "reasoning" and message.get("role") not in ("system", "developer")
+    ]
     if not conversation:
         messages.append({"role": "user", "content": "hello"})
     for message in conversation[:1] + conversation[-1:]:

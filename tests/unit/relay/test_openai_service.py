@@ -166,6 +166,42 @@ def test_a_throttled_table_is_a_503_with_retry_after(
     assert openai_error(response, 503)["code"] == "unavailable" and response.headers["Retry-After"] == "1"
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": MODEL, "input": "hi"}),
+        ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}),
+    ],
+)
+@pytest.mark.parametrize(
+    ("failure", "status"), [(Throttled("DynamoDB ThrottlingException"), 503), (KeyError("x"), 500)]
+)
+def test_a_failure_after_the_generation_started_tells_the_sdk_not_to_ask_again(
+    service: RelayService,
+    chat_table: ChatTable,
+    proxy: RecordingLambda,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    body: dict[str, Any],
+    failure: Exception,
+    status: int,
+) -> None:
+    # GIVEN a table that fails every read of a turn once the turn is started and its generation invoked
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise failure
+
+    monkeypatch.setattr(chat_table, "get_turn", failing)
+    # WHEN an SDK asks for an answer
+    response = call(service, "POST", path, body)
+    # THEN the generation runs (once), and the error names its turn and says not to retry: asking again would start
+    # a second generation beside it
+    assert proxy.invocations == 1
+    error = openai_error(response, status)
+    assert response.headers["x-should-retry"] == "false" and "Retry-After" not in response.headers
+    session_id = response.headers["X-Chatstream-Session-Id"]
+    assert f"follow it at /sessions/{session_id}/turns/1/events" in error["message"]
+
+
 def test_the_stream_starts_with_created_at_once(service: RelayService) -> None:
     response = call(service, "POST", "/v1/responses", {"model": MODEL, "input": "hi", "stream": True})
     assert response.headers["Content-Type"].startswith("text/event-stream")
@@ -360,7 +396,14 @@ def test_a_streamed_chat_completion_that_fails_ends_with_the_error_typed_as_with
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
-def test_a_malformed_starting_after_is_a_400_with_or_without_a_stream(service: RelayService, stream: str) -> None:
+@pytest.mark.parametrize("value", ["abc", "-1", "3.2"])
+def test_a_malformed_starting_after_is_a_400_with_or_without_a_stream(
+    service: RelayService, stream: str, value: str
+) -> None:
     created = background(service)
-    response = call(service, "GET", f"/v1/responses/{created['id']}?stream={stream}&starting_after=abc")
-    assert openai_error(response, 400)["param"] == "starting_after"
+    response = call(service, "GET", f"/v1/responses/{created['id']}?stream={stream}&starting_after={value}")
+    error = openai_error(response, 400)
+    assert error["param"] == "starting_after"
+    assert error["message"] == (
+        f"starting_after must be a sequence number the stream sent (a non-negative integer), got {value!r}"
+    )

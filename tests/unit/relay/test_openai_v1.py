@@ -10,20 +10,25 @@ import pytest
 from openai import omit
 from openai._models import construct_type_unchecked
 from openai.lib.streaming.responses import ResponseStreamState
+from openai.types.chat import ChatCompletionMessage
 from openai.types.responses import ResponseStreamEvent
 
 from chatstream.records import ErrorInfo
 from chatstream.relay.http import HttpError
-from chatstream.relay.openai.chat import ChunkStream
+from chatstream.relay.openai.chat import ChunkStream, completion_object
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import ResponseStream, parse_response_id, record_events, response_id
 from chatstream.relay.openai.turn_events import turn_events
+from chatstream.relay.sse import json_message
 from chatstream.status import StopReason
 from chatstream.turn_options import HistoryMessage
 from tests.unit.relay.relay_support import write_turn
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
+
+
+USER_NEXT = {"role": "user", "content": "next"}
 
 
 def responses(body: dict[str, Any]) -> Any:
@@ -65,6 +70,23 @@ def test_chat_messages_become_a_system_prompt_a_history_and_the_turns_message() 
     assert request.options.system == "one\n\ntwo"
     assert request.options.history == (HistoryMessage("user", "a\n\nb"), HistoryMessage("assistant", "c"))
     assert request.options.stop == ("END",) and request.options.top_p == 0.5 and request.max_tokens == 7
+
+
+def test_a_completions_own_message_passed_back_is_the_history() -> None:
+    # GIVEN an assistant message as chatstream answers it, and as the openai SDK holds it (messages.push(message))
+    ours = completion_object("s", "model-x", 0, "hello", StopReason.END_TURN, None)["choices"][0]["message"]
+    sdk = ChatCompletionMessage(role="assistant", content="hello").model_dump()
+    for message in (ours, sdk):
+        assert set(message) > {"role", "content"}
+        # WHEN it is sent back in the conversation THEN it is history, its empty fields ignored
+        request = chat({"model": "m", "messages": [{"role": "user", "content": "hi"}, message, USER_NEXT]})
+        assert request.options.history == (HistoryMessage("user", "hi"), HistoryMessage("assistant", "hello"))
+    # AND such a field with something in it is still refused, naming it
+    refused = {"role": "assistant", "content": "x", "tool_calls": [{"id": "c"}]}
+    assert error_of(chat, {"model": "m", "messages": [{"role": "user", "content": "hi"}, refused, USER_NEXT]})[1:] == (
+        "unsupported_parameter",
+        "messages[1].tool_calls",
+    )
 
 
 def test_a_responses_input_string_is_the_message_and_instructions_the_system_prompt() -> None:
@@ -318,6 +340,47 @@ def test_the_sdks_own_stream_accumulator_rebuilds_each_item_exactly(chat_table: 
     assert [item["content"] for item in added] == [[], []]
     assert texts[-1] == "You said: hi"
     assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:], strict=False))
+
+
+def test_a_responses_output_passed_back_as_input_is_the_history_without_its_reasoning(chat_table: ChatTable) -> None:
+    # GIVEN a finished response that reasoned, then replied (its output as the SDK returns it)
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["x"])
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    native = [
+        'id: 1\nevent: reasoning\ndata: {"text":"Thinking."}\n\n',
+        'id: 2\nevent: token\ndata: {"text":"Hi there"}\n\n',
+        'id: 3\nevent: done\ndata: {"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2}}\n\n',
+    ]
+    stream = ResponseStream(chat_table, turn, "model-x")
+    output = validated([*stream.prelude(), *stream.events(turn_events(native))])[-1]["response"]["output"]
+
+    # WHEN the conversation is sent again whole, OpenAI's stateless way: input=[user, *response.output, user]
+    request = responses(
+        {"model": "m", "input": [{"role": "user", "content": "hi"}, *output, {"role": "user", "content": "next"}]}
+    )
+
+    # THEN the reply is history and the reasoning item is dropped (the model is never sent reasoning back)
+    assert [item["type"] for item in output] == ["reasoning", "message"]
+    assert request.options.history == (HistoryMessage("user", "hi"), HistoryMessage("assistant", "Hi there"))
+    assert request.message == "next"
+
+
+def test_text_with_unicode_line_separators_reaches_a_v1_stream_whole() -> None:
+    # GIVEN a native stream whose text holds characters str.splitlines() breaks at but SSE does not (JSON leaves
+    # U+2028, U+2029 and U+0085 as they are)
+    text = "a \u2028 b \u2029 c \x85 d"
+    native = [
+        json_message({"text": text}, event="token", id=1),
+        json_message({"stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}, event="done", id=2),
+    ]
+    assert "\u2028" in native[0]
+    # WHEN a chat completion streams it THEN its content is the text, whole, and the stream ends
+    chunks = ChunkStream("s", "model-x", 0, include_usage=False).chunks(turn_events(native))
+    datas = [chunk.removeprefix("data: ").strip() for chunk in chunks]
+    assert "".join(json.loads(data)["choices"][0]["delta"].get("content") or "" for data in datas[:-1]) == text
+    assert datas[-1] == "[DONE]"
 
 
 def test_an_empty_body_is_told_what_to_send() -> None:

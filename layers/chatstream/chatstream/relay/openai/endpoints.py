@@ -8,10 +8,12 @@ followed from the table by the same :class:`~chatstream.relay.follow.Follower`; 
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from chatstream.errors import TurnFinished, TurnNotFound
+from chatstream.errors import Throttled, TurnFinished, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import RecordType
 from chatstream.relay.follow import FollowStats
@@ -32,10 +34,13 @@ from chatstream.relay.validation import parse_pace, parse_position
 from chatstream.status import TurnStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
+    from chatstream.relay.openai.requests import ChatCompletionRequest
     from chatstream.relay.service import _Exchange
     from chatstream.table import Turn
+
+logger = logging.getLogger(__name__)
 
 MODEL_ALIAS = "chatstream"
 SESSION_HEADER = "X-Chatstream-Session-Id"
@@ -93,16 +98,16 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
         options=request.options,
     )
     exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
-    headers = _session_headers(session_id, turn_number)
-    turn = _turn(exchange, session_id, turn_number)
-    if request.stream:
-        return _response_stream(exchange, turn, -1, headers, pace, new_turn=True)
-    if request.background:
-        return json_response(
-            200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
-        )
-    _drain(exchange, session_id, turn_number)
-    return json_response(200, _object(exchange, _turn(exchange, session_id, turn_number)), headers)
+    with _turn_started(session_id, turn_number) as headers:
+        turn = _turn(exchange, session_id, turn_number)
+        if request.stream:
+            return _response_stream(exchange, turn, -1, headers, pace, new_turn=True)
+        if request.background:
+            return json_response(
+                200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
+            )
+        _drain(exchange, session_id, turn_number)
+        return json_response(200, _object(exchange, _turn(exchange, session_id, turn_number)), headers)
 
 
 @openai_api
@@ -234,7 +239,19 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
         None, request.message, max_tokens=request.max_tokens, temperature=request.temperature, options=request.options
     )
     exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
-    headers = _session_headers(session_id, turn_number)
+    with _turn_started(session_id, turn_number) as headers:
+        return _chat_completion(exchange, request, model, pace, session_id, turn_number, headers)
+
+
+def _chat_completion(
+    exchange: _Exchange,
+    request: ChatCompletionRequest,
+    model: str,
+    pace: bool | None,
+    session_id: str,
+    turn_number: int,
+    headers: dict[str, str],
+) -> Response:
     created = exchange.clock.now_ms() // 1000
     if request.stream:
         chunks = ChunkStream(session_id, model, created, request.include_usage)
@@ -264,14 +281,41 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
 # ------------------------------------------------------------------------------ helpers
 
 
+@contextmanager
+def _turn_started(session_id: str, turn_number: int) -> Iterator[dict[str, str]]:
+    """The answer's work once its turn's generation is started, with the turn's headers. An error there (the
+    table throttled, say) must not make an SDK send the request again, which would start a second generation beside
+    this one: it names the turn, says where to follow it and carries ``x-should-retry: false``, which OpenAI's SDKs
+    obey. An error the code raises itself (an :class:`HttpError`: a failed turn, one still generating) says its own."""
+    headers = _session_headers(session_id, turn_number)
+    try:
+        yield headers
+    except HttpError:
+        raise
+    except Exception as err:
+        throttled = isinstance(err, Throttled)
+        if throttled:
+            logger.warning("throttled after the turn started", extra={"error": str(err)})
+        else:
+            logger.exception("unexpected failure after the turn started")
+        url = f"/sessions/{session_id}/turns/{turn_number}/events"
+        status, code = (503, "unavailable") if throttled else (500, "internal_error")
+        message = f"the reply could not be read, but it is being generated: follow it at {url}"
+        raise OpenAIError(status, code, message, headers={**headers, "x-should-retry": "false"}) from None
+
+
 def _sequence_number(value: str | None, name: str) -> int | None:
     """``starting_after``: a sequence number the stream sent (``None`` when not given)."""
     try:
         position = parse_position(value, name)
-    except HttpError as err:
-        raise invalid(err.message, name) from None  # OpenAI's shape names the parameter
-    if position is not None and position.offset is not None:
-        raise invalid(f"{name} must be a sequence number (a non-negative integer), got {value!r}", name)
+    except HttpError:
+        position = None
+        malformed = True
+    else:
+        malformed = position is not None and position.offset is not None
+    if malformed:
+        shown = value if value is None or len(value) <= 40 else value[:40] + "…"
+        raise invalid(f"{name} must be a sequence number the stream sent (a non-negative integer), got {shown!r}", name)
     return None if position is None else position.seq
 
 

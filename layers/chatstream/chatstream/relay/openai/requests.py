@@ -138,7 +138,8 @@ def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_
     if isinstance(raw_input, str):
         messages = [("user", _text(raw_input, "input"))]
     elif isinstance(raw_input, list) and raw_input:
-        messages = _split_system((_input_item(item, f"input[{index}]") for index, item in enumerate(raw_input)), system)
+        items = (_input_item(item, f"input[{index}]") for index, item in enumerate(raw_input))
+        messages = _split_system((message for message in items if message is not None), system)
     else:
         raise invalid("input must be a string or a non-empty list of messages", "input")
     previous = fields.get("previous_response_id")
@@ -247,15 +248,19 @@ def _parts(content: object, param: str, part_types: tuple[str, ...]) -> str:
         if kind not in part_types:
             raise unsupported(f"{where}.type", f"{kind!r} parts; only text is")
         for key in part:
-            if key not in ("type", "text", "annotations"):
+            if key not in ("type", "text", "annotations", "logprobs"):  # logprobs: as a response's output has them
                 raise unsupported(f"{where}.{key}")
         texts.append(_text(part.get("text"), f"{where}.text"))
     return "".join(texts)
 
 
-def _input_item(item: object, param: str) -> tuple[str, str]:
+def _input_item(item: object, param: str) -> tuple[str, str] | None:
+    """A message's (role, text); ``None`` for a response's ``reasoning`` item, which the model is never sent back
+    (a conversation passed back whole, ``input=[…, *response.output, …]``, has them)."""
     if not isinstance(item, dict):
         raise invalid(f"{param} must be a message object", param)
+    if item.get("type") == "reasoning":
+        return None
     if item.get("type", "message") != "message":
         raise unsupported(f"{param}.type", f"{item.get('type')!r} items; only messages are")
     for key in item:
@@ -268,6 +273,10 @@ def _input_item(item: object, param: str) -> tuple[str, str]:
     return str(role), _parts(item.get("content"), f"{param}.content", part_types)
 
 
+# Fields of an assistant message as a chat completion returns it, accepted when null or empty.
+_EMPTY_MESSAGE_FIELDS = frozenset({"refusal", "annotations", "tool_calls", "function_call", "audio"})
+
+
 def _chat_message(item: object, param: str) -> tuple[str, str]:
     if not isinstance(item, dict):
         raise invalid(f"{param} must be a message object", param)
@@ -276,9 +285,12 @@ def _chat_message(item: object, param: str) -> tuple[str, str]:
         raise unsupported(f"{param}.role", f"{role!r} messages")
     if role not in ("user", "assistant", "system", "developer"):
         raise invalid(f"{param}.role must be system, developer, user or assistant", f"{param}.role")
-    for key in item:
-        if key not in ("role", "content"):
-            raise unsupported(f"{param}.{key}")
+    for key, value in item.items():
+        if key in ("role", "content"):
+            continue
+        if key in _EMPTY_MESSAGE_FIELDS and value in (None, []):
+            continue  # a completion's own message passed back (messages.push(choice.message)) has them empty
+        raise unsupported(f"{param}.{key}")
     return str(role), _parts(item.get("content"), f"{param}.content", ("text",))
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.records import SESSION_ID_PATTERN, RecordType
 from chatstream.relay import sse
+from chatstream.relay.openai.errors import error_type
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
 from chatstream.relay.pace import Position, TextEvent, pieces
 from chatstream.status import StopReason, TurnStatus
@@ -158,8 +159,11 @@ def response_object(turn: Turn, model: str, output: Output, *, status: str | Non
     error = None
     if status == "failed":
         detail = dict(turn.error or {})
-        code = "rate_limit_exceeded" if detail.get("code") == "throttled" else "server_error"
-        error = {"code": code, "message": str(detail.get("message") or "the generation failed")}
+        throttled = detail.get("code") == "throttled"
+        code = "rate_limit_exceeded" if throttled else "server_error"
+        message = str(detail.get("message") or "the generation failed")
+        # ``type`` and ``param`` as OpenAI's own ResponseError has them (the Vercel AI SDK requires ``type``)
+        error = {"code": code, "message": message, "type": error_type(429 if throttled else 500), "param": None}
     return {
         "id": response_id(turn.session_id, turn.turn),
         "object": "response",
