@@ -78,6 +78,26 @@ def test_the_vercel_ai_sdk_streams_the_reply_exactly(node: str, stack: LocalStac
     assert result["deltas"] >= 1 and result["usage"]["outputTokens"] > 0
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("first", ["hello", "/think 2 hello"])
+def test_a_conversation_kept_as_messages_goes_on(node: str, stack: LocalStack, api: str, first: str) -> None:
+    # WHEN an application appends the first reply's response messages and asks again (useChat, generateText)
+    done = subprocess.run(
+        [node, "conversation.mjs", stack.url, api, "chatstream", first, "/history"],
+        cwd=JS_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    # THEN the model was sent the conversation: the first message, its reply (never its reasoning), the second
+    assert result["first"] == plan_reply(first).text == "You said: hello"
+    assert result["second"] == f"3 messages: user: {first} | assistant: You said: hello | user: /history"
+    if api == "responses":  # the Responses provider sends the earlier output by reference, which the relay resolves
+        assert any(item.get("type") == "item_reference" for item in result["sent"])
+
+
 def test_the_alias_and_an_unknown_model(node: str, stack: LocalStack) -> None:
     # WHEN the SDK names the model by its alias THEN it streams; an unknown model fails with OpenAI's error message
     assert stream(node, stack, "responses", "chatstream", "hi")["text"] == plan_reply("hi").text

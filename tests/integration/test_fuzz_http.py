@@ -160,7 +160,8 @@ def start_and_end_with_the_user(case: schemathesis.Case) -> None:
     conversation = [
         message
         for message in messages
-        if message.get("type") != "reasoning" and message.get("role") not in ("system", "developer")
+        if message.get("type") not in ("reasoning", "item_reference")
+        and message.get("role") not in ("system", "developer")
     ]
     if not conversation:
         messages.append({"role": "user", "content": "hello"})

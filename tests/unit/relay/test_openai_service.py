@@ -14,9 +14,10 @@ from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo, assistant_text
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
+from chatstream.turn_options import HistoryMessage
 from tests.builders import turn_records
 from tests.support import load_event
-from tests.unit.relay.relay_support import FAST, FakeClock, relay_config
+from tests.unit.relay.relay_support import FAST, FakeClock, relay_config, write_turn
 
 if TYPE_CHECKING:
     from chatstream.relay.http import Response
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 ALICE = {"accountId": "123456789012", "callerId": "AIDAALICE", "userArn": "arn:aws:iam::123456789012:user/alice"}
 BOB = {"accountId": "123456789012", "callerId": "AIDABOB", "userArn": "arn:aws:iam::123456789012:user/bob"}
 MODEL = "us.amazon.nova-lite-v1:0"
+USER_NEXT = {"role": "user", "content": "next"}
 
 
 class RecordingLambda:
@@ -200,6 +202,34 @@ def test_a_failure_after_the_generation_started_tells_the_sdk_not_to_ask_again(
     assert response.headers["x-should-retry"] == "false" and "Retry-After" not in response.headers
     session_id = response.headers["X-Chatstream-Session-Id"]
     assert f"follow it at /sessions/{session_id}/turns/1/events" in error["message"]
+
+
+def test_an_item_reference_is_the_earlier_output_it_names_and_only_its_owners(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN Alice's finished response that reasoned, then replied
+    created = background(service)
+    session_id = created["id"].split("_", 1)[1].rsplit("_", 1)[0]
+    write_turn(chat_table, session_id, 1, ["Hello", " there"], reasoning=["Hmm."])
+    reply, reasoning = f"msg_{session_id}_1_1", f"rs_{session_id}_1_0"
+
+    def ask(references: list[str], caller: dict[str, str] = ALICE) -> Response:
+        items = [{"type": "item_reference", "id": reference} for reference in references]
+        body = {"model": MODEL, "background": True, "input": [{"role": "user", "content": "hi"}, *items, USER_NEXT]}
+        return call(service, "POST", "/v1/responses", body, caller)
+
+    # WHEN she sends the conversation on with references to its output, as the Vercel AI SDK does
+    response = ask([reasoning, reply])
+
+    # THEN the reply is the new turn's history, and the reasoning is left out
+    new_session = response.headers["X-Chatstream-Session-Id"]
+    turn = chat_table.get_turn(new_session, 1)
+    assert turn is not None and turn.user == "next"
+    assert turn.options.history == (HistoryMessage("user", "hi"), HistoryMessage("assistant", "Hello there"))
+    # AND Bob cannot reference her items, nor anyone an item that cannot exist: 404 naming the input
+    for references, caller in (([reply], BOB), ([f"msg_{session_id}_9_1"], ALICE), (["msg_nope"], ALICE)):
+        error = openai_error(ask(references, caller), 404)
+        assert (error["code"], error["param"]) == ("not_found", "input[1].id")
 
 
 def test_the_stream_starts_with_created_at_once(service: RelayService) -> None:

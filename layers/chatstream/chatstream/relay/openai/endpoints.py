@@ -25,6 +25,7 @@ from chatstream.relay.openai.responses import (
     Output,
     ResponseStream,
     output_of,
+    parse_item_id,
     parse_response_id,
     response_id,
     response_object,
@@ -85,7 +86,11 @@ def get_model(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 @openai_api
 def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
-    request = parse_responses_request(exchange.request.body, **_body_limits(exchange))
+    request = parse_responses_request(
+        exchange.request.body,
+        **_body_limits(exchange),
+        resolve_item=lambda item_id, param: _referenced_item(exchange, item_id, param),
+    )
     model, pace = _check_model(exchange, request.model), _pace(exchange)
     session_id = None
     if request.previous_response_id is not None:
@@ -221,6 +226,27 @@ def _owned_response(exchange: _Exchange, value: str) -> Turn:
     if turn is None:
         raise _response_not_found(value)
     return turn
+
+
+def _referenced_item(exchange: _Exchange, item_id: str, param: str) -> tuple[str, str] | None:
+    """The (role, text) of the earlier output item an ``item_reference`` names, the caller's own; ``None`` for a
+    reasoning item (the model is never sent reasoning back)."""
+    parsed = parse_item_id(item_id)
+    shown = item_id if len(item_id) <= 160 else item_id[:160] + "…"
+    if parsed is None:
+        raise OpenAIError(404, "not_found", f"No item found with id {shown!r}", param)
+    kind, session_id, turn_number = parsed
+    try:
+        turn = _owned_response(exchange, response_id(session_id, turn_number))
+    except OpenAIError as err:
+        if err.status != 404:
+            raise
+        raise OpenAIError(404, "not_found", f"No item found with id {shown!r}", param) from None
+    if not turn.finished and kind != "reasoning":
+        raise invalid(f"{param} names an item of a response still in progress ({shown})", param)
+    if kind == "reasoning" or not turn.assistant:
+        return None  # nothing the model is sent: reasoning, or a reply without text
+    return "assistant", turn.assistant
 
 
 def _response_not_found(value: str, param: str | None = None) -> OpenAIError:

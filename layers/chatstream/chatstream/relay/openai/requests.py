@@ -24,7 +24,10 @@ from chatstream.text import is_blank
 from chatstream.turn_options import MAX_STOP_SEQUENCES, HistoryMessage, TurnOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
+
+    # An ``item_reference``'s id and param → the (role, text) of the item it names; None: one the model is not sent.
+    ItemResolver = Callable[[str, str], tuple[str, str] | None]
 
 # Fields OpenAI's API accepts that chatstream does not support, with the value that means "not used" (or a
 # predicate of accepted values; None: no value is accepted).
@@ -123,7 +126,9 @@ class ChatCompletionRequest(TurnRequest):
     include_usage: bool = False
 
 
-def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_base64: bool) -> ResponsesRequest:
+def parse_responses_request(
+    body: bytes | None, *, max_tokens_limit: int, valid_base64: bool, resolve_item: ItemResolver | None = None
+) -> ResponsesRequest:
     fields = parse_json_object(body, valid_base64=valid_base64, example='{"model": "chatstream", "input": "hello"}')
     _check_fields(fields, _RESPONSES_FIELDS, _RESPONSES_UNSUPPORTED)
     if fields.get("store", True) is not True:
@@ -138,7 +143,7 @@ def parse_responses_request(body: bytes | None, *, max_tokens_limit: int, valid_
     if isinstance(raw_input, str):
         messages = [("user", _text(raw_input, "input"))]
     elif isinstance(raw_input, list) and raw_input:
-        items = (_input_item(item, f"input[{index}]") for index, item in enumerate(raw_input))
+        items = (_input_item(item, f"input[{index}]", resolve_item) for index, item in enumerate(raw_input))
         messages = _split_system((message for message in items if message is not None), system)
     else:
         raise invalid("input must be a string or a non-empty list of messages", "input")
@@ -254,13 +259,22 @@ def _parts(content: object, param: str, part_types: tuple[str, ...]) -> str:
     return "".join(texts)
 
 
-def _input_item(item: object, param: str) -> tuple[str, str] | None:
+def _input_item(item: object, param: str, resolve_item: ItemResolver | None) -> tuple[str, str] | None:
     """A message's (role, text); ``None`` for a response's ``reasoning`` item, which the model is never sent back
-    (a conversation passed back whole, ``input=[…, *response.output, …]``, has them)."""
+    (a conversation passed back whole, ``input=[…, *response.output, …]``, has them). An ``item_reference`` (what
+    the Vercel AI SDK sends for an earlier output) is the item it names, found by ``resolve_item``."""
     if not isinstance(item, dict):
         raise invalid(f"{param} must be a message object", param)
     if item.get("type") == "reasoning":
         return None
+    if item.get("type") == "item_reference" and resolve_item is not None:
+        for key in item:
+            if key not in ("type", "id"):
+                raise unsupported(f"{param}.{key}")
+        item_id = item.get("id")
+        if not isinstance(item_id, str) or not item_id:
+            raise invalid(f"{param}.id must be the id of an earlier response's output item", f"{param}.id")
+        return resolve_item(item_id, f"{param}.id")
     if item.get("type", "message") != "message":
         raise unsupported(f"{param}.type", f"{item.get('type')!r} items; only messages are")
     for key in item:

@@ -58,6 +58,18 @@ def parse_response_id(value: str) -> tuple[str, int] | None:
     return (session_id, number) if 1 <= number <= 999_999 and turn == str(number) else None
 
 
+def parse_item_id(value: str) -> tuple[str, str, int] | None:
+    """``(kind, session_id, turn)`` of an output item's id (``msg_…`` or ``rs_…``; kind ``token`` or
+    ``reasoning``), or ``None`` when it cannot be one."""
+    prefix, _, rest = value.partition("_")
+    kinds = {item_prefix: kind for kind, (_, item_prefix, _) in _ITEMS.items()}
+    head, _, index = rest.rpartition("_")
+    if prefix not in kinds or not (index.isascii() and index.isdigit() and len(index) <= 3):
+        return None
+    parsed = parse_response_id(f"resp_{head}")
+    return None if parsed is None else (kinds[prefix], *parsed)
+
+
 def status_of(turn: Turn) -> str:
     if turn.status is TurnStatus.IN_PROGRESS:
         return "in_progress"
