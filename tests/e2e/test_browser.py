@@ -429,6 +429,52 @@ def test_a_reply_in_markdown_is_shown_formatted(chat: ChatPage) -> None:
     assert chat.history()["turns"][-1]["assistant"] == f"You said: {MARKDOWN}"
 
 
+WIDE_TABLE = (
+    "| "
+    + " | ".join(f"Column{i}" for i in range(8))
+    + " |\n"
+    + "|---" * 8
+    + "|\n| "
+    + " | ".join(
+        ["DynamoDB", "Lambda", "Kinesis", "Bedrock", "CloudWatch", "EventBridge", "StepFunctions", "CloudFormation"]
+    )
+    + " |"
+)
+
+# Per table cell, the lines its text takes; whether the table scrolls sideways; each paragraph's direction.
+READ_LAYOUT = """
+(reply) => {
+  const lines = (cell) => {
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    return range.getClientRects().length;
+  };
+  const table = reply.querySelector("table");
+  return {
+    cellLines: Array.from(reply.querySelectorAll("th, td"), lines),
+    scrolls: table !== null && table.scrollWidth > table.clientWidth,
+    directions: Array.from(reply.querySelectorAll("p"), (p) => getComputedStyle(p).direction),
+    links: Array.from(reply.querySelectorAll("a"), (a) => [a.textContent, a.getAttribute("href")]),
+  };
+}
+"""
+
+
+def test_a_wide_table_scrolls_with_its_words_whole_and_right_to_left_text_reads_so(chat: ChatPage) -> None:
+    # GIVEN a phone-sized page WHEN the reply holds a table wider than the screen, then a line of Hebrew
+    chat.page.set_viewport_size({"width": 360, "height": 740})
+    chat.open()
+    image = "![](https://example.com/x.png)"  # an image without alt text: a link still shows, named by its URL
+    chat.send(f"A table {image}:\n\n{WIDE_TABLE}\n\nשלום עולם")  # the reply is "You said: " and the message
+    chat.wait_status("complete")
+    layout = chat.reply().locator(".text").evaluate(READ_LAYOUT)
+    # THEN no cell breaks a word across lines: the table scrolls sideways instead
+    assert layout["cellLines"] == [1] * 16 and layout["scrolls"]
+    # AND the Hebrew paragraph runs right to left, the English one left to right
+    assert layout["directions"] == ["ltr", "rtl"]
+    assert layout["links"] == [["https://example.com/x.png", "https://example.com/x.png"]]
+
+
 CODE_LINES = 200
 
 
@@ -629,6 +675,29 @@ def test_a_502_never_starts_a_second_turn(chat: ChatPage, turn_started: bool) ->
     assert len(posts) == (1 if turn_started else 2)
     assert [t["user"] for t in chat.history()["turns"]] == ["first", "second"]
     assert chat.counts("retries") == {"retries": 1}
+
+
+def test_a_stream_that_breaks_before_meta_never_starts_a_second_turn(chat: ChatPage) -> None:
+    # GIVEN a session the page shows, and a relay whose answer to the next send (200, a stream) breaks before its
+    # meta event, after the turn started
+    chat.open()
+    chat.send("first")
+    chat.wait_status("complete")
+    posts: list[str] = []
+
+    def cut_before_meta(route: Route) -> None:
+        posts.append(route.request.method)
+        route.fetch()  # the relay starts the turn; only the stream's first line reaches the page
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 1000\n\n")
+
+    chat.page.route("**/chat", cut_before_meta)
+    # WHEN the next message is sent
+    chat.send("second")
+    # THEN the page looks before sending again: it finds the turn in the history and follows it, once
+    assert chat.wait_status("complete") == "You said: second"
+    assert posts == ["POST"]
+    assert [t["user"] for t in chat.history()["turns"]] == ["first", "second"]
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 
 def test_a_502_on_a_new_session_gives_the_message_back(chat: ChatPage) -> None:

@@ -118,6 +118,7 @@
     const box = bubble("user", "You");
     const text = document.createElement("p");
     text.className = "text";
+    text.dir = "auto"; // right to left when the text is (Arabic, Hebrew…)
     text.textContent = userText;
     box.append(text);
     return box;
@@ -151,6 +152,7 @@
     const summary = document.createElement("summary");
     const text = document.createElement("p");
     text.className = "reasoning-text";
+    text.dir = "auto";
     const node = document.createTextNode("");
     text.append(node);
     details.append(summary, text);
@@ -366,6 +368,8 @@
   // Follow a turn to its end, resuming through events_url whenever the connection drops (a resume the
   // relay did not plan, unlike its `reconnect`). Without a first response, it starts with a resume
   // (attaching to a turn still generating after a reload, or found in the history after a failed send).
+  // Returns "no_meta" when the first response ended before `meta` named the turn: the turn may have started
+  // all the same, and only the caller can look (HTTP_API.md, "Retries").
   async function follow(r, firstResponse) {
     let response = firstResponse;
     let failures = 0; // attempts in a row that failed or brought nothing new
@@ -386,10 +390,7 @@
         failures += 1;
       }
       response = null;
-      if (!r.eventsUrl) {
-        finish(r, "error", "Error: the connection dropped before the turn started. Send again.");
-        return;
-      }
+      if (!r.eventsUrl) return "no_meta";
       if (failures >= Retry.ATTEMPTS) {
         finish(r, "error", "Error: the connection dropped and could not be resumed.");
         showError("The connection dropped and could not be resumed. Reload the page to see what was saved.");
@@ -439,11 +440,14 @@
     if (sessionId) body.session_id = sessionId;
     const known = sessionId ? latestTurn(r) : null; // the session's newest turn the page shows
     for (let attempt = 1; ; attempt++) {
-      const answer = await postChat(r, body);
+      let answer = await postChat(r, body);
       if (r.controller.signal.aborted) return;
       if (answer.response) {
-        await follow(r, answer.response);
-        return;
+        if ((await follow(r, answer.response)) !== "no_meta") return;
+        if (r.controller.signal.aborted) return;
+        // A 200 that broke before `meta`: the turn may exist, as after a connection that broke (status 0).
+        const why = "The connection dropped before the reply started";
+        answer = { status: 0, error: { code: "no_meta", message: why }, retryAfter: null };
       }
       const last = attempt >= Retry.ATTEMPTS;
       if (Retry.NOT_STARTED.includes(answer.status) && !last && Retry.honours(answer.retryAfter)) {

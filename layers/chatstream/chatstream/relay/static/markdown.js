@@ -27,6 +27,8 @@
     "table", "thead", "tbody", "tr", "th", "td", "em", "strong", "s", "a",
   ]);
   const ALIGN = /^text-align:(left|center|right)$/;
+  // Blocks of text, each of which takes its direction from its own text (dir="auto").
+  const TEXT_BLOCKS = new Set(["p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "th", "td"]);
 
   // A link to `href` that opens in a new tab, with no opener and no referrer; a span for any other scheme.
   function link(href, title) {
@@ -43,6 +45,7 @@
     if (token.hidden || !PAIRED.has(token.tag)) return null; // a tight list's paragraphs have no element
     if (token.tag === "a") return link(token.attrGet("href"), token.attrGet("title"));
     const node = document.createElement(token.tag);
+    if (TEXT_BLOCKS.has(token.tag)) node.dir = "auto"; // each block right to left when its text is
     if (token.tag === "ol") {
       const start = token.attrGet("start"); // only where the list does not start at 1
       if (start !== null && /^\d{1,9}$/.test(start)) node.start = Number(start);
@@ -95,6 +98,7 @@
       case "image": {
         const node = link(token.attrGet("src"), token.attrGet("title"));
         build(token.children || [], node, null); // the alt text
+        if (!node.textContent) node.append(token.attrGet("src") || "image"); // no alt text: the link still shows
         parent.append(node);
         return;
       }
