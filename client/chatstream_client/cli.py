@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -86,6 +87,13 @@ def explain(error: Exception, url: str, signed: bool) -> str:
                 "relay, in the URL's account and region (--region)"
             )
         return f"{url} refused the request (403): the URL needs signed requests; pass --iam"
+    if isinstance(error, ApiError) and error.code == "http_error" and error.status == 429:
+        return (
+            f"{url} is busy (429, Lambda throttled the relay: its reserved concurrency, RelayReservedConcurrency, "
+            "or the account's is in use): try again in a moment"
+        )
+    if isinstance(error, ApiError) and error.code == "http_error" and error.status == 413:
+        return f"{url} refused the request as too large (413, Lambda's 6 MB limit): send a shorter message"
     return str(error)
 
 
@@ -98,9 +106,23 @@ def _check_url(url: str) -> None:
         raise Failure(f"--url must be an http:// or https:// URL, got {url!r}")
 
 
+# Control characters other than a line break and a tab: C0, DEL and C1. A reply is the model's text, which a prompt
+# can steer: written to a terminal as they are, they would drive it (clear the screen, set the title, write the
+# clipboard, hide a link's target).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # its control picture: ESC is ␛
+    return "\u2421" if code == 0x7F else "\ufffd"  # DEL is ␡; a C1 control, the replacement character
+
+
 class _Printer:
     """A turn as it streams: the reply on ``out``; the reasoning dimmed on ``out`` when it is a terminal, else on
-    ``err``; a line break wherever the model goes from reasoning to its reply."""
+    ``err``; a line break wherever the model goes from reasoning to its reply. On a terminal, control characters
+    in the text are shown as symbols, never obeyed; piped, the text is written exactly."""
 
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out = out
@@ -108,16 +130,19 @@ class _Printer:
         self.reasoning_to = out if self.tty else err
         self.reasoning = False  # the last text printed was reasoning
 
+    def _shown(self, text: str) -> str:
+        return _CONTROL.sub(_visible, text) if self.tty else text
+
     def token(self, text: str) -> None:
         self.end_reasoning()
-        self.out.write(text)
+        self.out.write(self._shown(text))
         self.out.flush()
 
     def thought(self, text: str) -> None:
         if not self.reasoning and self.tty:
             self.out.write(DIM)
         self.reasoning = True
-        self.reasoning_to.write(text)
+        self.reasoning_to.write(self._shown(text))
         self.reasoning_to.flush()
 
     def end_reasoning(self) -> None:
@@ -147,7 +172,7 @@ def _stream_turn(
         if not current or not current[0].events_url:
             raise
         turn = current[0]
-        out.write("\n[cancelling …]\n")
+        (out if printer.tty else err).write("\n[cancelling …]\n")  # piped, stdout holds the reply alone
         try:
             client.cancel(turn.session_id, turn.turn)
         except ApiError as err:

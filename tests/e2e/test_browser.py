@@ -648,6 +648,24 @@ def test_a_busy_relay_is_asked_again(chat: ChatPage) -> None:
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 
+def test_a_relay_throttled_at_every_try_says_so_and_gives_the_text_back(chat: ChatPage) -> None:
+    # GIVEN a Function URL that throttles every send, in Lambda's own words (the relay's reserved concurrency in use)
+    posts: list[str] = []
+
+    def throttled(route: Route) -> None:
+        posts.append(route.request.method)
+        json_answer(route, 429, {"Message": "Rate Exceeded."}, retry_after="0")
+
+    chat.page.route("**/chat", throttled)
+    chat.open()
+    # WHEN a message is sent THEN the page tries it five times, then says what happened and what to do
+    chat.send("hello throttled")
+    expect(chat.page.get_by_role("alert")).to_have_text(
+        "HTTP 429: Rate Exceeded. The service is busy: try again in a moment."
+    )
+    assert len(posts) == 5 and chat.page.locator("#message").input_value() == "hello throttled"
+
+
 @pytest.mark.parametrize("turn_started", [True, False], ids=["after the turn started", "before it started"])
 def test_a_502_never_starts_a_second_turn(chat: ChatPage, turn_started: bool) -> None:
     # GIVEN a session the page shows, and a relay that answers the next send 502 (the Function URL's answer to a

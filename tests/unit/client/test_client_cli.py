@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import re
+
 import httpx
 import pytest
 from botocore.exceptions import NoCredentialsError
 from httpx_sse import SSEError
 
 from chatstream_client.api import ApiError
-from chatstream_client.cli import explain, main
+from chatstream_client.cli import DIM, UNDIM, _Printer, explain, main
 
 LOCAL = "http://127.0.0.1:3000"
 DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
@@ -25,6 +28,8 @@ DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
         (ApiError(403, "http_error", '{"Message":"Forbidden"}'), DEPLOYED, True, "lambda:InvokeFunctionUrl"),
         (ApiError(403, "http_error", '{"Message":"Forbidden"}'), DEPLOYED, False, "--iam"),
         (ApiError(400, "invalid_request", "message must not be empty"), LOCAL, False, "message must not be empty"),
+        (ApiError(429, "http_error", '{"Message":"Rate Exceeded."}'), DEPLOYED, True, "try again in a moment"),
+        (ApiError(413, "http_error", '{"Message":"Request must be smaller"}'), LOCAL, False, "send a shorter"),
     ],
 )
 def test_each_failure_is_explained_in_one_line(error: Exception, url: str, signed: bool, says: str) -> None:
@@ -38,3 +43,28 @@ def test_a_url_that_is_not_http_is_refused_in_one_line(capsys: pytest.CaptureFix
     # THEN it says so in one line and exits 2
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "--url must be an http:// or https:// URL" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_control_characters_in_a_reply_never_drive_the_terminal(tty: bool) -> None:
+    # GIVEN a reply that carries terminal escapes (a title, a screen clear, a clipboard write, a hidden link)
+    reply = "x \x1b]0;PWNED\x07 \x1b[2J \x1b]52;c;ZXZpbA==\x07 \x9b31m\ttab\nline\r"
+    out, err = (_Terminal() if tty else io.StringIO()), io.StringIO()
+    printer = _Printer(out, err)
+    # WHEN it is printed, as the reply and as reasoning
+    printer.thought(reply)
+    printer.token(reply)
+    printer.end_reasoning()
+    # THEN on a terminal no control character but a line break and a tab reaches it: each is shown as a symbol
+    if tty:
+        written = out.getvalue().replace(DIM, "").replace(UNDIM, "")
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", written)
+        assert "x \u241b]0;PWNED\u2407 \u241b[2J" in written and "\ufffd31m\ttab\nline\u240d" in written
+    # AND piped, the text is written exactly (stdout holds the reply, stderr the reasoning)
+    else:
+        assert (out.getvalue(), err.getvalue()) == (reply, reply + "\n")

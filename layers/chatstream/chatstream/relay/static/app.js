@@ -61,7 +61,14 @@
     }
   }
 
-  // A 4xx/5xx answer as an ApiError: the API's {"error": {"code", "message"}}, or what the body says.
+  // What to do after Lambda's own answers (throttled: the relay's reserved concurrency is in use; too large).
+  const LAMBDA_ADVICE = {
+    413: " The message is too large to send.",
+    429: " The service is busy: try again in a moment.",
+  };
+
+  // A 4xx/5xx answer as an ApiError: the API's {"error": {"code", "message"}}, Lambda's {"Message"}, or what the
+  // body says.
   async function apiError(response) {
     let text = "";
     try {
@@ -69,6 +76,12 @@
       const body = JSON.parse(text);
       if (body && body.error && typeof body.error.message === "string") {
         return new ApiError(response.status, String(body.error.code || ""), body.error.message);
+      }
+      if (body && typeof body.Message === "string") {
+        // Lambda's own answer, given before the relay ran: its words, and what to do
+        const advice = LAMBDA_ADVICE[response.status] || "";
+        const message = `HTTP ${response.status}: ${body.Message.slice(0, 300)}${advice}`;
+        return new ApiError(response.status, "http_" + response.status, message);
       }
     } catch (err) {
       // not JSON: fall through to the status line
