@@ -89,6 +89,22 @@ def test_a_completions_own_message_passed_back_is_the_history() -> None:
     )
 
 
+@pytest.mark.parametrize("field", ["seed", "user", "metadata", "logit_bias", "audio", "reasoning_effort", "functions"])
+def test_an_unsupported_chat_field_sent_as_null_is_not_given(field: str) -> None:
+    # GIVEN a field chatstream does not support, sent as null (openai-python sends seed=None so) THEN it is ignored
+    assert chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], field: None}).message == "hi"
+    # AND given a value, it is refused, naming it
+    assert error_of(chat, {"model": "m", "messages": [{"role": "user", "content": "hi"}], field: 1})[1:] == (
+        "unsupported_parameter",
+        field,
+    )
+
+
+@pytest.mark.parametrize("field", ["tools", "store", "reasoning", "user", "prompt", "conversation", "stream_options"])
+def test_an_unsupported_responses_field_sent_as_null_is_not_given(field: str) -> None:
+    assert responses({"model": "m", "input": "hi", field: None}).message == "hi"
+
+
 def test_a_responses_input_string_is_the_message_and_instructions_the_system_prompt() -> None:
     request = responses({"model": "m", "input": "hi", "instructions": "be brief", "max_output_tokens": 3})
     assert (request.message, request.options.system, request.max_tokens) == ("hi", "be brief", 3)

@@ -131,7 +131,7 @@ def parse_responses_request(
 ) -> ResponsesRequest:
     fields = parse_json_object(body, valid_base64=valid_base64, example='{"model": "chatstream", "input": "hello"}')
     _check_fields(fields, _RESPONSES_FIELDS, _RESPONSES_UNSUPPORTED)
-    if fields.get("store", True) is not True:
+    if fields.get("store") not in (None, True):
         raise unsupported("store", "only true: every response is stored")
     system: list[str] = []
     instructions = fields.get("instructions")
@@ -209,8 +209,8 @@ def _check_fields(fields: Mapping[str, Any], known: frozenset[str], unsupported_
             continue
         if name in unsupported_fields:
             accepts = unsupported_fields[name]
-            if accepts is None or not accepts(fields[name]):
-                raise unsupported(name)
+            if fields[name] is not None and (accepts is None or not accepts(fields[name])):
+                raise unsupported(name)  # null is "not given", as OpenAI reads it (openai-python sends seed=None so)
             continue
         raise OpenAIError(400, "unknown_parameter", f"unknown parameter {name!r}", name)
 
