@@ -830,8 +830,9 @@ def test_a_rejected_message_shows_the_apis_reason_and_keeps_the_text(chat: ChatP
 def test_a_session_at_its_turn_limit_is_reported_and_the_next_message_starts_a_new_one(chat: ChatPage) -> None:
     # GIVEN a session the page shows, and a relay that refuses its next turn: the session took all its turns
     chat.open()
-    chat.send("first")
-    chat.wait_status("complete")
+    for message in ("first", "first again"):
+        chat.send(message)
+        chat.wait_status("complete")
     full = chat.page.evaluate("location.hash")
     limit = {"code": "turn_limit", "message": "session reached its limit of 1 turns; start a new session to go on"}
     chat.page.route("**/chat", lambda route: json_answer(route, 409, {"error": limit}), times=1)
@@ -839,10 +840,31 @@ def test_a_session_at_its_turn_limit_is_reported_and_the_next_message_starts_a_n
     chat.send("second")
     expect(chat.page.get_by_role("alert")).to_contain_text("start a new session")
     assert full and chat.page.evaluate("location.hash") == ""
-    # AND the message after it starts a new session
+    # AND a line below the full conversation says the next message starts a new one, with a link to the full one
+    divider = chat.page.locator("#transcript > li.divider")
+    expect(divider).to_contain_text("the next message starts a new one")
+    assert divider.locator("a").get_attribute("href") == full
+    # AND the message after it starts a new session, found by its own turn numbers should its send need looking up
     chat.send("third")
     assert chat.wait_status("complete") == "You said: third"
     assert chat.page.evaluate("location.hash") not in ("", full)
+    # (a send there whose answer is lost after its turn started is found in this session's history, by this
+    # session's turn numbers, not the full one's: never sent twice)
+    posts: list[str] = []
+
+    def fail_after_start(route: Route) -> None:
+        posts.append(route.request.method)
+        route.fetch()
+        json_answer(route, 502, BAD_GATEWAY)
+
+    chat.page.route("**/chat", fail_after_start, times=1)
+    chat.send("fourth")
+    assert chat.wait_status("complete") == "You said: fourth"
+    assert posts == ["POST"] and [t["user"] for t in chat.history()["turns"]] == ["third", "fourth"]
+    # AND the link opens the full conversation again
+    divider.locator("a").click()
+    expect(chat.turns()).to_have_count(2)
+    expect(chat.turns().first).to_contain_text("first")
 
 
 def test_an_unknown_session_in_the_url_is_reported_and_a_new_chat_begins(chat: ChatPage) -> None:

@@ -485,7 +485,11 @@
         }
       }
       // A session that is gone, or has taken all its turns: the next message starts a new one.
-      if (answer.error.code === "session_not_found" || answer.error.code === "turn_limit") rememberSession(null);
+      if (answer.error.code === "turn_limit") {
+        dividerAfter(sessionId); // the next message starts a new conversation: say so, below the full one
+        rememberSession(null);
+      }
+      if (answer.error.code === "session_not_found") rememberSession(null);
       rejected(r, message, answer.error.message);
       return;
     }
@@ -517,7 +521,9 @@
 
   // The newest turn number among the turns on the page (the one being sent excluded); null if none shows one.
   function latestTurn(r) {
-    const numbers = Array.from(el.transcript.children, (li) => (li === r.view.li ? NaN : Number(li.dataset.turn)));
+    const items = Array.from(el.transcript.children);
+    const current = items.slice(items.findLastIndex((li) => li.classList.contains("divider")) + 1); // this session's
+    const numbers = current.map((li) => (li === r.view.li ? NaN : Number(li.dataset.turn)));
     const known = numbers.filter((n) => Number.isInteger(n) && n > 0);
     return known.length ? Math.max(...known) : null;
   }
@@ -540,6 +546,19 @@
     r.view.setTurn(mine.turn);
     el.stop.disabled = false;
     return "found";
+  }
+
+  // A line between a conversation that took all its turns and the new one the next message starts: the model does
+  // not see the turns above it, which stay readable here and, after a reload, through the link.
+  function dividerAfter(fullSession) {
+    const li = document.createElement("li");
+    li.className = "divider";
+    li.append("This conversation reached its turn limit; the next message starts a new one, without the turns above. ");
+    const link = document.createElement("a");
+    link.href = "#session=" + encodeURIComponent(fullSession);
+    link.textContent = "Link to this conversation";
+    li.append(link);
+    el.transcript.append(li);
   }
 
   // The turn never started: take it off the page, give the text back, say why.
