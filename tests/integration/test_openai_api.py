@@ -514,7 +514,7 @@ def test_a_browser_page_may_call_v1_with_the_sdks_headers_and_read_the_session_h
             json={"model": ALIAS, "messages": [{"role": "user", "content": "hello"}]},
         )
     assert response.status_code == 200 and response.headers["access-control-allow-origin"] == "*"
-    assert {"x-chatstream-session-id", "x-chatstream-turn", "x-should-retry"} <= listed(
+    assert {"x-chatstream-session-id", "x-chatstream-turn", "x-should-retry", "retry-after"} <= listed(
         response.headers["access-control-expose-headers"]
     )
     assert response.headers["x-chatstream-session-id"] in response.json()["id"]
