@@ -45,6 +45,33 @@ def test_start_turn_allocates_consecutive_turns_one_at_a_time(chat_table: ChatTa
     assert chat_table.start_turn(session_id, OWNER, "next") == 2
 
 
+def test_a_session_in_use_expires_ttl_days_after_its_latest_turn(chat_table: ChatTable) -> None:
+    # GIVEN a session created at day 0 whose first turn ended
+    clock = {"ms": 1_700_000_000_000}
+    chat_table.now_ms = lambda: clock["ms"]
+    session_id = chat_table.start_session(OWNER, "hello")
+    records = turn_records(session_id, 1, ["Hi"])
+    chat_table.put_records(records)
+    chat_table.complete_turn(records[-1], "Hi")
+
+    def expires_at(sk: str) -> int:
+        item = chat_table.client.get_item(
+            TableName=chat_table.table_name, Key=_ser({"pk": f"S#{session_id}", "sk": sk})
+        )
+        return int(_deser(item["Item"])["expires_at"])
+
+    day = 86_400
+    created = clock["ms"] // 1000
+    assert expires_at("SESSION") == created + chat_table.ttl_days * day
+    # WHEN its next turn starts 20 days later
+    clock["ms"] += 20 * day * 1000
+    assert chat_table.start_turn(session_id, OWNER, "still here") == 2
+    # THEN the session lives TtlDays from then (it would have vanished 10 days into its use), and each turn's text
+    # keeps its own expiry, TtlDays after it was written
+    assert expires_at("SESSION") == created + (20 + chat_table.ttl_days) * day
+    assert expires_at("T#000001") == created + chat_table.ttl_days * day
+
+
 def test_concurrent_turn_starts_yield_exactly_one_turn(chat_table: ChatTable) -> None:
     # GIVEN a fresh session WHEN eight requests race to start a turn
     session_id = chat_table.create_session(OWNER)

@@ -197,7 +197,7 @@ class ChatTable:
         turn = session.turn_count + 1
         condition = "turn_count = :prev AND "
         condition += "active_turn = :stale" if stale else "attribute_not_exists(active_turn)"
-        values: dict[str, Any] = {":prev": session.turn_count, ":n": turn, ":now": now}
+        values: dict[str, Any] = {":prev": session.turn_count, ":n": turn, ":now": now, ":exp": self._expires_at(now)}
         if stale:
             values[":stale"] = session.active_turn
         turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature, options)
@@ -209,7 +209,11 @@ class ChatTable:
                         "Update": {
                             "TableName": self.table_name,
                             "Key": _ser({"pk": _pk(session_id), "sk": SESSION_SK}),
-                            "UpdateExpression": "SET turn_count = :n, active_turn = :n, active_since = :now",
+                            # A session in use lives on: it expires TtlDays after its latest turn, each turn's
+                            # text TtlDays after it was written.
+                            "UpdateExpression": (
+                                "SET turn_count = :n, active_turn = :n, active_since = :now, expires_at = :exp"
+                            ),
                             "ConditionExpression": condition,
                             "ExpressionAttributeValues": _ser(values),
                         }
