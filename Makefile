@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
+# Commands that talk to a real account take the region from the caller's AWS configuration (AWS_REGION, the
+# profile), never from the local default above: without this, us-east-1 would override the profile's region.
+AWS_ACCOUNT_ENV := $(if $(filter file,$(origin AWS_DEFAULT_REGION)),env -u AWS_DEFAULT_REGION)
 
 .PHONY: help venv lint typecheck unit pytest lambda-python validate build test local chat deploy clean browser-deps screenshot
 LOCAL_PATH := PYTHONPATH=local:layers/chatstream:layers/streaming-runtime
@@ -98,7 +101,7 @@ chat: $(STAMP)
 	PYTHONPATH=client $(BIN)/python -m chatstream_client.cli $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
 
 deploy: build
-	$(BIN)/sam deploy --guided
+	$(AWS_ACCOUNT_ENV) $(BIN)/sam deploy --guided
 
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache tests/e2e/js/node_modules $(VENV313)
@@ -107,7 +110,7 @@ clean:
 # stack's outputs (or set DLQ_URL / CHAT_TABLE_NAME); ARGS="--dry-run --max 10" passes options through.
 .PHONY: redrive
 redrive: $(STAMP)
-	PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
+	$(AWS_ACCOUNT_ENV) PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
 
 # Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through;
 # ARGS=--cpu-stress keeps one core busy for the whole run.

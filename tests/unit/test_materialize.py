@@ -321,7 +321,7 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
     assert stored_keys(chat_table, session_id, turn) == [0, 1, 2]
 
 
-def test_an_unavailable_dlq_fails_the_poison_record_and_the_later_records_of_its_session(chat_table) -> None:
+def test_an_unavailable_dlq_fails_the_poison_record_so_the_mapping_delivers_it_again(chat_table) -> None:
     # GIVEN a DLQ that throttles, and a poison record in the middle of a session's records
     session_id, turn = new_turn(chat_table)
     tokens = turn_records(session_id, turn, ["p", "q"])
@@ -329,9 +329,29 @@ def test_an_unavailable_dlq_fails_the_poison_record_and_the_later_records_of_its
     batch = stream.records(tokens[:2]) + [stream.record(b"garbage", session_id)] + stream.records(tokens[2:])
     # WHEN the batch is materialized
     outcome = Materializer(table=chat_table, poison_sink=RecordingSink(fail=True)).process(batch)
-    # THEN the records before it are written; it and everything after it in the session are retried
-    assert set(outcome.failures) == {r.sequence_number for r in batch[2:]}
-    assert stored_keys(chat_table, session_id, turn) == [0, 1]
+    # THEN the poison record is the batch item failure: the mapping retries from it, so it and every later record
+    # come again (the session's records are written now, and written again then: the same items)
+    assert list(outcome.failures) == [batch[2].sequence_number]
+    assert stored_keys(chat_table, session_id, turn) == [0, 1, 2, 3]
+
+
+def test_a_poison_record_after_a_failed_write_goes_to_the_dlq_once_not_with_every_retry(
+    chat_table, dynamodb, table_name
+) -> None:
+    # GIVEN a batch of session A's delta, whose write is throttled, then a poison record of session B
+    a_session, a_turn = new_turn(chat_table)
+    stream = Stream()
+    batch = [stream.record(turn_records(a_session, a_turn, ["a"])[1]), stream.record(b"garbage", "session-b")]
+    throttled = ChatTable(ThrottlingClient(dynamodb, a_session), table_name, sleep=lambda _: None, max_attempts=1)
+    sink = RecordingSink()
+    # WHEN it is materialized, throttled, three times (the mapping's retries from the lowest failure), then not
+    for _ in range(3):
+        outcome = Materializer(table=throttled, poison_sink=sink).process(batch)
+        # THEN the poison record waits: the mapping delivers it again with the failed record
+        assert list(outcome.failures) == [batch[0].sequence_number] and sink.sent == []
+    outcome = Materializer(table=chat_table, poison_sink=sink).process(batch)
+    # AND it reaches the DLQ once, when the batch goes through
+    assert outcome.ok and [poison.record.sequence_number for poison in sink.sent] == [batch[1].sequence_number]
 
 
 def test_lambda_event_records_are_parsed_with_their_coordinates() -> None:

@@ -24,7 +24,10 @@ Guarantees, per batch:
   the turn being complete and the session being free for its next turn.
 - **Poison records** (undecodable, or not a valid token record) go to the DLQ with their payload,
   the reason and their stream coordinates, and count as processed: one bad record never blocks
-  a shard. If the DLQ cannot take it, it fails like a write (transient).
+  a shard. If the DLQ cannot take it, it fails like a write (transient). They are sent after the
+  partition keys' writes, in stream order, and only those before the batch's lowest failed sequence number:
+  the event source mapping delivers that record and every later one again, so a poison record after it
+  is sent when it is no longer redelivered, once (before, each retry of the batch sent it again).
 
 Anything else (a bug, a misconfiguration such as a missing table or denied access) is raised: the
 invocation fails, the event source mapping bisects and retries the batch, and what still fails
@@ -152,7 +155,28 @@ class Materializer:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.parallel_keys, thread_name_prefix="materialize")
             outcomes = list(self._pool.map(self._process_group, groups.keys(), groups.values()))
-        return BatchOutcome.merged(len(records), outcomes)
+        outcome = BatchOutcome.merged(len(records), outcomes)
+        poison = sorted(
+            (entry for entries in groups.values() for entry in entries if entry.poison is not None),
+            key=lambda entry: int(entry.source.sequence_number),
+        )
+        self._dead_letter(poison, outcome)
+        return outcome
+
+    def _dead_letter(self, poison: list[_Entry], outcome: BatchOutcome) -> None:
+        """Send the batch's poison records to the DLQ, in stream order, up to its lowest failed sequence number:
+        the mapping redelivers that record and every later one, so a later poison record waits to be sent once."""
+        for entry in poison:
+            sequence_number = entry.source.sequence_number
+            lowest = min((int(failed) for failed in outcome.failures), default=None)
+            if lowest is not None and int(sequence_number) > lowest:
+                break
+            assert entry.poison is not None
+            try:
+                self._send_poison(PoisonRecord(entry.source, entry.poison), outcome)
+            except TRANSIENT_ERRORS as err:
+                outcome.failures[sequence_number] = f"{type(err).__name__}: {err}"
+                logger.warning("poison record %s not sent to the DLQ, retried: %s", sequence_number, err)
 
     # ----------------------------------------------------------------------------- internals
 
@@ -195,10 +219,7 @@ class Materializer:
                 continue
             planned.add(entry.position)
             if entry.poison is not None:
-                flush()
-                poison = PoisonRecord(entry.source, entry.poison)
-                steps.append(_Step([entry], partial(self._send_poison, poison, outcome)))
-                continue
+                continue  # sent after every key's writes (_dead_letter)
             token = entry.token
             assert token is not None
             if not token.is_terminal:
