@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export AWS_DEFAULT_REGION ?= us-east-1
-# Commands that talk to a real account take the region from the caller's AWS configuration (AWS_REGION, the
+# Commands that talk to a real account take the region from the caller's AWS configuration (the
 # profile), never from the local default above: without this, us-east-1 would override the profile's region.
 AWS_ACCOUNT_ENV := $(if $(filter file,$(origin AWS_DEFAULT_REGION)),env -u AWS_DEFAULT_REGION)
 

@@ -38,7 +38,7 @@ class SigV4Auth(httpx.Auth):
 
     Args:
         region: the region to sign for. Default: the region in a Function URL's host
-            (``<url-id>.lambda-url.<region>.on.aws``), else the configured one (``AWS_REGION``, the profile's
+            (``<url-id>.lambda-url.<region>.on.aws``), else the configured one (``AWS_DEFAULT_REGION``, the profile's
             ``region``), else ``us-east-1``.
         profile: the named profile of the shared AWS config to take credentials (and the region) from.
             Default: ``AWS_PROFILE``, else the default profile.

@@ -102,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     ready.set()
     try:
         print(f"chatstream local stack ready at {stack.url}", flush=True)
+        # For tools that talk to the local AWS services (make redrive, the AWS CLI): docs/OPERATIONS.md, "Locally"
+        print(
+            f"local AWS services at {stack.moto_url} (region {settings.region}): ConsumerDLQ "
+            f"{stack.template.ref_overrides.get('ConsumerDLQ', '?')}, ChatTable {stack.name('ChatTable')}, "
+            f"TokenStream {stack.name('TokenStream')}",
+            flush=True,
+        )
         while not stop.wait(0.5):
             pass
     finally:

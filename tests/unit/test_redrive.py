@@ -197,3 +197,54 @@ def test_the_cli_names_what_is_missing(monkeypatch, capsys) -> None:
     # THEN it stops with one line naming the option
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "--queue-url" in err
+
+
+def test_discard_invalid_deletes_what_can_never_be_redriven_and_keeps_the_rest(
+    dlq, sqs, kinesis, chat_table, table_name, capsys
+) -> None:
+    # GIVEN a poison record that is still invalid, a message that is not one of this DLQ's, and a lost range
+    poison = load_sample("consumer-dlq-poison-message.json")
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(poison))
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": 1}))
+    lost = on_failure_message("arn:aws:kinesis:us-east-1:123456789012:stream/gone", "1", "2", 2)
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=lost)
+    args = ["--queue-url", dlq.queue_url, "--table-name", table_name, "--discard-invalid"]
+    # WHEN a dry run asks for it THEN it says what it would discard and deletes nothing
+    assert main([*args, "--dry-run"]) == 1
+    assert capsys.readouterr().out.count("] would discard: ") == 2 and len(queued(dlq)) == 3
+    # WHEN the run asks for it THEN the two are deleted and reported, without their payload; the lost range stays
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert out.count("] discarded: ") == 2
+    assert poison["payload"] not in out
+    assert [body.get("requestContext", {}).get("condition") for body in queued(dlq)] == ["RetryAttemptsExhausted"]
+
+
+def test_with_a_stack_the_items_written_expire_after_its_ttl_days(
+    dlq, sqs, kinesis, chat_table, table_name, dynamodb, monkeypatch
+) -> None:
+    # GIVEN a stack deployed with TtlDays=7, whose DLQ holds a poison record that is now valid
+    cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+    body = {
+        "Parameters": {"TtlDays": {"Type": "Number"}},
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"ConsumerDLQUrl": {"Value": dlq.queue_url}, "ChatTableName": {"Value": table_name}},
+    }
+    cloudformation.create_stack(
+        StackName="chat", TemplateBody=json.dumps(body), Parameters=[{"ParameterKey": "TtlDays", "ParameterValue": "7"}]
+    )
+    poison = load_sample("consumer-dlq-poison-message.json")
+    session_id = poison["partitionKey"]
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    chat_table.create_session(OWNER)
+    turn = chat_table.start_turn(session_id, OWNER, "hi")
+    record = TokenRecord.delta(session_id, turn, 2, " there", 1_700_000_000_000)
+    poison["payload"] = base64.b64encode(record.encode()).decode()
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(poison))
+    monkeypatch.delenv("TTL_DAYS", raising=False)
+    # WHEN it is redriven by the stack's name
+    assert main(["--stack-name", "chat"]) == 0
+    # THEN the item expires TtlDays (7) after the record was written, as the consumer's items do
+    key = {"pk": {"S": f"S#{session_id}"}, "sk": {"S": f"R#{turn:06d}#{2:08d}"}}
+    item = dynamodb.get_item(TableName=table_name, Key=key).get("Item")
+    assert item is not None and int(item["expires_at"]["N"]) == 1_700_000_000 + 7 * 86_400

@@ -48,6 +48,7 @@ DEPLOYMENTS = [
 # What the alarms watch, whatever the parameters: (namespace, metric, the resource of its dimension).
 WATCHED = {
     ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "ConsumerDLQ"),
+    ("AWS/SQS", "NumberOfMessagesSent", "ConsumerDLQ"),  # each new arrival, while the one above stays in ALARM
     ("AWS/Lambda", "IteratorAge", "ConsumerFunction"),
     ("AWS/Lambda", "Errors", "ConsumerFunction"),
     ("AWS/Lambda", "Throttles", "ProxyFunction"),

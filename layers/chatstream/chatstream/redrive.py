@@ -50,6 +50,8 @@ class RedriveStatus(StrEnum):
 
     REDRIVEN = "redriven"
     WOULD_REDRIVE = "would redrive"
+    DISCARDED = "discarded"
+    WOULD_DISCARD = "would discard"
     LEFT = "left in queue"
 
 
@@ -115,6 +117,7 @@ class Redrive:
     materializer: Materializer
     stream_name: str | None = None
     discard_lost: bool = False
+    discard_invalid: bool = False  # delete what can never be redriven: still invalid records, unknown messages
     visibility_timeout_s: int = 300
     receive_wait_s: int = 1
 
@@ -137,7 +140,7 @@ class Redrive:
                         continue
                     result = self.redrive(message, dry_run)
                     report.results.append(result)
-                    if result.status is RedriveStatus.REDRIVEN:
+                    if result.status in (RedriveStatus.REDRIVEN, RedriveStatus.DISCARDED):
                         self.dlq.delete(message)
                     else:
                         held[message.message_id] = message
@@ -154,9 +157,8 @@ class Redrive:
                 return self._poison(message, letter, dry_run)
             return self._on_failure(message, letter, dry_run)
         except InvalidDeadLetter as err:
-            if kind is DlqKind.UNKNOWN:
-                return MessageResult(message.message_id, kind, RedriveStatus.LEFT, str(err))
-            return MessageResult(message.message_id, kind, RedriveStatus.LEFT, f"failed: {err}")
+            detail = str(err) if kind is DlqKind.UNKNOWN else f"failed: {err}"
+            return self._invalid(message.message_id, kind, detail, dry_run)
         except (ClientError, BotoCoreError, KeyError, ValueError) as err:
             return MessageResult(message.message_id, kind, RedriveStatus.LEFT, f"failed: {type(err).__name__}: {err}")
 
@@ -176,13 +178,21 @@ class Redrive:
             token = decode(record)
         except InvalidRecord as err:
             detail = f"still not a valid token record ({err}); first reported: {poison.reason}"
-            return MessageResult(message.message_id, DlqKind.POISON, left, detail)
+            return self._invalid(message.message_id, DlqKind.POISON, detail, dry_run)
         where = f"session {token.session_id} turn {token.turn} seq {token.seq}"
         if dry_run:
             return MessageResult(
                 message.message_id, DlqKind.POISON, RedriveStatus.WOULD_REDRIVE, f"now valid: {where}", 1
             )
         return self._process(message, DlqKind.POISON, [record], f"written: {where}")
+
+    def _invalid(self, message_id: str, kind: DlqKind, detail: str, dry_run: bool) -> MessageResult:
+        """A message that no redrive can restore (not a token record, or not a message of ours): left in the
+        queue, or with ``discard_invalid`` deleted (its coordinates and reason are in the report, not its payload)."""
+        if not self.discard_invalid:
+            return MessageResult(message_id, kind, RedriveStatus.LEFT, detail + " (--discard-invalid deletes it)")
+        status = RedriveStatus.WOULD_DISCARD if dry_run else RedriveStatus.DISCARDED
+        return MessageResult(message_id, kind, status, detail)
 
     def _on_failure(self, message: DlqMessage, batch: FailedBatch, dry_run: bool) -> MessageResult:
         records, lost = self.read_range(batch.stream_arn, batch.shard_id, batch.start, batch.end)
@@ -263,9 +273,12 @@ def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord]) -> lis
 # --------------------------------------------------------------------------------------- CLI
 
 
-def _stack_outputs(session: boto3.session.Session, stack_name: str) -> dict[str, str]:
-    stacks = session.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
-    return {output["OutputKey"]: output["OutputValue"] for output in stacks[0].get("Outputs", [])}
+def _stack(session: boto3.session.Session, stack_name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The stack's outputs and parameters."""
+    stack = session.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
+    outputs = {output["OutputKey"]: output["OutputValue"] for output in stack.get("Outputs", [])}
+    parameters = {item["ParameterKey"]: item.get("ParameterValue", "") for item in stack.get("Parameters", [])}
+    return outputs, parameters
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -292,9 +305,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dry-run", action="store_true", help="report what would be redriven; write and delete nothing"
     )
     parser.add_argument("--discard-lost", action="store_true", help="delete on-failure messages whose records are lost")
+    parser.add_argument(
+        "--discard-invalid",
+        action="store_true",
+        help="delete messages that can never be redriven (records still invalid, messages not of this DLQ)",
+    )
+    parser.add_argument(
+        "--ttl-days",
+        type=int,
+        default=None,
+        help="expiry of the items written (default: the stack's TtlDays with --stack-name, else env TTL_DAYS, else 30)",
+    )
     args = parser.parse_args(argv)
     if args.max is not None and args.max < 1:
         return _fail("--max must be at least 1")
+    if args.ttl_days is not None and args.ttl_days < 1:
+        return _fail("--ttl-days must be at least 1")
     try:
         return _run(args)
     except NoCredentialsError:
@@ -303,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and run again"
         )
     except NoRegionError:
-        return _fail("no AWS region: pass --region, or set AWS_REGION (or a region in your AWS profile)")
+        return _fail("no AWS region: pass --region, or set AWS_DEFAULT_REGION (or a region in your AWS profile)")
     except ClientError as err:
         return _fail(_explain(err, args))
     except (BotoCoreError, ChatstreamError) as err:
@@ -332,17 +358,21 @@ def _explain(err: ClientError, args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     session = boto3.session.Session(region_name=args.region)
-    if args.stack_name and not (args.queue_url and args.table_name):
-        outputs = _stack_outputs(session, args.stack_name)
+    if args.stack_name and not (args.queue_url and args.table_name and args.ttl_days):
+        outputs, parameters = _stack(session, args.stack_name)
         args.queue_url = args.queue_url or outputs.get("ConsumerDLQUrl")
         args.table_name = args.table_name or outputs.get("ChatTableName")
         args.stream_name = args.stream_name or outputs.get("TokenStreamName")
+        if args.ttl_days is None and parameters.get("TtlDays", "").isdigit():
+            args.ttl_days = int(parameters["TtlDays"])  # the items expire as the consumer's do
     if not args.queue_url:
         return _fail("the DLQ is unknown: pass --queue-url, set DLQ_URL, or pass --stack-name (make redrive STACK=...)")
     if not args.table_name:
         return _fail("the table is unknown: pass --table-name, set CHAT_TABLE_NAME, or pass --stack-name")
 
-    ttl_days = config.TableConfig.from_env({**os.environ, config.CHAT_TABLE_NAME: args.table_name}).ttl_days
+    ttl_days = (
+        args.ttl_days or config.TableConfig.from_env({**os.environ, config.CHAT_TABLE_NAME: args.table_name}).ttl_days
+    )
     table = ChatTable(session.client("dynamodb"), args.table_name, ttl_days=ttl_days)
     dlq = DeadLetterQueue(session.client("sqs"), args.queue_url)
     redrive = Redrive(
@@ -351,6 +381,7 @@ def _run(args: argparse.Namespace) -> int:
         materializer=Materializer(table=table, poison_sink=dlq, reconcile_finished_turns=True),
         stream_name=args.stream_name,
         discard_lost=args.discard_lost,
+        discard_invalid=args.discard_invalid,
     )
     report = redrive.run(max_messages=args.max, dry_run=args.dry_run)
     sys.stdout.write(report.render())
