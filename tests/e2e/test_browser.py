@@ -666,10 +666,15 @@ def test_a_relay_throttled_at_every_try_says_so_and_gives_the_text_back(chat: Ch
     assert len(posts) == 5 and chat.page.locator("#message").input_value() == "hello throttled"
 
 
-@pytest.mark.parametrize("turn_started", [True, False], ids=["after the turn started", "before it started"])
-def test_a_502_never_starts_a_second_turn(chat: ChatPage, turn_started: bool) -> None:
-    # GIVEN a session the page shows, and a relay that answers the next send 502 (the Function URL's answer to a
-    # relay that failed before its first byte): after allocating the turn, or before
+@pytest.mark.parametrize(
+    ("answer", "turn_started"),
+    [("502", True), ("502", False), ("a stream cut before meta", True)],
+    ids=["502 after the turn started", "502 before it started", "a stream cut before meta"],
+)
+def test_a_lost_answer_never_starts_a_second_turn(chat: ChatPage, answer: str, turn_started: bool) -> None:
+    # GIVEN a session the page shows, and a relay whose answer to the next send is lost: a 502 (the Function URL's
+    # answer to a relay that failed before its first byte), after allocating the turn or before, or a 200 whose
+    # stream breaks before its meta event
     chat.open()
     chat.send("first")
     chat.wait_status("complete")
@@ -682,7 +687,10 @@ def test_a_502_never_starts_a_second_turn(chat: ChatPage, turn_started: bool) ->
             return
         if turn_started:
             route.fetch()  # the relay starts the turn; its answer never reaches the page
-        json_answer(route, 502, BAD_GATEWAY)
+        if answer == "502":
+            json_answer(route, 502, BAD_GATEWAY)
+        else:  # only the stream's first line reaches the page
+            route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 1000\n\n")
 
     chat.page.route("**/chat", fail_once)
     # WHEN the next message is sent
@@ -693,28 +701,6 @@ def test_a_502_never_starts_a_second_turn(chat: ChatPage, turn_started: bool) ->
     assert len(posts) == (1 if turn_started else 2)
     assert [t["user"] for t in chat.history()["turns"]] == ["first", "second"]
     assert chat.counts("retries") == {"retries": 1}
-
-
-def test_a_stream_that_breaks_before_meta_never_starts_a_second_turn(chat: ChatPage) -> None:
-    # GIVEN a session the page shows, and a relay whose answer to the next send (200, a stream) breaks before its
-    # meta event, after the turn started
-    chat.open()
-    chat.send("first")
-    chat.wait_status("complete")
-    posts: list[str] = []
-
-    def cut_before_meta(route: Route) -> None:
-        posts.append(route.request.method)
-        route.fetch()  # the relay starts the turn; only the stream's first line reaches the page
-        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 1000\n\n")
-
-    chat.page.route("**/chat", cut_before_meta)
-    # WHEN the next message is sent
-    chat.send("second")
-    # THEN the page looks before sending again: it finds the turn in the history and follows it, once
-    assert chat.wait_status("complete") == "You said: second"
-    assert posts == ["POST"]
-    assert [t["user"] for t in chat.history()["turns"]] == ["first", "second"]
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 

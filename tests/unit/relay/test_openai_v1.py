@@ -253,6 +253,23 @@ def events_of(table: ChatTable, session_id: str, after: int) -> list[dict[str, A
     return validated([*stream.prelude(), *stream.events(record_events(table.query_records(session_id, 1)))])
 
 
+def native_stream(*pieces: tuple[str, str]) -> list[str]:
+    """A turn's native events: ``(event, text)`` pieces (``reasoning`` or ``token``), one per record, then ``done``."""
+    events = [json_message({"text": text}, event=kind, id=seq) for seq, (kind, text) in enumerate(pieces, 1)]
+    usage = {"input_tokens": 1, "output_tokens": len(pieces)}
+    return [*events, json_message({"stop_reason": "end_turn", "usage": usage}, event="done", id=len(pieces) + 1)]
+
+
+def spelt_as_response(chat_table: ChatTable, native: list[str]) -> list[dict[str, Any]]:
+    """The Responses stream of a finished turn whose native stream is ``native``, each event checked by the SDK."""
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["x"])
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    stream = ResponseStream(chat_table, turn, "model-x")
+    return validated([*stream.prelude(), *stream.events(turn_events(native))])
+
+
 @pytest.mark.parametrize(
     ("stop_reason", "error", "last"),
     [
@@ -282,19 +299,9 @@ def test_sequence_numbers_follow_from_the_records_so_every_resume_is_a_suffix(
 
 def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_content(chat_table: ChatTable) -> None:
     # GIVEN a turn whose native stream shows reasoning, then the reply
-    session_id = chat_table.start_session("me", "hi")
-    write_turn(chat_table, session_id, 1, ["x", "y", "z"])
-    turn = chat_table.get_turn(session_id, 1)
-    assert turn is not None
-    native = [
-        'id: 1\nevent: reasoning\ndata: {"text":"Think"}\n\n',
-        'id: 2\nevent: reasoning\ndata: {"text":"ing."}\n\n',
-        'id: 3\nevent: token\ndata: {"text":"Hi"}\n\n',
-        'id: 4\nevent: done\ndata: {"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":3}}\n\n',
-    ]
+    native = native_stream(("reasoning", "Think"), ("reasoning", "ing."), ("token", "Hi"))
     # WHEN it is spelt as a response
-    stream = ResponseStream(chat_table, turn, "model-x")
-    events = validated([*stream.prelude(), *stream.events(turn_events(native))])
+    events = spelt_as_response(chat_table, native)
     # THEN the reasoning is a reasoning item (output 0), the reply a message item (output 1), in OpenAI's events
     assert [event["type"] for event in events] == [
         "response.created",
@@ -321,7 +328,7 @@ def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_conten
         ("message", "output_text", "Hi"),
     ]
     # AND a chat completion's content is the reply alone
-    chunks = ChunkStream(session_id, "model-x", 0, include_usage=False).chunks(turn_events(native))
+    chunks = ChunkStream("s", "model-x", 0, include_usage=False).chunks(turn_events(native))
     datas = [chunk.removeprefix("data: ").strip() for chunk in chunks]
     content = "".join(json.loads(data)["choices"][0]["delta"].get("content") or "" for data in datas[:-1])
     assert content == "Hi" and datas[-1] == "[DONE]"
@@ -329,19 +336,8 @@ def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_conten
 
 def test_the_sdks_own_stream_accumulator_rebuilds_each_item_exactly(chat_table: ChatTable) -> None:
     # GIVEN a turn that reasons, then replies, in pieces
-    session_id = chat_table.start_session("me", "hi")
-    write_turn(chat_table, session_id, 1, ["x"])
-    turn = chat_table.get_turn(session_id, 1)
-    assert turn is not None
-    native = [
-        'id: 1\nevent: reasoning\ndata: {"text":"Think"}\n\n',
-        'id: 2\nevent: reasoning\ndata: {"text":"ing."}\n\n',
-        'id: 3\nevent: token\ndata: {"text":"You"}\n\n',
-        'id: 4\nevent: token\ndata: {"text":" said: hi"}\n\n',
-        'id: 5\nevent: done\ndata: {"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":4}}\n\n',
-    ]
-    stream = ResponseStream(chat_table, turn, "model-x")
-    events = validated([*stream.prelude(), *stream.events(turn_events(native))])
+    native = native_stream(("reasoning", "Think"), ("reasoning", "ing."), ("token", "You"), ("token", " said: hi"))
+    events = spelt_as_response(chat_table, native)
 
     # WHEN the openai SDK's stream helper accumulates them, as client.responses.stream() does
     state: ResponseStreamState[object] = ResponseStreamState(input_tools=omit, text_format=omit)
@@ -360,17 +356,8 @@ def test_the_sdks_own_stream_accumulator_rebuilds_each_item_exactly(chat_table: 
 
 def test_a_responses_output_passed_back_as_input_is_the_history_without_its_reasoning(chat_table: ChatTable) -> None:
     # GIVEN a finished response that reasoned, then replied (its output as the SDK returns it)
-    session_id = chat_table.start_session("me", "hi")
-    write_turn(chat_table, session_id, 1, ["x"])
-    turn = chat_table.get_turn(session_id, 1)
-    assert turn is not None
-    native = [
-        'id: 1\nevent: reasoning\ndata: {"text":"Thinking."}\n\n',
-        'id: 2\nevent: token\ndata: {"text":"Hi there"}\n\n',
-        'id: 3\nevent: done\ndata: {"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2}}\n\n',
-    ]
-    stream = ResponseStream(chat_table, turn, "model-x")
-    output = validated([*stream.prelude(), *stream.events(turn_events(native))])[-1]["response"]["output"]
+    native = native_stream(("reasoning", "Thinking."), ("token", "Hi there"))
+    output = spelt_as_response(chat_table, native)[-1]["response"]["output"]
 
     # WHEN the conversation is sent again whole, OpenAI's stateless way: input=[user, *response.output, user]
     request = responses(
@@ -387,10 +374,7 @@ def test_text_with_unicode_line_separators_reaches_a_v1_stream_whole() -> None:
     # GIVEN a native stream whose text holds characters str.splitlines() breaks at but SSE does not (JSON leaves
     # U+2028, U+2029 and U+0085 as they are)
     text = "a \u2028 b \u2029 c \x85 d"
-    native = [
-        json_message({"text": text}, event="token", id=1),
-        json_message({"stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}, event="done", id=2),
-    ]
+    native = native_stream(("token", text))
     assert "\u2028" in native[0]
     # WHEN a chat completion streams it THEN its content is the text, whole, and the stream ends
     chunks = ChunkStream("s", "model-x", 0, include_usage=False).chunks(turn_events(native))
