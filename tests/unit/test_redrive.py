@@ -248,3 +248,20 @@ def test_with_a_stack_the_items_written_expire_after_its_ttl_days(
     key = {"pk": {"S": f"S#{session_id}"}, "sk": {"S": f"R#{turn:06d}#{2:08d}"}}
     item = dynamodb.get_item(TableName=table_name, Key=key).get("Item")
     assert item is not None and int(item["expires_at"]["N"]) == 1_700_000_000 + 7 * 86_400
+
+
+def test_a_range_the_reads_stop_short_of_is_kept_not_redriven_as_whole(
+    redrive, dlq, sqs, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN an on-failure message whose range ends past every record the stream gives (its last records unread)
+    session_id, turn = new_turn(chat_table)
+    sequence_numbers = put_turn(kinesis, stream_name, turn_records(session_id, turn, ["a", "b"]))
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    end = str(int(sequence_numbers[-1]) + 1000)
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], end, 6))
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN what was read is written, but the message stays, its unread tail reported, for a later run
+    assert [r.seq for r in chat_table.query_records(session_id, turn)] == [0, 1, 2, 3]
+    assert not report.ok and f"{sequence_numbers[-1]}..{end} (not read after the first" in report.render()
+    assert len(queued(dlq)) == 1

@@ -241,8 +241,9 @@ class Redrive:
             raise
         found: list[StreamRecord] = []
         empty_reads = 0
+        reached_end = False
         arn = stream_arn_of(stream_arn)
-        while iterator is not None and empty_reads < MAX_EMPTY_READS:
+        while iterator is not None and empty_reads < MAX_EMPTY_READS and not reached_end:
             response = self.kinesis.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
             iterator = response.get("NextShardIterator")
             if not response["Records"]:
@@ -252,22 +253,29 @@ class Redrive:
                 continue
             empty_reads = 0
             for raw in response["Records"]:
-                if int(raw["SequenceNumber"]) > int(end):
-                    iterator = None
+                sequence_number = int(raw["SequenceNumber"])
+                if sequence_number > int(end):
+                    reached_end = True
                     break
-                if int(raw["SequenceNumber"]) >= int(start):
+                if sequence_number >= int(start):
                     found.append(StreamRecord.from_get_records(raw, shard_id, arn))
-        return found, _lost(shard_id, start, end, found)
+                reached_end = sequence_number == int(end)
+        return found, _lost(shard_id, start, end, found, reached_end=reached_end)
 
 
-def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord]) -> list[LostRange]:
-    """Kinesis trims a shard from its oldest record, so what is missing is at the start of the range."""
+def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord], *, reached_end: bool) -> list[LostRange]:
+    """Kinesis trims a shard from its oldest record, so what is missing is at the start of the range; and should
+    the reads stop before the range's last record (the stream answered nothing more), the rest was not read."""
     if not found:
         return [LostRange(shard_id, start, end, "no longer in the stream")]
-    first = found[0].sequence_number
+    lost = []
+    first, last = found[0].sequence_number, found[-1].sequence_number
     if int(first) > int(start):
-        return [LostRange(shard_id, start, first, "no longer in the stream (up to, not including, the last)")]
-    return []
+        lost.append(LostRange(shard_id, start, first, "no longer in the stream (up to, not including, the last)"))
+    if not reached_end:
+        reason = "not read after the first: the stream gave nothing more before the range's end (run the redrive again)"
+        lost.append(LostRange(shard_id, last, end, reason))
+    return lost
 
 
 # --------------------------------------------------------------------------------------- CLI
