@@ -20,15 +20,18 @@ with ``status`` 0 unless an answer's status says more, under these codes:
 - ``resume_limit``: ``max_resumes`` resumes in a row that nobody planned brought nothing new.
 - ``resume_failed``: a resume's connection failed (could not be made, or broke before its answer) as often as the
   retry policy allows (httpx's error is ``__cause__``); the turn goes on, and ``events_url`` names it.
-- ``no_meta``: a ``200`` stream began without its ``meta`` event (the cause of a ``turn_outcome_unknown``).
+- ``no_meta``: a ``200`` stream began without its ``meta`` event, and no turn was found after it as often as the
+  sends allow (in a new session it is the cause of a ``turn_outcome_unknown`` instead).
 - ``http_error``: an error answer without the relay's JSON error body (Lambda's own ``429`` or ``413``, a front
-  end's page); ``message`` holds the start of the body.
+  end's page), or one whose body broke off; ``message`` holds the start of the body, or what broke.
 
 Once a turn is known, an error raised while following it carries it: ``session_id``, ``turn``, ``events_url``,
 ``last_event_id`` and the partial :class:`TurnResult` as ``result`` (follow it again with :meth:`ChatClient.follow`).
-A connection that cannot be made before anything was sent raises httpx's own ``httpx.TransportError`` once the
-retries are spent; an answer that is not an event stream where one was asked for raises ``httpx_sse.SSEError``
-(the URL is not the relay's).
+httpx's own ``httpx.TransportError`` is raised, once the retries are spent, only where no turn can be left
+behind: a connection that could not be made, a ``history``, ``health`` or ``cancel`` that kept failing, or a
+``POST /chat`` whose last send broke and whose turn the session's history shows was never started. An answer
+that is not an event stream where one was asked for raises ``httpx_sse.SSEError`` at once (the URL is not the
+relay's; it is an ``httpx.TransportError`` too).
 """
 
 from __future__ import annotations
@@ -289,10 +292,7 @@ class ChatClient:
         started = self._clock()
         headers = SSE if after is None else {**SSE, "Last-Event-ID": str(after)}
         try:
-            with self._open(
-                "GET", events_url, result, retry_on=RETRYABLE, repeatable=True, headers=headers
-            ) as response:
-                ending = self._read(response, result, started, listener, None)
+            ending = self._resume(result, started, listener, headers)
             return self._follow_to_end(result, started, listener, ending)
         except ApiError as err:
             if err.result is None:
@@ -574,10 +574,12 @@ class ChatClient:
                         response.read()
                 except httpx.TransportError as err:
                     # A status that says nothing was started (retry_on) may be sent again though its body broke.
-                    if last or not (repeatable or _not_sent(err) or status in retry_on):
-                        raise
-                    self._note_retry(result, budget.used, None, f"{method} {url}: {_describe(err)}")
-                    continue
+                    if not last and (repeatable or _not_sent(err) or status in retry_on):
+                        self._note_retry(result, budget.used, None, f"{method} {url}: {_describe(err)}")
+                        continue
+                    if status is not None and status >= 400:  # the status is known, its explanation is not
+                        raise ApiError(status, "http_error", f"the answer broke off: {_describe(err)}") from err
+                    raise
                 if response.status_code in retry_on and not last:
                     wait = retry_after_s(response.headers.get("retry-after"))
                     if self.retry.honours(wait):

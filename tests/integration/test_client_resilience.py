@@ -666,3 +666,14 @@ def test_an_unknown_outcome_in_a_new_session_names_no_session(relay: FakeRelay, 
 
     assert (raised.value.code, raised.value.session_id, raised.value.turn) == ("turn_outcome_unknown", None, None)
     assert pickle.loads(pickle.dumps(raised.value)).code == "turn_outcome_unknown"
+
+
+def test_a_503_whose_body_keeps_breaking_is_reported_as_a_503(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay whose 503 answers to a new session's message all break off after their headers
+    relay.script("POST /chat", error(503, cut=True))
+
+    # WHEN the client sends the message THEN it sent it again as after any 503, and reports the 503 it met
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert (raised.value.status, raised.value.code) == (503, "http_error")
+    assert len(relay.requests("POST /chat")) == 5
