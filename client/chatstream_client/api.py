@@ -11,8 +11,27 @@ the relay sent twice (skipped, never shown twice) and the requests sent again, s
 stream can check :attr:`TurnResult.clean`. Event ids are ``<seq>`` or ``<seq>.<offset>`` (HTTP_API.md, "Event
 ids"): the client only compares them (:func:`event_position`) and sends the last one back.
 
-Errors: a JSON error response is an :class:`ApiError`; a connection that cannot be made raises httpx's own
-``httpx.TransportError`` once the retries are spent (a stream that drops after the turn started is resumed).
+Errors: a JSON error response is an :class:`ApiError` with the relay's ``code``. The client raises one itself,
+with ``status`` 0 unless an answer's status says more, under these codes:
+
+- ``turn_outcome_unknown``: ``POST /chat`` failed (``500``, ``502``, ``504``, a connection that broke, a ``200``
+  without ``meta``) where the client cannot look for the turn it may have started (a new session), or the look
+  itself failed. ``session_id`` names the session when there is one; sending again is the caller's choice.
+- ``resume_limit``: ``max_resumes`` resumes in a row that nobody planned brought nothing new.
+- ``resume_failed``: a resume's connection failed (could not be made, or broke before its answer) as often as the
+  retry policy allows (httpx's error is ``__cause__``); the turn goes on, and ``events_url`` names it.
+- ``no_meta``: a ``200`` stream began without its ``meta`` event, and no turn was found after it as often as the
+  sends allow (in a new session it is the cause of a ``turn_outcome_unknown`` instead).
+- ``http_error``: an error answer without the relay's JSON error body (Lambda's own ``429`` or ``413``, a front
+  end's page), or one whose body broke off; ``message`` holds the start of the body, or what broke.
+
+Once a turn is known, an error raised while following it carries it: ``session_id``, ``turn``, ``events_url``,
+``last_event_id`` and the partial :class:`TurnResult` as ``result`` (follow it again with :meth:`ChatClient.follow`).
+httpx's own ``httpx.TransportError`` is raised, once the retries are spent, only where no turn can be left
+behind: a connection that could not be made, a ``history``, ``health`` or ``cancel`` that kept failing, or a
+``POST /chat`` whose last send broke and whose turn the session's history shows was never started. An answer
+that is not an event stream where one was asked for raises ``httpx_sse.SSEError`` at once (the URL is not the
+relay's; it is an ``httpx.TransportError`` too).
 """
 
 from __future__ import annotations
@@ -20,12 +39,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from httpx_sse import EventSource
+from httpx_sse import EventSource, SSEError
 
 from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy, retry_after_s
 
@@ -39,6 +59,11 @@ SSE = {"Accept": "text/event-stream"}
 # After these, a POST /chat may have started its turn (the relay failed after allocating it, before its first
 # byte): the client looks for the turn before it sends anything again.
 OUTCOME_UNKNOWN = frozenset({500, 502, 504})
+# A turn's events URL, absolute or not: its session and turn.
+_EVENTS_PATH = re.compile(r"/sessions/(?P<session_id>[^/?#]+)/turns/(?P<turn>\d+)/events(?:[?#]|$)")
+# A `reconnect` that brings nothing sooner than this after its stream opened is not one the relay plans (its idle
+# reconnect comes after IDLE_RECONNECT_S, at least a second, without anything to send): it counts as a stall.
+QUICK_RECONNECT_S = 1.0
 
 
 def event_position(event_id: str | int) -> tuple[int, float]:
@@ -63,13 +88,41 @@ ENDED_EARLY = "the stream ended without done, error or reconnect"
 
 
 class ApiError(Exception):
-    """A JSON error response (HTTP_API.md, "Errors before a stream starts"), or a failure the client gave up on."""
+    """A JSON error response (HTTP_API.md, "Errors before a stream starts"), or a failure the client gave up on
+    (the module's docstring lists the codes the client raises itself).
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    ``result`` is the turn as far as the client got (``None`` before it knew of one); ``session_id``, ``turn``,
+    ``events_url`` and ``last_event_id`` read from it, ``None`` where unknown. Picklable, ``result`` included.
+    """
+
+    def __init__(
+        self, status: int, code: str, message: str, *, result: TurnResult | None = None, session_id: str | None = None
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.result = result
+        self._session_id = session_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.status, self.code, self.message), self.__dict__)
+
+    @property
+    def session_id(self) -> str | None:
+        return (self.result.session_id if self.result is not None else None) or self._session_id
+
+    @property
+    def turn(self) -> int | None:
+        return self.result.turn if self.result is not None and self.result.turn else None
+
+    @property
+    def events_url(self) -> str | None:
+        return self.result.events_url if self.result is not None and self.result.events_url else None
+
+    @property
+    def last_event_id(self) -> str | None:
+        return self.result.last_event_id if self.result is not None and self.result.events_url else None
 
 
 @dataclass
@@ -88,11 +141,11 @@ class TurnResult:
     error: dict[str, Any] | None = None
     resumes: int = 0  # every GET of events_url after the first stream, the relay's `reconnect` included
     unplanned_resumes: int = 0  # of those, the ones nobody asked for: the stream ended early or the connection broke
-    repeated_ids: list[str] = field(default_factory=list)  # token ids received again (skipped, not shown twice)
+    repeated_ids: list[str] = field(default_factory=list)  # text event ids (token and reasoning) received again
     retries: int = 0  # requests sent again after 429/5xx or a failed connection, and turns found after one
     incidents: list[str] = field(default_factory=list)  # one line for each unplanned resume and each retry
-    first_token_at: float | None = None
-    token_times: list[float] = field(default_factory=list)
+    first_token_at: float | None = None  # seconds from the call to the first reply token, by the client's ``clock``
+    token_times: list[float] = field(default_factory=list)  # each new reply token's ``clock()`` reading (monotonic)
 
     @property
     def finished(self) -> bool:
@@ -112,8 +165,40 @@ class _Listener:
     on_reasoning: Callable[[str], None] | None = None
 
 
+@dataclass
+class _Budget:
+    """The attempts one request may make, shared by every send of it (HTTP_API.md: at most 5 per request)."""
+
+    attempts: int
+    used: int = 0
+
+    def take(self) -> bool:
+        """Count one attempt; whether it is the last one allowed."""
+        self.used += 1
+        return self.used >= self.attempts
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.attempts
+
+
 class ChatClient:
-    """The relay's HTTP API at ``base_url``: ``chat``, ``follow``, ``cancel``, ``history``, ``health``."""
+    """The relay's HTTP API at ``base_url``: ``chat``, ``follow``, ``cancel``, ``history``, ``health``.
+
+    - ``auth``: an ``httpx.Auth`` for every request (``SigV4Auth()`` for an ``AWS_IAM`` Function URL);
+    - ``timeout``: seconds to connect, write and wait for a pool connection; ``read_timeout``: seconds without a
+      byte before a stream counts as broken (the relay sends a keep-alive every 10 s);
+    - ``max_resumes``: unplanned resumes in a row (the stream broke or ended early) that bring no new event before
+      the client gives up (``resume_limit``); the relay's planned ``reconnect``s never count;
+    - ``retry``: the :class:`~chatstream_client.retry.RetryPolicy` (attempts per request, backoff);
+    - ``clock`` and ``sleep``: the monotonic clock of :attr:`TurnResult.token_times`, and the waits (tests pass
+      their own);
+    - ``pace``: ``?pace=`` on every stream (HTTP_API.md, "Pacing"); ``None`` leaves it to the relay.
+
+    To check an unknown outcome (HTTP_API.md, "Retries") it must know a session's newest turn, so the first
+    ``chat`` into a session this client has not seen reads its history first: one ``GET /sessions/{id}`` per
+    session per client.
+    """
 
     def __init__(
         self,
@@ -122,7 +207,7 @@ class ChatClient:
         auth: httpx.Auth | None = None,
         timeout: float = 30.0,
         read_timeout: float = 60.0,  # the relay sends a keep-alive every 10 s: a silent minute is a dead stream
-        max_resumes: int = 20,  # resumes in a row that bring no new event before the client gives up
+        max_resumes: int = 20,  # unplanned resumes in a row that bring no new event before the client gives up
         retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -163,7 +248,9 @@ class ChatClient:
     ) -> TurnResult:
         """Start a turn and follow it to its end, resuming from the last event id if the stream drops.
 
-        ``on_token`` gets each piece of the reply as it comes, ``on_reasoning`` each piece of the model's reasoning.
+        ``on_token`` gets each piece of the reply as it comes, ``on_reasoning`` each piece of the model's reasoning,
+        ``on_meta`` the result once the turn is known. Into a session this client has not seen, it reads the
+        session's history first (once), so that an unknown outcome can be checked rather than reported.
         """
         body: dict[str, Any] = {"message": message}
         if session_id is not None:
@@ -172,11 +259,18 @@ class ChatClient:
             body["max_tokens"] = max_tokens
         if temperature is not None:
             body["temperature"] = temperature
-        result = TurnResult()
+        result = TurnResult(session_id=session_id or "")
         started = self._clock()
         listener = _Listener(on_token, on_reasoning)
-        ending = self._start_turn(body, result, started, listener, on_meta)
-        return self._follow_to_end(result, started, listener, ending)
+        try:
+            if session_id is not None and session_id not in self._latest_turns:
+                self.history(session_id)  # its newest turn, so that an unknown outcome can be looked for
+            ending = self._start_turn(body, result, started, listener, on_meta)
+            return self._follow_to_end(result, started, listener, ending)
+        except ApiError as err:
+            if err.result is None:
+                err.result = result
+            raise
 
     def follow(
         self,
@@ -186,24 +280,34 @@ class ChatClient:
         on_token: Callable[[str], None] | None = None,
         on_reasoning: Callable[[str], None] | None = None,
     ) -> TurnResult:
-        """Attach to a turn (from the event id ``after``, or its start) and follow it to its end."""
+        """Attach to a turn (from the event id ``after``, or its start) and follow it to its end.
+
+        The result's ``session_id`` and ``turn`` are read from ``events_url`` (empty and 0 for a URL of another
+        shape).
+        """
         listener = _Listener(on_token, on_reasoning)
         result = TurnResult(events_url=events_url, last_event_id="0" if after is None else str(after))
+        if coordinates := _EVENTS_PATH.search(events_url):
+            result.session_id, result.turn = coordinates["session_id"], int(coordinates["turn"])
         started = self._clock()
         headers = SSE if after is None else {**SSE, "Last-Event-ID": str(after)}
-        with self._open("GET", events_url, result, retry_on=RETRYABLE, headers=headers) as response:
-            ending = self._read(response, result, started, listener, None)
-        return self._follow_to_end(result, started, listener, ending)
+        try:
+            ending = self._resume(result, started, listener, headers)
+            return self._follow_to_end(result, started, listener, ending)
+        except ApiError as err:
+            if err.result is None:
+                err.result = result
+            raise
 
     def cancel(self, session_id: str, turn: int) -> dict[str, Any]:
-        # Sending a cancel twice is harmless: the second is 202 again, or 409 turn_finished.
+        """Stop a turn; sent again like a GET (a second cancel is 202 again, or 409 turn_finished)."""
         return self._json("POST", f"/sessions/{session_id}/turns/{turn}/cancel")
 
     def history(self, session_id: str) -> dict[str, Any]:
+        """The session's turns; this client then knows its newest turn."""
         history = self._json("GET", f"/sessions/{session_id}")
         turns = [turn["turn"] for turn in history.get("turns", []) if isinstance(turn.get("turn"), int)]
-        if turns:
-            self._saw_turn(session_id, max(turns))
+        self._saw_turn(session_id, max(turns, default=0))
         return history
 
     def health(self) -> dict[str, Any]:
@@ -219,19 +323,29 @@ class ChatClient:
         listener: _Listener,
         on_meta: Callable[[TurnResult], None] | None,
     ) -> str:
-        """POST /chat until a turn streams (HTTP_API.md, "Retries"); how its first stream ended."""
-        for attempt in range(1, self.retry.attempts + 1):
+        """POST /chat until a turn streams (HTTP_API.md, "Retries"); how its first stream ended.
+
+        Every send of the message, those after a ``429``/``503`` and those after looking, shares one budget of
+        ``retry.attempts``.
+        """
+        budget = _Budget(self.retry.attempts)
+        looked = False  # an earlier send's outcome was unknown, and its turn was not found
+        while True:
             failure: Exception
             try:
-                with self._open("POST", "/chat", result, retry_on=NOT_STARTED, json=body, headers=SSE) as response:
+                with self._open(
+                    "POST", "/chat", result, retry_on=NOT_STARTED, budget=budget, json=body, headers=SSE
+                ) as response:
                     ending = self._read(response, result, started, listener, on_meta)
+            except SSEError:
+                raise  # not an event stream: not the relay
             except httpx.TransportError as err:
                 if _not_sent(err):
                     raise  # _open already sent it again as often as the policy allows
                 failure = err
             except ApiError as err:
                 # 409 turn_in_progress after an unknown outcome: the earlier request's turn may be the one generating.
-                if err.status not in OUTCOME_UNKNOWN and not (attempt > 1 and err.code == "turn_in_progress"):
+                if err.status not in OUTCOME_UNKNOWN and not (looked and err.code == "turn_in_progress"):
                     raise
                 failure = err
             else:
@@ -241,10 +355,12 @@ class ChatClient:
             # The turn may exist: find it before sending anything again.
             if self._found_turn(body, result, failure):
                 return self._attach_found(result, started, listener, on_meta)
-            if attempt == self.retry.attempts:
+            looked = True
+            if budget.spent:
                 raise failure
-            self._note_retry(result, attempt, None, f"POST /chat: {_describe(failure)}; the session has no new turn")
-        raise AssertionError("unreachable: the last attempt raises")
+            self._note_retry(
+                result, budget.used, None, f"POST /chat: {_describe(failure)}; the session has no new turn"
+            )
 
     def _found_turn(self, body: Mapping[str, Any], result: TurnResult, failure: Exception) -> bool:
         """After a POST /chat whose outcome is unknown: whether it started a turn (then ``result`` names it).
@@ -255,14 +371,11 @@ class ChatClient:
         session_id = body.get("session_id")
         known = self._latest_turns.get(session_id) if isinstance(session_id, str) else None
         if session_id is None or known is None:
-            raise ApiError(
-                getattr(failure, "status", 0),
-                "turn_outcome_unknown",
-                f"{_describe(failure)} before the stream started; the turn may have started in "
-                + ("a new session the client cannot name" if session_id is None else f"session {session_id}")
-                + ": look at the history, or send the message again",
-            ) from failure
-        turns = self.history(session_id).get("turns", [])
+            raise _outcome_unknown(failure, session_id, "") from failure
+        try:
+            turns = self.history(session_id).get("turns", [])
+        except (ApiError, httpx.TransportError) as err:
+            raise _outcome_unknown(failure, session_id, f" (looking for it failed: {_describe(err)})") from err
         mine = [t for t in turns if t.get("turn", 0) > known and t.get("user") == body["message"]]
         if not mine:
             return False
@@ -281,29 +394,58 @@ class ChatClient:
     ) -> str:
         if on_meta is not None:
             on_meta(result)
-        with self._open("GET", result.events_url, result, retry_on=RETRYABLE, headers=SSE) as response:
-            return self._read(response, result, started, listener, None)
+        return self._resume(result, started, listener, SSE)
 
     # ---------------------------------------------------------------------------- streams
 
     def _follow_to_end(self, result: TurnResult, started: float, listener: _Listener, ending: str) -> TurnResult:
-        stalled = 0  # resumes in a row that brought no new event
+        """Resume until the turn ends. A ``reconnect`` is followed at once and, as the relay plans it (its time
+        limit, or a turn with nothing new for a minute), never counts toward ``max_resumes``; a stream that broke
+        or ended early is resumed after a backoff, and ``max_resumes`` of those in a row without a new event end
+        in ``resume_limit``."""
+        stalled = 0  # unplanned resumes in a row that brought no new event
         received = len(result.ids)
+        opened = started  # when the stream that just ended was asked for
         while not result.finished:
+            planned = ending == RECONNECT and (
+                len(result.ids) > received or self._clock() - opened >= QUICK_RECONNECT_S
+            )
             if ending != RECONNECT:
                 result.unplanned_resumes += 1
                 result.incidents.append(f"resumed after id {result.last_event_id}: {ending}")
-            stalled = 0 if len(result.ids) > received else stalled + 1
+            if len(result.ids) > received:
+                stalled = 0
+            elif not planned:
+                stalled += 1
             received = len(result.ids)
             if stalled > self.max_resumes:
-                raise ApiError(0, "resume_limit", f"{stalled - 1} resumes in a row brought nothing; giving up")
+                raise ApiError(
+                    0, "resume_limit", f"{stalled - 1} resumes in a row brought nothing; giving up", result=result
+                )
             if ending != RECONNECT:
                 self._sleep(self.retry.delay(stalled))
             result.resumes += 1
-            headers = {**SSE, "Last-Event-ID": result.last_event_id}
-            with self._open("GET", result.events_url, result, retry_on=RETRYABLE, headers=headers) as response:
-                ending = self._read(response, result, started, listener, None)
+            opened = self._clock()
+            ending = self._resume(result, started, listener, {**SSE, "Last-Event-ID": result.last_event_id})
         return result
+
+    def _resume(self, result: TurnResult, started: float, listener: _Listener, headers: Mapping[str, str]) -> str:
+        """One GET of the turn's events: how its stream ended. A connection that fails as often as the retries
+        allow is an :class:`ApiError` ``resume_failed`` that carries ``result``."""
+        try:
+            with self._open(
+                "GET", result.events_url, result, retry_on=RETRYABLE, repeatable=True, headers=headers
+            ) as response:
+                return self._read(response, result, started, listener, None)
+        except SSEError:
+            raise
+        except httpx.TransportError as err:
+            raise ApiError(
+                0,
+                "resume_failed",
+                f"{_describe(err)} resuming {result.events_url} after id {result.last_event_id}",
+                result=result,
+            ) from err
 
     def _read(
         self,
@@ -316,6 +458,8 @@ class ChatClient:
         """Read one stream: :data:`FINISHED`, :data:`RECONNECT`, or what cut it short."""
         try:
             ending = self._consume(EventSource(response).iter_sse(), result, started, listener, on_meta)
+        except SSEError:
+            raise  # an answer that is not an event stream: the URL is not the relay's, and resuming cannot help
         except (httpx.TransportError, httpx.StreamError) as err:
             return f"the connection broke ({_describe(err)})"
         return ending
@@ -393,39 +537,57 @@ class ChatClient:
     # ------------------------------------------------------------------------ HTTP, retried
 
     def _json(self, method: str, url: str) -> dict[str, Any]:
-        with self._open(method, url, None, retry_on=RETRYABLE) as response:
-            response.read()
+        """A JSON answer to a request that may be sent again (a GET, a cancel): the whole body is read within each
+        attempt, so a body cut short is sent again like a connection that failed."""
+        with self._open(method, url, None, retry_on=RETRYABLE, repeatable=True, whole=True) as response:
             return dict(response.json())
 
     @contextlib.contextmanager
     def _open(
-        self, method: str, url: str, result: TurnResult | None, *, retry_on: Collection[int], **kwargs: Any
+        self,
+        method: str,
+        url: str,
+        result: TurnResult | None,
+        *,
+        retry_on: Collection[int],
+        repeatable: bool = False,
+        whole: bool = False,
+        budget: _Budget | None = None,
+        **kwargs: Any,
     ) -> Iterator[httpx.Response]:
         """A response below 400, after sending the request again (with backoff) when it answered a status in
-        ``retry_on`` or could not connect; any other error answer is an :class:`ApiError`. A GET is also sent
-        again after a connection that broke before any answer (it changes nothing)."""
+        ``retry_on`` or could not connect; any other error answer is an :class:`ApiError`. A ``repeatable`` request
+        (one that changes nothing, or nothing twice: a GET, a cancel) is also sent again after a connection that
+        broke, before or during its answer. ``whole`` reads the body within the attempt; an error answer's body is
+        always read there. Attempts come from ``budget`` (a request's own, unless the caller shares one)."""
         if self.pace is not None and kwargs.get("headers", {}).get("Accept") == SSE["Accept"]:
             kwargs = {**kwargs, "params": {"pace": "1" if self.pace else "0"}}  # a stream: POST /chat, GET events
-        for attempt in range(1, self.retry.attempts + 1):
-            last = attempt == self.retry.attempts
+        budget = budget or _Budget(self.retry.attempts)
+        while True:
+            last = budget.take()
             with contextlib.ExitStack() as stack:
+                status: int | None = None
                 try:
                     response = stack.enter_context(self._http.stream(method, url, **kwargs))
+                    status = response.status_code
+                    if whole or status >= 400:
+                        response.read()
                 except httpx.TransportError as err:
-                    if last or not (_not_sent(err) or method == "GET"):
-                        raise
-                    self._note_retry(result, attempt, None, f"{method} {url}: {_describe(err)}")
-                    continue
+                    # A status that says nothing was started (retry_on) may be sent again though its body broke.
+                    if not last and (repeatable or _not_sent(err) or status in retry_on):
+                        self._note_retry(result, budget.used, None, f"{method} {url}: {_describe(err)}")
+                        continue
+                    if status is not None and status >= 400:  # the status is known, its explanation is not
+                        raise ApiError(status, "http_error", f"the answer broke off: {_describe(err)}") from err
+                    raise
                 if response.status_code in retry_on and not last:
-                    response.read()
                     wait = retry_after_s(response.headers.get("retry-after"))
                     if self.retry.honours(wait):
-                        self._note_retry(result, attempt, wait, f"{method} {url}: {response.status_code}")
+                        self._note_retry(result, budget.used, wait, f"{method} {url}: {response.status_code}")
                         continue
                 _raise_for_error(response)
                 yield response
                 return
-        raise AssertionError("unreachable: the last attempt yields or raises")
 
     def _note_retry(self, result: TurnResult | None, attempt: int, retry_after: float | None, why: str) -> None:
         if result is not None:
@@ -437,6 +599,18 @@ class ChatClient:
 def _not_sent(err: httpx.TransportError) -> bool:
     """The request never reached the server: the connection could not be made."""
     return isinstance(err, httpx.ConnectError | httpx.ConnectTimeout)
+
+
+def _outcome_unknown(failure: Exception, session_id: str | None, more: str) -> ApiError:
+    """``turn_outcome_unknown``: a POST /chat that may have started a turn the client could not look for."""
+    return ApiError(
+        getattr(failure, "status", 0),
+        "turn_outcome_unknown",
+        f"{_describe(failure)} before the stream started; the turn may have started in "
+        + ("a new session the client cannot name" if session_id is None else f"session {session_id}")
+        + f"{more}: look at the history, or send the message again",
+        session_id=session_id,
+    )
 
 
 def _describe(err: Exception) -> str:

@@ -3,8 +3,10 @@
 Interactive by default: type a message, watch the reply stream in; the session carries across
 turns. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
 prompt, or twice, quits. A dropped connection resumes from the last event id; a busy relay (429, 503)
-or one that failed before its first byte (502) is asked again after a short random wait, never
-starting a second turn (docs/HTTP_API.md, "Retries").
+is asked again after a short random wait. After a failure that may have started the turn (a 500, 502
+or 504, a connection that broke), the client looks in the session's history: it follows the turn if it
+started and sends the message again if not; on a message that starts a session it cannot look, so it
+says so and leaves sending again to you. It never starts a second turn (docs/HTTP_API.md, "Retries").
 
 ``--message TEXT`` is one-shot: prints the reply and exits 0, or 1 on an ``error`` event, 2 when
 the relay answers with an error or cannot be reached. ``--url`` points it at a deployed Function
@@ -80,19 +82,31 @@ def explain(error: Exception, url: str, signed: bool) -> str:
         return f"{url} did not answer in time: check that the stack is up, then try again"
     if isinstance(error, httpx.TransportError):
         return f"the connection to {url} failed ({type(error).__name__}: {error}): check the URL, then try again"
-    if isinstance(error, ApiError) and error.status == 403:
+    if isinstance(error, ApiError):
+        return _explain_answer(error, url, signed)
+    return str(error)
+
+
+def _explain_answer(error: ApiError, url: str, signed: bool) -> str:
+    """One line for an error answer, or for a failure the client gave up on."""
+    if error.code == "resume_failed" and isinstance(error.__cause__, Exception):
+        return (
+            f"{explain(error.__cause__, url, signed)}; the reply goes on: follow {error.events_url} "
+            f"after id {error.last_event_id}"
+        )
+    if error.status == 403:
         if signed:
             return (
                 f"{url} refused the signed request (403): your AWS identity needs lambda:InvokeFunctionUrl on the "
                 "relay, in the URL's account and region (--region)"
             )
         return f"{url} refused the request (403): the URL needs signed requests; pass --iam"
-    if isinstance(error, ApiError) and error.code == "http_error" and error.status == 429:
+    if error.code == "http_error" and error.status == 429:
         return (
             f"{url} is busy (429, Lambda throttled the relay: its reserved concurrency, RelayReservedConcurrency, "
             "or the account's is in use): try again in a moment"
         )
-    if isinstance(error, ApiError) and error.code == "http_error" and error.status == 413:
+    if error.code == "http_error" and error.status == 413:
         return f"{url} refused the request as too large (413, Lambda's 6 MB limit): send a shorter message"
     return str(error)
 
@@ -181,7 +195,6 @@ def _stream_turn(
         rest = client.follow(
             turn.events_url, after=turn.last_event_id, on_token=printer.token, on_reasoning=printer.thought
         )
-        rest.session_id, rest.turn = turn.session_id, turn.turn
         rest.text, rest.reasoning = turn.text + rest.text, turn.reasoning + rest.reasoning
         return rest
     finally:

@@ -57,11 +57,19 @@ def test_the_client_builds_a_wheel_that_declares_what_it_imports(tmp_path: Path)
     with zipfile.ZipFile(wheel) as archive:
         files = set(archive.namelist())
         metadata = next(archive.read(name).decode() for name in files if name.endswith(".dist-info/METADATA"))
-    # THEN it holds the package, SigV4Auth's module among it, and requires every distribution the package imports
+    # THEN it holds the package, SigV4Auth's module among it, its typing marker and the licence, and describes itself
     assert {f"chatstream_client/{name}.py" for name in ("__init__", "auth", "api")} <= files
+    assert "chatstream_client/py.typed" in files
+    assert any(name.endswith(".dist-info/LICENSE") for name in files)
+    assert "Description-Content-Type: text/markdown" in metadata and "# chatstream-client" in metadata
+    # AND it requires every distribution the package imports
     required = {
         line.split(":", 1)[1].strip().split(">")[0].split("=")[0]
         for line in metadata.splitlines()
         if line.startswith("Requires-Dist:")
     }
     assert {DISTRIBUTIONS[name] for name in third_party_imports()} == required
+
+
+def test_the_clients_licence_is_the_repositorys() -> None:
+    assert (REPO_ROOT / "client/LICENSE").read_text() == (REPO_ROOT / "LICENSE").read_text()

@@ -7,7 +7,9 @@ checks both what the client reported and what reached the server. The client's w
 
 from __future__ import annotations
 
+import itertools
 import json
+import pickle
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from httpx_sse import SSEError
 
 from chatstream_client.api import ApiError, ChatClient
 from chatstream_client.cli import main
@@ -54,22 +57,31 @@ def reconnect(last: int, turn: int = 1) -> str:
 
 @dataclass(frozen=True)
 class Answer:
-    """One scripted answer: an event stream (ended properly, or cut), or a JSON body."""
+    """One scripted answer: an event stream (ended properly, or cut), or a JSON body (whole, or cut), or none."""
 
     status: int = 200
     events: tuple[str, ...] = ()
     body: dict[str, Any] | None = None
     headers: tuple[tuple[str, str], ...] = ()
-    cut: bool = False  # close the connection in the middle of the chunked body
+    cut: bool = False  # close the connection in the middle of the body
+    drop: bool = False  # close the connection without answering
 
 
-def error(status: int, code: str = "unavailable", retry_after: str | None = None) -> Answer:
+def error(status: int, code: str = "unavailable", retry_after: str | None = None, *, cut: bool = False) -> Answer:
     headers = (("Retry-After", retry_after),) if retry_after is not None else ()
-    return Answer(status, body={"error": {"code": code, "message": f"scripted {status}"}}, headers=headers)
+    return Answer(status, body={"error": {"code": code, "message": f"scripted {status}"}}, headers=headers, cut=cut)
+
+
+DROPPED = Answer(drop=True)  # the connection closes before any answer
 
 
 def stream(*events: str, cut: bool = False) -> Answer:
     return Answer(events=("retry: 1000\n\n", *events), cut=cut)
+
+
+def history(*turns: tuple[int, str], cut: bool = False) -> Answer:
+    rows = [{"turn": number, "user": user, "status": "complete"} for number, user in turns]
+    return Answer(body={"session_id": SESSION, "turns": rows}, cut=cut)
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,10 @@ class _Handler(QuietHandler):
         path = self.path.split("?", 1)[0]
         relay.seen.append(Seen(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body))
         answer = relay.next(f"{self.command} {path}")
+        if answer.drop:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         self.send_response(answer.status)
         for name, value in answer.headers:
             self.send_header(name, value)
@@ -125,6 +141,12 @@ class _Handler(QuietHandler):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
+            if answer.cut:
+                self.wfile.write(payload[: len(payload) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             self.wfile.write(payload)
             return
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -321,6 +343,7 @@ def test_a_resume_answered_502_and_503_is_sent_again(relay: FakeRelay, client: C
 
 
 def test_a_404_is_never_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first")))
     relay.script("POST /chat", error(404, "session_not_found"))
 
     with pytest.raises(ApiError) as raised:
@@ -338,11 +361,6 @@ def test_a_502_on_a_new_session_is_not_sent_again(relay: FakeRelay, client: Chat
         client.chat("hi")
     assert raised.value.code == "turn_outcome_unknown" and "may have started" in raised.value.message
     assert len(relay.requests("POST /chat")) == 1
-
-
-def history(*turns: tuple[int, str]) -> Answer:
-    rows = [{"turn": number, "user": user, "status": "complete"} for number, user in turns]
-    return Answer(body={"session_id": SESSION, "turns": rows})
 
 
 def test_a_502_after_the_turn_started_follows_that_turn(relay: FakeRelay, client: ChatClient) -> None:
@@ -427,3 +445,235 @@ def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
     assert "[the next message starts a new session]" in capsys.readouterr().err
     sent = [json.loads(seen.body) for seen in relay.requests("POST /chat")]
     assert [body.get("session_id") for body in sent] == [None, SESSION, None]
+
+
+# ------------------------------------------------------------------ requests that change nothing twice
+
+
+def test_a_history_whose_body_is_cut_is_read_again(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay whose first answer to GET /sessions/{id} is cut after its headers
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), cut=True), history((1, "first")))
+
+    # WHEN the client reads the history THEN it asked again, as after any connection that failed
+    assert [turn["turn"] for turn in client.history(SESSION)["turns"]] == [1]
+    assert len(relay.requests(f"GET /sessions/{SESSION}")) == 2
+
+
+def test_a_503_whose_body_is_cut_is_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("GET /health", error(503, cut=True), Answer(body={"status": "ok"}))
+
+    assert client.health() == {"status": "ok"}
+    assert len(relay.requests("GET /health")) == 2
+
+
+def test_a_cancel_whose_connection_breaks_is_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay that closes the first cancel's connection without an answer
+    cancel = f"POST /sessions/{SESSION}/turns/1/cancel"
+    relay.script(cancel, DROPPED, Answer(202, body={"session_id": SESSION, "turn": 1, "status": "cancelling"}))
+
+    # WHEN the client cancels THEN it sent the cancel again (HTTP_API: a second cancel is harmless) and got its 202
+    assert client.cancel(SESSION, 1)["status"] == "cancelling"
+    assert len(relay.requests(cancel)) == 2
+
+
+def test_one_chat_sends_its_message_at_most_five_times(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a session at turn 1, and a relay that then answers 503 four times and 502 once, over and over
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first")))
+    busy_then_failed = [error(503)] * 4 + [error(502, "http_error")]
+    relay.script("POST /chat", stream(meta(1), done(1)), *(busy_then_failed * 5))
+    client.chat("first")
+
+    # WHEN the client sends a message THEN every send of it, after a 503 or after looking, comes from one budget of 5
+    with pytest.raises(ApiError) as raised:
+        client.chat("second", SESSION)
+    assert raised.value.status == 502
+    assert len(relay.requests("POST /chat")) == 1 + 5
+
+
+# ----------------------------------------------------------------------- looking before sending again
+
+
+def test_a_lookup_cut_short_is_read_again_and_finds_the_turn(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a session at turn 1, a relay that starts turn 2 and fails with 502, and a history read cut once
+    relay.script("POST /chat", stream(meta(1), done(1)), error(502, "http_error"))
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), (2, "second"), cut=True), history((2, "second")))
+    relay.script(f"GET /sessions/{SESSION}/turns/2/events", stream(token(1, "b"), done(2)))
+    client.chat("first")
+
+    # WHEN the second message gets the 502
+    result = client.chat("second", SESSION)
+
+    # THEN the look was read again, found turn 2 and followed it: no second send, no bare transport error
+    assert len(relay.requests("POST /chat")) == 2 and len(relay.requests(f"GET /sessions/{SESSION}")) == 2
+    assert (result.turn, result.text) == (2, "b")
+
+
+def test_a_lookup_that_keeps_failing_is_an_unknown_outcome_naming_the_session(
+    relay: FakeRelay, client: ChatClient
+) -> None:
+    # GIVEN a session at turn 1, a 502 on the next message, and a history that never arrives whole
+    relay.script("POST /chat", stream(meta(1), done(1)), error(502, "http_error"))
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), cut=True))
+    client.chat("first")
+
+    # WHEN the second message gets the 502 THEN the client reports an unknown outcome in that session
+    with pytest.raises(ApiError) as raised:
+        client.chat("second", SESSION)
+    assert (raised.value.code, raised.value.session_id) == ("turn_outcome_unknown", SESSION)
+    assert len(relay.requests("POST /chat")) == 2
+
+
+def test_a_new_client_in_a_stored_session_looks_after_a_502(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a session this client never saw (its id stored from an earlier run), at turn 1; the relay starts turn 2
+    # and fails with 502
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first")), history((1, "first"), (2, "second")))
+    relay.script("POST /chat", error(502, "http_error"))
+    relay.script(f"GET /sessions/{SESSION}/turns/2/events", stream(token(1, "b"), done(2)))
+
+    # WHEN the client sends the message
+    result = client.chat("second", SESSION)
+
+    # THEN it read the session's newest turn before sending, so after the 502 it could look, and followed turn 2
+    assert [s.method for s in relay.seen] == ["GET", "POST", "GET", "GET"]
+    assert len(relay.requests("POST /chat")) == 1
+    assert (result.session_id, result.turn, result.text) == (SESSION, 2, "b")
+
+
+def test_a_session_is_read_once_per_client(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script(f"GET /sessions/{SESSION}", history((1, "first")))
+    relay.script("POST /chat", stream(meta(2), done(1)), stream(meta(3), done(1)))
+
+    client.chat("second", SESSION)
+    client.chat("third", SESSION)
+
+    assert len(relay.requests(f"GET /sessions/{SESSION}")) == 1
+
+
+# ---------------------------------------------------------------------------------- streams
+
+
+def test_follow_names_the_turn_it_follows(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script(f"GET {EVENTS}", stream(token(1, "a"), done(2)))
+
+    result = client.follow(EVENTS)
+
+    assert (result.session_id, result.turn, result.text) == (SESSION, 1, "a")
+
+
+def test_an_answer_that_is_not_an_event_stream_is_an_sse_error(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a URL that answers 200 with JSON (not the relay)
+    relay.script("POST /chat", Answer(body={"hello": "world"}))
+    relay.script(f"GET {EVENTS}", Answer(body={"hello": "world"}))
+
+    # WHEN the client sends a message, or follows a turn, THEN it says what it met, at once
+    with pytest.raises(SSEError):
+        client.chat("hi")
+    with pytest.raises(SSEError):
+        client.follow(EVENTS)
+    assert len(relay.requests("POST /chat")) == 1 and len(relay.requests(f"GET {EVENTS}")) == 1
+
+
+def test_the_cli_says_a_url_that_is_not_the_relays_is_not(relay: FakeRelay, capsys: pytest.CaptureFixture[str]) -> None:
+    relay.script("POST /chat", Answer(body={"hello": "world"}))
+
+    status = main(["--url", relay.url, "--message", "hi", "--no-iam"])
+
+    assert status == 2 and "is it the relay's URL" in capsys.readouterr().err
+
+
+def test_a_silent_model_is_followed_through_its_idle_reconnects(relay: FakeRelay, waits: list[float]) -> None:
+    # GIVEN a turn whose model is silent for 25 minutes: the relay ends each stream with `reconnect` after a minute
+    relay.script("POST /chat", stream(meta(), token(1, "a"), reconnect(1)))
+    relay.script(f"GET {EVENTS}", *[stream(reconnect(1))] * 25, stream(token(2, "b"), done(3)))
+    minutes = itertools.count(0, 60)  # a clock on which each reading is a minute after the last
+
+    # WHEN a client that gives up after 3 resumes that bring nothing follows it
+    with ChatClient(relay.url, max_resumes=3, sleep=waits.append, clock=lambda: next(minutes)) as client:
+        result = client.chat("hi")
+
+    # THEN the planned reconnects never counted: it followed them all, at once, to the end
+    assert (result.text, result.resumes, result.unplanned_resumes, result.clean) == ("ab", 26, 0, True)
+    assert waits == []
+
+
+def test_reconnects_that_come_back_at_once_with_nothing_end_in_a_resume_limit(
+    relay: FakeRelay, waits: list[float]
+) -> None:
+    # GIVEN a relay that answers every resume with an immediate `reconnect` (no relay plans that: its idle one waits)
+    relay.script("POST /chat", stream(meta(), token(1, "a"), reconnect(1)))
+    relay.script(f"GET {EVENTS}", stream(reconnect(1)))
+    frozen = 0.0  # a clock that never moves
+
+    # WHEN a client follows it THEN it gives up rather than loop for ever
+    with (
+        ChatClient(relay.url, max_resumes=3, sleep=waits.append, clock=lambda: frozen) as client,
+        pytest.raises(ApiError) as raised,
+    ):
+        client.chat("hi")
+    assert raised.value.code == "resume_limit"
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def test_a_resume_limit_carries_the_turn_so_far(relay: FakeRelay, waits: list[float]) -> None:
+    relay.script("POST /chat", stream(meta(), token(1, "a")))
+    relay.script(f"GET {EVENTS}", stream())
+
+    with ChatClient(relay.url, max_resumes=1, sleep=waits.append) as client, pytest.raises(ApiError) as raised:
+        client.chat("hi")
+
+    error = raised.value
+    assert (error.code, error.session_id, error.turn, error.events_url, error.last_event_id) == (
+        "resume_limit",
+        SESSION,
+        1,
+        EVENTS,
+        "1",
+    )
+    assert error.result is not None and error.result.text == "a"
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.code, copy.status, copy.events_url, copy.last_event_id, str(copy)) == (
+        "resume_limit",
+        0,
+        EVENTS,
+        "1",
+        str(error),
+    )
+
+
+def test_a_resume_that_cannot_connect_carries_the_turn_so_far(relay: FakeRelay, waits: list[float]) -> None:
+    # GIVEN a turn whose events URL names a port where nothing listens, and a stream cut after token 1
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{probe.getsockname()[1]}{EVENTS}"
+        opening = json.dumps({"session_id": SESSION, "turn": 1, "events_url": gone})
+        relay.script("POST /chat", stream(f"event: meta\ndata: {opening}\n\n", token(1, "a"), cut=True))
+
+        # WHEN the client tries to resume THEN the failure names where to pick the turn up
+        with ChatClient(relay.url, sleep=waits.append) as client, pytest.raises(ApiError) as raised:
+            client.chat("hi")
+    error = raised.value
+    assert (error.code, error.events_url, error.last_event_id, error.turn) == ("resume_failed", gone, "1", 1)
+    assert isinstance(error.__cause__, httpx.ConnectError)
+
+
+def test_an_unknown_outcome_in_a_new_session_names_no_session(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("POST /chat", DROPPED)
+
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+
+    assert (raised.value.code, raised.value.session_id, raised.value.turn) == ("turn_outcome_unknown", None, None)
+    assert pickle.loads(pickle.dumps(raised.value)).code == "turn_outcome_unknown"
+
+
+def test_a_503_whose_body_keeps_breaking_is_reported_as_a_503(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay whose 503 answers to a new session's message all break off after their headers
+    relay.script("POST /chat", error(503, cut=True))
+
+    # WHEN the client sends the message THEN it sent it again as after any 503, and reports the 503 it met
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert (raised.value.status, raised.value.code) == (503, "http_error")
+    assert len(relay.requests("POST /chat")) == 5

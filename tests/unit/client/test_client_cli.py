@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import NoCredentialsError
 from httpx_sse import SSEError
 
-from chatstream_client.api import ApiError
+from chatstream_client.api import ApiError, TurnResult
 from chatstream_client.cli import DIM, UNDIM, _Printer, explain, main
 
 LOCAL = "http://127.0.0.1:3000"
@@ -35,6 +35,16 @@ DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
 def test_each_failure_is_explained_in_one_line(error: Exception, url: str, signed: bool, says: str) -> None:
     line = explain(error, url, signed)
     assert says in line and "\n" not in line
+
+
+def test_a_resume_that_failed_is_explained_by_its_cause_and_names_the_turn() -> None:
+    # GIVEN a resume whose connection could not be made, mid-turn
+    events_url = "/sessions/s/turns/2/events"
+    error = ApiError(0, "resume_failed", "ConnectError", result=TurnResult("s", 2, events_url, last_event_id="7"))
+    error.__cause__ = httpx.ConnectError("refused")
+    # WHEN it is explained THEN the line says what to do about the connection, and where the reply goes on
+    line = explain(error, LOCAL, False)
+    assert "make local" in line and f"follow {events_url} after id 7" in line and "\n" not in line
 
 
 def test_a_url_that_is_not_http_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
