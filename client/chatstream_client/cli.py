@@ -133,6 +133,11 @@ def _visible(match: re.Match[str]) -> str:
     return "\u2421" if code == 0x7F else "\ufffd"  # DEL is ␡; a C1 control, the replacement character
 
 
+def shown(text: str, stream: TextIO) -> str:
+    """``text`` as written to ``stream``: on a terminal its control characters are symbols; elsewhere, exact."""
+    return _CONTROL.sub(_visible, text) if stream.isatty() else text
+
+
 class _Printer:
     """A turn as it streams: the reply on ``out``; the reasoning dimmed on ``out`` when it is a terminal, else on
     ``err``; a line break wherever the model goes from reasoning to its reply. On a terminal, control characters
@@ -144,19 +149,16 @@ class _Printer:
         self.reasoning_to = out if self.tty else err
         self.reasoning = False  # the last text printed was reasoning
 
-    def _shown(self, text: str) -> str:
-        return _CONTROL.sub(_visible, text) if self.tty else text
-
     def token(self, text: str) -> None:
         self.end_reasoning()
-        self.out.write(self._shown(text))
+        self.out.write(shown(text, self.out))
         self.out.flush()
 
     def thought(self, text: str) -> None:
         if not self.reasoning and self.tty:
             self.out.write(DIM)
         self.reasoning = True
-        self.reasoning_to.write(self._shown(text))
+        self.reasoning_to.write(shown(text, self.reasoning_to))  # piped stdout: stderr, often a terminal
         self.reasoning_to.flush()
 
     def end_reasoning(self) -> None:
@@ -204,7 +206,7 @@ def _stream_turn(
 def _report_end(result: TurnResult, out: TextIO, err: TextIO) -> int:
     out.write("\n")
     if result.error is not None:
-        err.write(f"error: {result.error.get('code')}: {result.error.get('message')}\n")
+        err.write(shown(f"error: {result.error.get('code')}: {result.error.get('message')}\n", err))
         return EXIT_ERROR_EVENT
     if result.done and result.done.get("stop_reason") == "cancelled":
         err.write("[cancelled]\n")
@@ -224,10 +226,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
             client.health()  # one clear line now, rather than a failure after the first message
             return _interactive(client, args, signed, out, err)
     except Failure as failure:
-        err.write(f"error: {failure}\n")
+        err.write(shown(f"error: {failure}\n", err))
         return EXIT_FAILED
     except (ApiError, BotoCoreError, httpx.TransportError) as error:
-        err.write(f"error: {explain(error, args.url, signed)}\n")
+        err.write(shown(f"error: {explain(error, args.url, signed)}\n", err))
         return EXIT_FAILED
     except KeyboardInterrupt:
         err.write("\n")

@@ -265,3 +265,6 @@ def test_a_range_the_reads_stop_short_of_is_kept_not_redriven_as_whole(
     assert [r.seq for r in chat_table.query_records(session_id, turn)] == [0, 1, 2, 3]
     assert not report.ok and f"{sequence_numbers[-1]}..{end} (not read after the first" in report.render()
     assert len(queued(dlq)) == 1
+    # AND --discard-lost does not delete it: its records are not known to be gone
+    redrive.discard_lost = True
+    assert redrive.run().results[0].status is RedriveStatus.LEFT and len(queued(dlq)) == 1

@@ -68,6 +68,7 @@ class LostRange:
     first: str
     last: str
     reason: str
+    unread: bool = False  # not known to be gone: the reads stopped short; never discarded, a later run reads it
 
     def __str__(self) -> str:
         span = self.first if self.first == self.last else f"{self.first}..{self.last}"
@@ -199,11 +200,16 @@ class Redrive:
         size = "?" if batch.batch_size is None else batch.batch_size
         detail = f"{batch.condition}: {len(records)} of {size} records of {batch.shard_id} {batch.start}..{batch.end}"
         if dry_run:
-            status = RedriveStatus.LEFT if lost and not self.discard_lost else RedriveStatus.WOULD_REDRIVE
+            kept = any(range_.unread for range_ in lost) or (lost and not self.discard_lost)
+            status = RedriveStatus.LEFT if kept else RedriveStatus.WOULD_REDRIVE
             return MessageResult(message.message_id, DlqKind.ON_FAILURE, status, detail, len(records), lost)
         result = self._process(message, DlqKind.ON_FAILURE, records, detail)
         result.lost = lost
-        if lost and result.status is RedriveStatus.REDRIVEN and not self.discard_lost:
+        unread = any(range_.unread for range_ in lost)
+        if unread and result.status is RedriveStatus.REDRIVEN:
+            result.status = RedriveStatus.LEFT
+            result.detail += "; kept because records were not read (a later run reads them)"
+        elif lost and result.status is RedriveStatus.REDRIVEN and not self.discard_lost:
             result.status = RedriveStatus.LEFT
             result.detail += "; kept because records are lost (--discard-lost deletes it)"
         return result
@@ -274,7 +280,7 @@ def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord], *, rea
         lost.append(LostRange(shard_id, start, first, "no longer in the stream (up to, not including, the last)"))
     if not reached_end:
         reason = "not read after the first: the stream gave nothing more before the range's end (run the redrive again)"
-        lost.append(LostRange(shard_id, last, end, reason))
+        lost.append(LostRange(shard_id, last, end, reason, unread=True))
     return lost
 
 

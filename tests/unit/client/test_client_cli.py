@@ -78,3 +78,13 @@ def test_control_characters_in_a_reply_never_drive_the_terminal(tty: bool) -> No
     # AND piped, the text is written exactly (stdout holds the reply, stderr the reasoning)
     else:
         assert (out.getvalue(), err.getvalue()) == (reply, reply + "\n")
+
+
+def test_reasoning_sent_to_a_terminals_stderr_while_stdout_is_piped_never_drives_it() -> None:
+    # GIVEN stdout piped and stderr a terminal WHEN reasoning with escapes is printed (it goes to stderr)
+    out, err = io.StringIO(), _Terminal()
+    printer = _Printer(out, err)
+    printer.thought("\x1b]0;PWNED\x07 \x1b[2J")
+    printer.end_reasoning()
+    # THEN the terminal is shown symbols, not the escapes
+    assert err.getvalue() == "\u241b]0;PWNED\u2407 \u241b[2J\n" and out.getvalue() == ""
