@@ -265,7 +265,9 @@ def check_dlq(bodies: Iterable[str], poisoned: Sequence[bytes], redrive: Redrive
             for result in redrive.results
             if result.kind == DlqKind.ON_FAILURE and result.status is RedriveStatus.REDRIVEN
         ),
-        problems=tuple(f"redrive lost ranges: {result.lost}" for result in redrive.results if result.lost),
+        problems=tuple(
+            f"redrive lost ranges: {', '.join(map(str, result.lost))}" for result in redrive.results if result.lost
+        ),
     )
 
 

@@ -813,29 +813,42 @@ def test_a_rejected_message_shows_the_apis_reason_and_keeps_the_text(chat: ChatP
     assert chat.page.locator("#message").input_value() == too_long
 
 
-def test_a_session_at_its_turn_limit_is_reported_and_the_next_message_starts_a_new_one(chat: ChatPage) -> None:
-    # GIVEN a session the page shows, and a relay that refuses its next turn: the session took all its turns
+REFUSALS = {
+    "turn_limit": (409, "session reached its limit of 1 turns; start a new session to go on", "turn limit"),
+    "session_not_found": (404, "session not found", "no longer stored"),
+}
+
+
+@pytest.mark.parametrize("code", list(REFUSALS))
+def test_a_session_that_cannot_go_on_is_reported_and_the_next_message_starts_a_new_one(
+    chat: ChatPage, code: str
+) -> None:
+    # GIVEN a session the page shows, and a relay that refuses its next turn: the session took all its turns, or it
+    # is no longer stored (it expired)
     chat.open()
     for message in ("first", "first again"):
         chat.send(message)
         chat.wait_status("complete")
     full = chat.page.evaluate("location.hash")
-    limit = {"code": "turn_limit", "message": "session reached its limit of 1 turns; start a new session to go on"}
-    chat.page.route("**/chat", lambda route: json_answer(route, 409, {"error": limit}), times=1)
-    # WHEN the next message is sent THEN the reason is shown and the URL no longer names the full session
+    status, message, why = REFUSALS[code]
+    chat.page.route(
+        "**/chat", lambda route: json_answer(route, status, {"error": {"code": code, "message": message}}), times=1
+    )
+    # WHEN the next message is sent THEN the reason is shown and the URL no longer names the session
     chat.send("second")
-    expect(chat.page.get_by_role("alert")).to_contain_text("start a new session")
+    expect(chat.page.get_by_role("alert")).to_contain_text(message)
     assert full and chat.page.evaluate("location.hash") == ""
-    # AND a line below the full conversation says the next message starts a new one, with a link to the full one
+    # AND a line below the conversation says why the next message starts a new one (with a link to a full one)
     divider = chat.page.locator("#transcript > li.divider")
-    expect(divider).to_contain_text("the next message starts a new one")
-    assert divider.locator("a").get_attribute("href") == full
+    expect(divider).to_contain_text(f"{why}; the next message starts a new one")
+    links = divider.locator("a")
+    expect(links).to_have_count(1 if code == "turn_limit" else 0)
     # AND the message after it starts a new session, found by its own turn numbers should its send need looking up
     chat.send("third")
     assert chat.wait_status("complete") == "You said: third"
     assert chat.page.evaluate("location.hash") not in ("", full)
     # (a send there whose answer is lost after its turn started is found in this session's history, by this
-    # session's turn numbers, not the full one's: never sent twice)
+    # session's turn numbers, not the earlier one's: never sent twice)
     posts: list[str] = []
 
     def fail_after_start(route: Route) -> None:
@@ -847,10 +860,12 @@ def test_a_session_at_its_turn_limit_is_reported_and_the_next_message_starts_a_n
     chat.send("fourth")
     assert chat.wait_status("complete") == "You said: fourth"
     assert posts == ["POST"] and [t["user"] for t in chat.history()["turns"]] == ["third", "fourth"]
-    # AND the link opens the full conversation again
-    divider.locator("a").click()
-    expect(chat.turns()).to_have_count(2)
-    expect(chat.turns().first).to_contain_text("first")
+    # AND a full conversation's link opens it again
+    if code == "turn_limit":
+        assert links.get_attribute("href") == full
+        links.click()
+        expect(chat.turns()).to_have_count(2)
+        expect(chat.turns().first).to_contain_text("first")
 
 
 def test_an_unknown_session_in_the_url_is_reported_and_a_new_chat_begins(chat: ChatPage) -> None:

@@ -27,7 +27,10 @@ Guarantees, per batch:
   a shard. If the DLQ cannot take it, it fails like a write (transient). They are sent after the
   partition keys' writes, in stream order, and only those before the batch's lowest failed sequence number:
   the event source mapping delivers that record and every later one again, so a poison record after it
-  is sent when it is no longer redelivered, once (before, each retry of the batch sent it again).
+  waits for the delivery that gets past the failure (each retry of the batch used to send it again). Should
+  the retries run out first, it is in the on-failure record's range, and the redrive sends it. A record is
+  still sent twice when the invocation itself fails after sending it (a crash, a timeout): the mapping then
+  delivers the whole batch again.
 
 Anything else (a bug, a misconfiguration such as a missing table or denied access) is raised: the
 invocation fails, the event source mapping bisects and retries the batch, and what still fails

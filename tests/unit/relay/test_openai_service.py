@@ -230,6 +230,13 @@ def test_an_item_reference_is_the_earlier_output_it_names_and_only_its_owners(
     for references, caller in (([reply], BOB), ([f"msg_{session_id}_9_1"], ALICE), (["msg_nope"], ALICE)):
         error = openai_error(ask(references, caller), 404)
         assert (error["code"], error["param"]) == ("not_found", "input[1].id")
+    # AND a small body cannot grow a turn past what a body may hold, nor read without end: too many references,
+    # or more text than a body once they are resolved, is a 400 naming the input, and starts no turn
+    long_session = background(service)["id"].split("_", 1)[1].rsplit("_", 1)[0]
+    write_turn(chat_table, long_session, 1, ["x" * 16_000])
+    for references, says in (([reply] * 101, "the limit is 100"), ([f"msg_{long_session}_1_0"] * 5, "characters")):
+        error = openai_error(ask(references), 400)
+        assert error["param"] == "input" and says in error["message"]
 
 
 def test_the_stream_starts_with_created_at_once(service: RelayService) -> None:

@@ -102,8 +102,8 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
         temperature=request.temperature,
         options=request.options,
     )
-    exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
     with _turn_started(session_id, turn_number) as headers:
+        exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
         turn = _turn(exchange, session_id, turn_number)
         if request.stream:
             return _response_stream(exchange, turn, -1, headers, pace, new_turn=True)
@@ -264,8 +264,8 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
     session_id, turn_number = exchange.begin_turn(
         None, request.message, max_tokens=request.max_tokens, temperature=request.temperature, options=request.options
     )
-    exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
     with _turn_started(session_id, turn_number) as headers:
+        exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
         return _chat_completion(exchange, request, model, pace, session_id, turn_number, headers)
 
 
@@ -309,10 +309,11 @@ def _chat_completion(
 
 @contextmanager
 def _turn_started(session_id: str, turn_number: int) -> Iterator[dict[str, str]]:
-    """The answer's work once its turn's generation is started, with the turn's headers. An error there (the
-    table throttled, say) must not make an SDK send the request again, which would start a second generation beside
-    this one: it names the turn, says where to follow it and carries ``x-should-retry: false``, which OpenAI's SDKs
-    obey. An error the code raises itself (an :class:`HttpError`: a failed turn, one still generating) says its own."""
+    """The answer's work once its turn is allocated (its generation invoked, or being invoked), with the turn's
+    headers. An error there (the table throttled, say) must not make an SDK send the request again, which could
+    start a second generation beside this one: it names the turn, says where to follow it and carries
+    ``x-should-retry: false``, which OpenAI's SDKs obey. An error the code raises itself (an :class:`HttpError`: a
+    proxy that could not be invoked, a failed turn, one still generating) says its own."""
     headers = _session_headers(session_id, turn_number)
     try:
         yield headers

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     # An ``item_reference``'s id and param → the (role, text) of the item it names; None: one the model is not sent.
     ItemResolver = Callable[[str, str], tuple[str, str] | None]
 
+# item_reference input items: each costs two reads, and its reply joins the turn's stored history, which must stay
+# as small as a body's (a turn item is at most 400 KB).
+MAX_ITEM_REFERENCES = 100
+MAX_RESOLVED_CHARS = 64 * 1024
+
 # Fields OpenAI's API accepts that chatstream does not support, with the value that means "not used" (or a
 # predicate of accepted values; None: no value is accepted).
 _NEUTRAL = object()
@@ -143,8 +148,17 @@ def parse_responses_request(
     if isinstance(raw_input, str):
         messages = [("user", _text(raw_input, "input"))]
     elif isinstance(raw_input, list) and raw_input:
+        references = sum(1 for item in raw_input if isinstance(item, dict) and item.get("type") == "item_reference")
+        if references > MAX_ITEM_REFERENCES:
+            raise invalid(f"input has {references} item references; the limit is {MAX_ITEM_REFERENCES}", "input")
         items = (_input_item(item, f"input[{index}]", resolve_item) for index, item in enumerate(raw_input))
         messages = _split_system((message for message in items if message is not None), system)
+        if references and (size := sum(len(text) for _, text in messages)) > MAX_RESOLVED_CHARS:
+            raise invalid(
+                f"input is {size} characters once its item references are resolved; the limit is "
+                f"{MAX_RESOLVED_CHARS} (send fewer earlier turns, or continue with previous_response_id)",
+                "input",
+            )
     else:
         raise invalid("input must be a string or a non-empty list of messages", "input")
     previous = fields.get("previous_response_id")
@@ -302,7 +316,7 @@ def _chat_message(item: object, param: str) -> tuple[str, str]:
     for key, value in item.items():
         if key in ("role", "content"):
             continue
-        if key in _EMPTY_MESSAGE_FIELDS and value in (None, []):
+        if key in _EMPTY_MESSAGE_FIELDS and value in (None, [], ""):
             continue  # a completion's own message passed back (messages.push(choice.message)) has them empty
         raise unsupported(f"{param}.{key}")
     return str(role), _parts(item.get("content"), f"{param}.content", ("text",))

@@ -485,11 +485,10 @@
         }
       }
       // A session that is gone, or has taken all its turns: the next message starts a new one.
-      if (answer.error.code === "turn_limit") {
-        dividerAfter(sessionId); // the next message starts a new conversation: say so, below the full one
+      if (answer.error.code === "turn_limit" || answer.error.code === "session_not_found") {
+        dividerAfter(answer.error.code === "turn_limit" ? sessionId : null); // the next message starts a new one
         rememberSession(null);
       }
-      if (answer.error.code === "session_not_found") rememberSession(null);
       rejected(r, message, answer.error.message);
       return;
     }
@@ -548,16 +547,20 @@
     return "found";
   }
 
-  // A line between a conversation that took all its turns and the new one the next message starts: the model does
-  // not see the turns above it, which stay readable here and, after a reload, through the link.
+  // A line between a conversation that cannot go on and the new one the next message starts: the model does not
+  // see the turns above it (and a send's lookup counts only the turns below: latestTurn). A conversation that took
+  // all its turns stays readable here and, after a reload, through the link; one no longer stored has none.
   function dividerAfter(fullSession) {
     const li = document.createElement("li");
     li.className = "divider";
-    li.append("This conversation reached its turn limit; the next message starts a new one, without the turns above. ");
-    const link = document.createElement("a");
-    link.href = "#session=" + encodeURIComponent(fullSession);
-    link.textContent = "Link to this conversation";
-    li.append(link);
+    const why = fullSession ? "This conversation reached its turn limit" : "This conversation is no longer stored";
+    li.append(`${why}; the next message starts a new one, without the turns above.`);
+    if (fullSession) {
+      const link = document.createElement("a");
+      link.href = "#session=" + encodeURIComponent(fullSession);
+      link.textContent = "Link to this conversation";
+      li.append(" ", link);
+    }
     el.transcript.append(li);
   }
 
