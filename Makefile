@@ -51,7 +51,12 @@ validate: $(STAMP)
 build: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
 
-test: lint typecheck scan pytest lambda-python validate build
+# What CI runs. The steps that only install or check the code statically run side by side, as do the last two;
+# the two test suites run one after the other, alone (many of their tests stream against timers).
+test:
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck scan browser-deps $(LAMBDA_PYTHON_ENV)
+	$(MAKE) --no-print-directory pytest lambda-python
+	$(MAKE) --no-print-directory -j2 --output-sync=target validate build
 
 # Lambda runs the functions on Python 3.13; the suite above runs on $(PYTHON). Where a Python 3.13 exists (found as
 # the builds find it, make/bytecode.mk), the unit tests, the streaming runtime's protocol tests and the tests that run
@@ -59,6 +64,7 @@ test: lint typecheck scan pytest lambda-python validate build
 # the local Lambda runs the functions on 3.13 too. With none, one warning line.
 include make/bytecode.mk
 VENV313 := .venv-3.13
+LAMBDA_PYTHON_ENV = $(if $(PYTHON313),$(VENV313)/.installed)
 LAMBDA_PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py \
 	proxy.py relay_local.py openai_api.py)
 $(VENV313)/.installed: requirements/dev.txt
