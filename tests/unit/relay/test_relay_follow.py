@@ -323,8 +323,9 @@ def test_records_that_keep_coming_are_never_cut_by_the_idle_bound(chat_table: Ch
     clock = FakeClock()
     for i, record in enumerate(records[1:], start=1):
         clock.at(40.0 * i, lambda record=record: chat_table.put_records([record]))
-    # WHEN a follower follows it with a 60 s idle bound
-    stream = read_stream(follow(chat_table, session_id, clock, settings=replace(FAST, idle_reconnect_s=60)).events())
+    # WHEN a follower follows it with a 60 s idle bound (polling at most 5 s apart: four minutes of fake time)
+    settings = replace(FAST, idle_reconnect_s=60, poll_max_s=5)
+    stream = read_stream(follow(chat_table, session_id, clock, settings=settings).events())
     # THEN it follows to the end of the turn
     assert stream.kinds == ["token"] * 6 + ["done"]
 
