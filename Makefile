@@ -10,7 +10,7 @@ export AWS_DEFAULT_REGION ?= us-east-1
 # profile), never from the local default above: without this, us-east-1 would override the profile's region.
 AWS_ACCOUNT_ENV := $(if $(filter file,$(origin AWS_DEFAULT_REGION)),env -u AWS_DEFAULT_REGION)
 
-.PHONY: help venv lint typecheck unit pytest lambda-python validate build test local chat deploy clean browser-deps screenshot
+.PHONY: help venv lint typecheck unit streams pytest lambda-python validate build test local chat deploy clean browser-deps screenshot
 LOCAL_PATH := PYTHONPATH=local:layers/chatstream:layers/streaming-runtime
 
 help:
@@ -51,12 +51,17 @@ validate: $(STAMP)
 build: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
 
-# What CI runs. The steps that only install or check the code statically run side by side, as do the last two;
-# the two test suites run one after the other, alone (many of their tests stream against timers).
+# What CI runs: every test `make pytest` runs, and the rest. The steps that only install or check the code statically
+# run side by side; then the tests that stream against timers (integration, e2e) run alone; then the unit tests,
+# which keep fake time, beside their run on Python 3.13; then sam validate beside sam build.
 test:
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck scan browser-deps $(LAMBDA_PYTHON_ENV)
-	$(MAKE) --no-print-directory pytest lambda-python
+	$(MAKE) --no-print-directory streams
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit lambda-python
 	$(MAKE) --no-print-directory -j2 --output-sync=target validate build
+
+streams: $(STAMP) browser-deps
+	$(BIN)/pytest tests/integration tests/e2e $(PYTEST_ARGS)
 
 # Lambda runs the functions on Python 3.13; the suite above runs on $(PYTHON). Where a Python 3.13 exists (found as
 # the builds find it, make/bytecode.mk), the unit tests of what Lambda runs (the layers, the functions, the client),
