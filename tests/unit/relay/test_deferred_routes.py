@@ -34,7 +34,7 @@ for path in json.loads(sys.argv[3]):
     raw = copy.deepcopy(event)
     raw["rawPath"] = raw["requestContext"]["http"]["path"] = path
     response = service.handle(Request.from_event(raw))
-    answers[path] = [response.status_code, "".join(response.body)[:200]]
+    answers[path] = [response.status_code, "".join(response.body)[:1000]]
 print(json.dumps({"at_init": at_init, "after": [n for n in deferred if n in sys.modules], "answers": answers}))
 """
 

@@ -133,6 +133,27 @@ def test_a_response_belongs_to_the_principal_that_signed_its_creation(service: R
     assert body_of(call(service, "GET", f"/v1/responses/{created['id']}"))["status"] == "in_progress"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "named"),
+    [
+        ("POST", "/v1/responses/input_tokens", "counting a request's input tokens"),
+        ("POST", "/v1/responses/compact", "compacting a conversation"),
+        ("GET", "/v1/responses/resp_abc_1/input_items", "listing a response's input items"),
+        ("POST", "/v1/embeddings", None),
+    ],
+)
+def test_an_openai_endpoint_chatstream_does_not_serve_is_a_404_that_says_so(
+    service: RelayService, proxy: RecordingLambda, method: str, path: str, named: str | None
+) -> None:
+    # WHEN a client calls an OpenAI endpoint the relay has no route for (the first two paths would read as a
+    # response id, which only GET serves)
+    error = openai_error(call(service, method, path, {"model": "chatstream", "input": "hi"}), 404)
+    # THEN a 404 names it and lists what /v1 serves, and no turn starts
+    assert error["code"] == "not_found" and path in error["message"] and "POST /v1/chat/completions" in error["message"]
+    assert named is None or named in error["message"]
+    assert proxy.invocations == 0
+
+
 def test_a_finished_response_read_before_its_last_records_are_stored_has_the_whole_reply(
     service: RelayService, chat_table: ChatTable
 ) -> None:

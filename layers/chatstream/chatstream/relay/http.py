@@ -143,6 +143,10 @@ class HttpError(Exception):
         return error_response(self.status, self.code, self.message, self.headers)
 
 
+class RouteError(HttpError):
+    """The router's own answer: no route has the path (``404 not_found``), or none with the method (``405``)."""
+
+
 def json_response(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return Response(status, {"Content-Type": JSON_CONTENT_TYPE, **(headers or {})}, [text])
@@ -206,6 +210,6 @@ class Router(Generic[_C]):
         if allowed:
             allow = ", ".join(sorted(set(allowed)))
             message = f"{request.method} is not allowed on {request.path}; use {allow}"
-            return self.render_error(request, HttpError(405, "method_not_allowed", message, {"Allow": allow}))
+            return self.render_error(request, RouteError(405, "method_not_allowed", message, {"Allow": allow}))
         message = f"no route for {request.path}; see the API documentation"
-        return self.render_error(request, HttpError(404, "not_found", message))
+        return self.render_error(request, RouteError(404, "not_found", message))

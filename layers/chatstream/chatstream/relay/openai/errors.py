@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import TYPE_CHECKING, TypeVar
 
 from chatstream.errors import Throttled
-from chatstream.relay.http import HttpError, Response, json_response
+from chatstream.relay.http import HttpError, Response, RouteError, json_response
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -81,9 +82,34 @@ def error_response(err: HttpError) -> Response:
     return json_response(err.status, body, err.headers)
 
 
+SERVED = (
+    "GET /v1/models, POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel and "
+    "POST /v1/chat/completions"
+)
+
+# OpenAI endpoints chatstream does not serve (HTTP_API.md, "/v1"), named in the answer: the first two would
+# otherwise read as a response id ("405: use GET").
+_NOT_SERVED = (
+    ("POST", re.compile(r"/v1/responses/input_tokens/?"), "counting a request's input tokens"),
+    ("POST", re.compile(r"/v1/responses/compact/?"), "compacting a conversation"),
+    ("GET", re.compile(r"/v1/responses/[^/]+/input_items/?"), "listing a response's input items"),
+)
+
+
 def render_error(request: Request, err: HttpError) -> Response:
-    """The relay's answer to an error: OpenAI's shape under ``/v1/`` (an unknown path or method too), else native."""
-    return error_response(err) if request.path.startswith(V1_PREFIX) else err.response()
+    """The relay's answer to an error: OpenAI's shape under ``/v1/`` (an unknown path or method too), else native.
+    Under ``/v1/`` a path no route serves, or an OpenAI endpoint chatstream does not serve, is a ``404`` that says
+    so and lists what it serves."""
+    if not request.path.startswith(V1_PREFIX):
+        return err.response()
+    if isinstance(err, RouteError):
+        for method, path, what in _NOT_SERVED:
+            if request.method == method and path.fullmatch(request.path):
+                message = f"chatstream does not serve {method} {request.path} ({what}); it serves {SERVED}"
+                return error_response(OpenAIError(404, "not_found", message))
+        if err.status == 404:
+            return error_response(OpenAIError(404, "not_found", f"no route for {request.path}; /v1 has {SERVED}"))
+    return error_response(err)
 
 
 _C = TypeVar("_C")
