@@ -148,24 +148,34 @@ class _Printer:
         self.tty = out.isatty()
         self.reasoning_to = out if self.tty else err
         self.reasoning = False  # the last text printed was reasoning
+        self.line_start = True  # the reasoning's stream (where notices go too) is at the start of a line
 
     def token(self, text: str) -> None:
         self.end_reasoning()
-        self.out.write(shown(text, self.out))
-        self.out.flush()
+        self._write(self.out, text)
 
     def thought(self, text: str) -> None:
         if not self.reasoning and self.tty:
             self.out.write(DIM)
         self.reasoning = True
-        self.reasoning_to.write(shown(text, self.reasoning_to))  # piped stdout: stderr, often a terminal
-        self.reasoning_to.flush()
+        self._write(self.reasoning_to, text)  # piped stdout: stderr, often a terminal
 
     def end_reasoning(self) -> None:
         if self.reasoning:
             self.reasoning = False
-            self.reasoning_to.write((UNDIM if self.tty else "") + "\n")
-            self.reasoning_to.flush()
+            self.reasoning_to.write(UNDIM if self.tty else "")
+            self._write(self.reasoning_to, "\n")
+
+    def notice(self, text: str) -> None:
+        """``text`` on a line of its own, where the reasoning goes (piped, stdout holds the reply alone)."""
+        self.end_reasoning()
+        self._write(self.reasoning_to, ("" if self.line_start else "\n") + text + "\n")
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        stream.write(shown(text, stream))
+        stream.flush()
+        if text and stream is self.reasoning_to:
+            self.line_start = text.endswith("\n")
 
 
 def _stream_turn(
@@ -188,7 +198,7 @@ def _stream_turn(
         if not current or not current[0].events_url:
             raise
         turn = current[0]
-        (out if printer.tty else err).write("\n[cancelling …]\n")  # piped, stdout holds the reply alone
+        printer.notice("[cancelling …]")
         try:
             client.cancel(turn.session_id, turn.turn)
         except ApiError as err:

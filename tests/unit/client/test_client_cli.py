@@ -88,3 +88,25 @@ def test_reasoning_sent_to_a_terminals_stderr_while_stdout_is_piped_never_drives
     printer.end_reasoning()
     # THEN the terminal is shown symbols, not the escapes
     assert err.getvalue() == "\u241b]0;PWNED\u2407 \u241b[2J\n" and out.getvalue() == ""
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_notice_after_reasoning_or_reply_starts_its_own_line_without_a_blank_one(tty: bool) -> None:
+    # GIVEN reasoning, then (on a second printer) a reply, each cut off mid-line
+    out, err = (_Terminal() if tty else io.StringIO()), io.StringIO()
+    printer = _Printer(out, err)
+    printer.thought("thinking about")
+    # WHEN a notice (the CLI's "[cancelling …]") is printed
+    printer.notice("[cancelling …]")
+    # THEN it follows the reasoning on the next line, with no blank line between (on stderr when stdout is piped)
+    shown_to = out if tty else err
+    assert shown_to.getvalue().replace(DIM, "").replace(UNDIM, "") == "thinking about\n[cancelling …]\n"
+    replied, notices = (_Terminal() if tty else io.StringIO()), io.StringIO()
+    printer = _Printer(replied, notices)
+    printer.token("You said")
+    printer.notice("[cancelling …]")
+    # AND after a reply cut mid-line, on a terminal the notice breaks the line; piped, stdout keeps the reply alone
+    if tty:
+        assert replied.getvalue() == "You said\n[cancelling …]\n"
+    else:
+        assert (replied.getvalue(), notices.getvalue()) == ("You said", "[cancelling …]\n")
