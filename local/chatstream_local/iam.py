@@ -10,10 +10,11 @@ for the local stack.
 **Verification** (:class:`SigV4Verifier`) is AWS's Signature Version 4 check, with botocore computing the
 signature the request should carry from the principal's secret: the ``Authorization`` header's credential scope
 must be today's, the stack's region and the service ``lambda``; ``X-Amz-Date`` within 5 minutes of now; a session
-token exactly when the principal has one; a body whose SHA-256 matches ``X-Amz-Content-SHA256`` when it is sent;
+token exactly when the principal has one; a body whose SHA-256 matches ``X-Amz-Content-SHA256`` when it is sent
+(``UNSIGNED-PAYLOAD`` is refused, as Lambda refuses it);
 and the signature over the signed headers, the path, the query and the body must be the one the secret gives. A
 request that passes is the caller :func:`iam_identity` describes (``requestContext.authorizer.iam``); any other is
-refused, as a Function URL refuses it (``403 {"Message":"Forbidden"}``).
+refused, as a Function URL refuses it (``403 {"Message":"Forbidden. For troubleshooting …"}``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 SIGNING_SERVICE = "lambda"
 MAX_CLOCK_SKEW_S = 300  # AWS refuses a signature more than 5 minutes from its own clock
-UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 _AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<key>[^/\s,]+)/(?P<date>\d{8})/(?P<region>[^/\s,]+)/(?P<service>[^/\s,]+)"
     r"/aws4_request,\s*SignedHeaders=(?P<signed>[a-z0-9;\-]+),\s*Signature=(?P<signature>[0-9a-f]{64})$"
@@ -186,4 +186,6 @@ class SigV4Verifier:
 
 
 def _body_matches(declared: str | None, body: bytes) -> bool:
-    return declared is None or declared == UNSIGNED_PAYLOAD or declared == hashlib.sha256(body).hexdigest()
+    """``X-Amz-Content-SHA256``, when sent, is the body's SHA-256: "Lambda doesn't support unsigned payloads"
+    (CloudFront's guide, "Restrict access to an AWS Lambda function URL origin"), so ``UNSIGNED-PAYLOAD`` is refused."""
+    return declared is None or declared == hashlib.sha256(body).hexdigest()

@@ -270,6 +270,15 @@ def test_a_binary_request_body_is_base64_encoded(url_for: Callable[..., Function
     assert event["isBase64Encoded"] is True
     assert base64.b64decode(event["body"]) == payload
 
+    # AND so is a form post (what `curl -d` sends) and a body without a content type, as Lambda sends them
+    for headers in ({"content-type": "application/x-www-form-urlencoded"}, {}):
+        event = http.post(f"{server.url}/", content=b'{"message":"hi"}', headers=headers).json()
+        assert event["isBase64Encoded"] is True and base64.b64decode(event["body"]) == b'{"message":"hi"}'
+    # AND text/* and JSON bodies come as text
+    for content_type in ("text/plain; charset=utf-8", "application/json"):
+        event = http.post(f"{server.url}/", content="héllo".encode(), headers={"content-type": content_type}).json()
+        assert (event["isBase64Encoded"], event["body"]) == (False, "héllo")
+
     # AND the bytes make the round trip through a handler that returns them
     echoed = http.post(f"{url_for('echo-body').url}/", content=payload, headers={"content-type": "image/png"})
     assert echoed.content == payload

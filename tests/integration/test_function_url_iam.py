@@ -60,7 +60,7 @@ def test_a_request_not_signed_by_a_principal_is_forbidden_before_the_function(ur
     response = httpx.post(f"{url}/chat", json={"message": "hi"}, auth=auth, timeout=30)
     # THEN the Function URL answers as Lambda's does, and the function never saw the request (it echoes events)
     assert response.status_code == 403
-    assert response.json() == {"Message": "Forbidden"}
+    assert response.json()["Message"].startswith("Forbidden. For troubleshooting Function URL authorization issues")
     assert "requestContext" not in response.text
 
 

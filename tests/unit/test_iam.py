@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import TYPE_CHECKING
 
@@ -91,6 +92,23 @@ def test_a_changed_request_no_longer_matches_its_signature(verifier: SigV4Verifi
     assert verifier.verify("POST", "/chat?x=1", retyped, request.content) is None
     # AND the unchanged request still passes (the checks above failed for their change alone)
     assert verifier.verify("POST", "/chat?x=1", headers, request.content) == ALICE
+
+
+def test_a_payload_signed_as_unsigned_is_refused_as_lambda_refuses_it(verifier: SigV4Verifier) -> None:
+    # GIVEN requests that declare their body's hash in X-Amz-Content-SHA256 before signing: its real SHA-256, or
+    # UNSIGNED-PAYLOAD ("Lambda doesn't support unsigned payloads", CloudFront's guide to Function URL origins)
+    credentials = Credentials(ALICE.access_key, ALICE.secret_key)
+    body = b'{"message": "hi"}'
+
+    def declaring(content_sha256: str) -> httpx.Request:
+        headers = {"content-type": "application/json", "x-amz-content-sha256": content_sha256}
+        request = httpx.Request("POST", f"{URL}/chat", content=body, headers=headers)
+        return next(SigV4Auth(REGION, credentials=credentials).auth_flow(request))
+
+    # THEN the hash is accepted, and UNSIGNED-PAYLOAD is refused, whatever the body
+    assert verify(verifier, declaring(hashlib.sha256(body).hexdigest())) == ALICE
+    assert verify(verifier, declaring("UNSIGNED-PAYLOAD")) is None
+    assert verify(verifier, declaring("UNSIGNED-PAYLOAD"), b'{"message": "changed"}') is None
 
 
 def test_a_signature_older_or_newer_than_five_minutes_is_refused() -> None:

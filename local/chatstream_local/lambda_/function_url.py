@@ -2,8 +2,8 @@
 
 Each request becomes a payload format 2.0 event (``rawPath``, ``rawQueryString``, lower-cased ``headers``
 with repeated headers joined by ``,``, ``cookies``, ``queryStringParameters``, ``requestContext`` with
-``http`` and, when a caller identity is configured, ``authorizer.iam``; ``body`` as text, or base64 with
-``isBase64Encoded`` for binary content), and the function's response goes back to the client:
+``http`` and, when a caller identity is configured, ``authorizer.iam``; ``body`` as text for ``text/*`` and JSON,
+else base64 with ``isBase64Encoded``, as Lambda sends a form post), and the function's response goes back to the client:
 
 - ``RESPONSE_STREAM``: the runtime's HTTP integration response (a JSON prelude with ``statusCode``,
   ``headers``, ``cookies``, 8 NUL bytes, then the body) is relayed with chunked transfer as bytes arrive
@@ -24,8 +24,8 @@ gone the rest of the stream is read and dropped, so the invocation runs to its e
 
 ``AuthType: AWS_IAM``: given an ``authenticate`` callable (the stack gives :class:`chatstream_local.iam.SigV4Verifier`,
 which checks the request's SigV4 signature against the local principals), a request it does not authenticate is
-answered ``403 {"Message":"Forbidden"}`` without invoking the function, and the caller it names is the event's
-``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`) the URL answers
+answered ``403 {"Message":"Forbidden. …"}`` (Lambda's words) without invoking the function, and the caller it
+names is the event's ``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`) the URL answers
 preflights itself and adds the CORS headers to responses. A ``lambda_api`` route (:mod:`chatstream_local.edge`)
 answers the Lambda API's paths on the same port.
 """
@@ -66,9 +66,12 @@ PRELUDE_DELIMITER = b"\x00" * 8
 REQUEST_BODY_LIMIT = 6 * 1024 * 1024  # bytes: a Function URL's maximum request payload
 _PRELUDE_LIMIT = 1024 * 1024
 _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive", "trailer", "upgrade"})
-_TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-www-form-urlencoded")
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
-FORBIDDEN = b'{"Message":"Forbidden"}'
+# A request AWS_IAM refuses: Lambda's body, as deployed Function URLs answer it (awsdocs/aws-lambda-developer-guide#494)
+FORBIDDEN = (
+    b'{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: '
+    b'https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}'
+)
 # A throttled invocation: 429, as Lambda answers it (the body's wording is the Invoke API's message; not checked
 # against a Function URL on AWS).
 RATE_EXCEEDED = b'{"Message":"Rate Exceeded."}'
@@ -251,10 +254,13 @@ class FunctionUrlServer:
 
 
 def _as_text(body: bytes, content_type: str) -> str | None:
-    """The body as text when its content type is textual and it is valid UTF-8; else ``None`` (base64)."""
+    """The body as text when its content type is ``text/*`` or JSON and it is valid UTF-8; else ``None`` (base64).
+
+    Lambda base64-encodes every other body, ``curl -d``'s ``application/x-www-form-urlencoded`` and a request without
+    a content type included: "base64-encoded unless the Content-Type is application/json or text/*" (AWS's own
+    Function URL launch material); LeanerCloud/CUDly#1483 met it with a form post on a deployed URL."""
     media = content_type.split(";", 1)[0].strip().lower()
-    textual = media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml")) or media == ""
-    if not textual:
+    if not (media.startswith("text/") or media == "application/json"):
         return None
     try:
         return body.decode("utf-8")

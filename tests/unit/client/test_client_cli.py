@@ -26,7 +26,7 @@ DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
         (httpx.ReadTimeout("timed out"), DEPLOYED, True, "did not answer in time"),
         (SSEError("not an event stream"), LOCAL, False, "RelayFunctionUrl"),
         (ApiError(403, "http_error", '{"Message":"Forbidden"}'), DEPLOYED, True, "lambda:InvokeFunctionUrl"),
-        (ApiError(403, "http_error", '{"Message":"Forbidden"}'), DEPLOYED, False, "--iam"),
+        (ApiError(403, "http_error", '{"Message":"Forbidden. For troubleshooting …"}'), DEPLOYED, False, "--iam"),
         (ApiError(400, "invalid_request", "message must not be empty"), LOCAL, False, "message must not be empty"),
         (ApiError(429, "http_error", '{"Message":"Rate Exceeded."}'), DEPLOYED, True, "try again in a moment"),
         (ApiError(413, "http_error", '{"Message":"Request must be smaller"}'), LOCAL, False, "send a shorter"),
