@@ -320,6 +320,50 @@ def test_only_the_consumer_can_use_snapstart_and_its_mapping_invokes_its_publish
     assert deployment.properties(CONSUMER_ALIAS)["FunctionName"] == {"Ref": "ConsumerFunction"}
 
 
+def _read_through_conditions(node: Any, conditions: dict[str, Any]) -> set[str]:
+    """What ``node`` references (:func:`_references`), and the parameters of the conditions its ``Fn::If`` test."""
+    found = _references(node)
+    pending = [
+        value[0] for value in _nodes(node) if isinstance(value, list) and len(value) == 3 and value[0] in conditions
+    ]
+    for condition in pending:
+        found |= _references(conditions[condition])
+    return found
+
+
+def _nodes(node: Any) -> list[Any]:
+    """Every ``Fn::If`` argument list in ``node``."""
+    if isinstance(node, list):
+        return [found for item in node for found in _nodes(item)]
+    if not isinstance(node, dict):
+        return []
+    return [found for key, value in node.items() for found in ([value] if key == "Fn::If" else []) + _nodes(value)]
+
+
+def test_every_deploy_that_changes_the_consumer_publishes_the_version_its_mapping_invokes(
+    source: dict[str, Any],
+) -> None:
+    # GIVEN the consumer as SAM translates it: its mapping invokes the alias of its latest published version, and SAM
+    # publishes one when the function's code or properties as written change, not when a parameter's value or the
+    # layer's content does (aws/serverless-application-model#1640)
+    translated = _translate(source, DEPLOYMENTS[0])
+    resources, conditions = translated["Resources"], source["Conditions"]
+    function = resources["ConsumerFunction"]["Properties"]
+    (version,) = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Version"]
+    # WHEN the parameters and layers its configuration reads are listed
+    read = {
+        name
+        for name in _read_through_conditions(
+            {k: function[k] for k in ("Environment", "Layers", "SnapStart")}, conditions
+        )
+        if name in source["Parameters"] or resources.get(name, {}).get("Type") == "AWS::Lambda::LayerVersion"
+    }
+    # THEN the version's description names each (a new description replaces the version: a new one is published)
+    assert read >= {"LogLevel", "TtlDays", "TraceAwsCalls", "ConsumerSnapStart"} and any("Layer" in n for n in read)
+    assert read <= _references(version["Properties"]["Description"]), "a deploy would keep the old version"
+    assert source["Resources"]["ConsumerFunction"]["Properties"]["AutoPublishAliasAllProperties"] is True
+
+
 # ---------------------------------------------------------------------------------------- alarms
 
 
