@@ -25,9 +25,9 @@ gone the rest of the stream is read and dropped, so the invocation runs to its e
 ``AuthType: AWS_IAM``: given an ``authenticate`` callable (the stack gives :class:`chatstream_local.iam.SigV4Verifier`,
 which checks the request's SigV4 signature against the local principals), a request it does not authenticate is
 answered ``403 {"Message":"Forbidden. …"}`` (Lambda's words) without invoking the function, and the caller it
-names is the event's ``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`) the URL answers
-preflights itself and adds the CORS headers to responses. A ``lambda_api`` route (:mod:`chatstream_local.edge`)
-answers the Lambda API's paths on the same port.
+names is the event's ``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`)
+the URL answers preflights itself and adds the CORS headers to responses. A ``lambda_api`` route
+(:mod:`chatstream_local.edge`) answers the Lambda API's paths on the same port.
 """
 
 from __future__ import annotations
