@@ -264,6 +264,19 @@ def test_the_idle_bound_comes_from_the_template_and_a_bad_one_fails_the_cold_sta
         RelayConfig.from_env({**variables, "IDLE_RECONNECT_S": "0"})
 
 
+def test_a_poll_max_below_the_poll_min_polls_at_the_min_and_says_so(
+    template: Template, table_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN PollMinMs=1000 beside the default PollMaxMs=500: each within its range, so CloudFormation deploys it
+    variables = dict(template.function_settings("RelayFunction")["Environment"]["Variables"])
+    variables.update(CHAT_TABLE_NAME=table_name, POLL_MIN_MS="1000", POLL_MAX_MS="500")
+    # WHEN the relay reads its configuration THEN it starts (every request would otherwise be a 502), polling every
+    # 1000 ms, and logs why
+    config = RelayConfig.from_env(variables)
+    assert (config.poll_min_ms, config.poll_max_ms) == (1000, 1000)
+    assert "POLL_MAX_MS (500) is below POLL_MIN_MS (1000)" in caplog.text
+
+
 @pytest.mark.parametrize(("value", "paced"), [(None, True), ("true", True), ("FALSE", False), (" false ", False)])
 def test_text_is_paced_unless_pace_text_says_false(
     template: Template, table_name: str, value: str | None, paced: bool

@@ -8,6 +8,7 @@ deployment fails its cold start with a message instead of failing requests later
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -178,12 +179,20 @@ class RelayConfig:
         if auth_type not in ("AWS_IAM", "NONE"):
             raise ConfigError(f"environment variable {AUTH_TYPE} must be AWS_IAM or NONE, got {auth_type!r}")
         poll_min = env.integer(POLL_MIN_MS, 20, minimum=1, maximum=10_000)
+        poll_max = env.integer(POLL_MAX_MS, 500, minimum=1, maximum=60_000)
+        if poll_max < poll_min:
+            # Each parameter is within its own range, so CloudFormation deploys it (its rules cannot compare two
+            # numbers): failing here would answer 502 to every request. Poll at the one interval instead.
+            logging.getLogger(__name__).warning(
+                "%s (%d) is below %s (%d): polling every %d ms", POLL_MAX_MS, poll_max, POLL_MIN_MS, poll_min, poll_min
+            )
+            poll_max = poll_min
         return cls(
             table=TableConfig.from_env(environ),
             proxy_function_name=env.required(PROXY_FUNCTION_NAME),
             max_tokens_limit=env.integer(MAX_TOKENS_LIMIT, 4096, minimum=1, maximum=1_000_000),
             poll_min_ms=poll_min,
-            poll_max_ms=env.integer(POLL_MAX_MS, 500, minimum=poll_min, maximum=60_000),
+            poll_max_ms=poll_max,
             start_timeout_s=env.integer(START_TIMEOUT_S, 30, minimum=1, maximum=900),
             gap_timeout_s=env.integer(GAP_TIMEOUT_S, 10, minimum=1, maximum=900),
             keepalive_s=env.integer(KEEPALIVE_S, 10, minimum=1, maximum=900),
