@@ -29,7 +29,7 @@ with collector_paused():
     from chatstream.aws import create_client
     from chatstream.config import ProxyConfig
     from chatstream.errors import TurnClaimed, TurnFinished
-    from chatstream.generation import Generation, GenerationSettings, turn_to_generate
+    from chatstream.generation import SETUP_ERRORS, Generation, GenerationSettings, turn_to_generate
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.proxy_event import GenerateRequest
     from chatstream.table import ChatTable
@@ -90,6 +90,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="TimeToFirstToken", unit=MetricUnit.Milliseconds, value=result.ttft_ms)
     if terminal.error is not None:
         metrics.add_metric(name="GenerationErrors", unit=MetricUnit.Count, value=1)
+        if terminal.error.code in SETUP_ERRORS:
+            metrics.add_metric(name="ModelAccessErrors", unit=MetricUnit.Count, value=1)
     logger.info(
         "turn ended",
         extra={

@@ -345,6 +345,46 @@ def test_sample_event_runs_through_the_handler(monkeypatch, proxy_app, kinesis, 
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 3
 
 
+class _RefusingBedrock:
+    """A Bedrock client that refuses every ConverseStream with ``code``."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def converse_stream(self, **kwargs: Any) -> Any:
+        raise ClientError({"Error": {"Code": self.code, "Message": "refused"}}, "ConverseStream")
+
+
+def _metrics_emitted(output: str) -> set[str]:
+    """The metric names of the EMF lines Powertools printed."""
+    return {
+        metric["Name"]
+        for line in output.splitlines()
+        if line.startswith("{") and "_aws" in line
+        for directive in json.loads(line)["_aws"]["CloudWatchMetrics"]
+        for metric in directive["Metrics"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("code", "setup"),
+    [("AccessDeniedException", True), ("ResourceNotFoundException", True), ("ValidationException", False)],
+)
+def test_a_turn_failed_by_the_deployments_setup_is_counted_for_its_alarm(
+    monkeypatch, proxy_app, kinesis, stream_name, chat_table, capsys, code: str, setup: bool
+) -> None:
+    # GIVEN Bedrock refusing the model (access not granted, or an id wrong for the region), or refusing one request
+    start_sample_turn(monkeypatch, chat_table, "hello")
+    monkeypatch.setattr(proxy_app, "BEDROCK", _RefusingBedrock(code))
+    # WHEN the proxy handles the turn
+    result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction"))
+    # THEN the turn ends in error, the invocation succeeds, and ModelAccessErrors (ProxyModelAccessAlarm's metric)
+    # counts it only when the deployment's setup is the cause
+    assert result["type"] == "error"
+    emitted = _metrics_emitted(capsys.readouterr().out)
+    assert "GenerationErrors" in emitted and ("ModelAccessErrors" in emitted) is setup
+
+
 def test_a_duplicate_delivery_of_the_event_generates_nothing(
     monkeypatch, proxy_app, kinesis, stream_name, chat_table, caplog
 ) -> None:

@@ -58,6 +58,7 @@ WATCHED = {
     ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "ProxyFailureDLQ"),
     ("AWS/Lambda", "Errors", "TurnReaperFunction"),
     ("AWS/Lambda", "Errors", "RelayFunction"),
+    ("Chatstream", "ModelAccessErrors", "chatstream-proxy"),  # every generation fails on the deployment's setup
 }
 # What deleting (or replacing) the stack does to what holds data: only the conversations are kept.
 DELETION_POLICIES = {
@@ -178,7 +179,10 @@ def _references(node: Any) -> set[str]:
 
 
 def _target(dimension_value: Any) -> str:
-    """The logical id an alarm's dimension points at (``Ref X`` or ``Fn::GetAtt [X, attribute]``)."""
+    """The logical id an alarm's dimension points at (``Ref X`` or ``Fn::GetAtt [X, attribute]``), or its value as
+    written (a chatstream metric's ``service``)."""
+    if isinstance(dimension_value, str):
+        return dimension_value
     if "Ref" in dimension_value:
         return str(dimension_value["Ref"])
     return str(_as_list(dimension_value["Fn::GetAtt"])[0].split(".")[0])
@@ -377,6 +381,20 @@ def test_every_failure_that_would_be_silent_has_an_alarm(deployment: Deployment)
         for alarm in deployment.of_type("AWS::CloudWatch::Alarm").values()
     }
     assert watched >= WATCHED, WATCHED - watched
+
+
+def test_an_alarm_on_a_chatstream_metric_watches_the_service_that_emits_it(deployment: Deployment) -> None:
+    # GIVEN the functions' service names (Powertools' dimension of their metrics)
+    services = {
+        variables.get("POWERTOOLS_SERVICE_NAME")
+        for resource in deployment.of_type("AWS::Lambda::Function").values()
+        for variables in [resource["Properties"].get("Environment", {}).get("Variables", {})]
+    }
+    # THEN every alarm on the Chatstream namespace names one of them (a typo would watch a metric nobody emits)
+    for name, alarm in deployment.of_type("AWS::CloudWatch::Alarm").items():
+        if alarm["Properties"]["Namespace"] == "Chatstream":
+            (dimension,) = alarm["Properties"]["Dimensions"]
+            assert dimension["Name"] == "service" and dimension["Value"] in services, name
 
 
 def test_alarms_notify_the_topic_exactly_when_an_email_is_set(deployment: Deployment) -> None:

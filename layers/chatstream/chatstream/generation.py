@@ -71,6 +71,10 @@ _BEDROCK_ERRORS: dict[str, tuple[str, bool]] = {
     "modelerrorexception": ("model_error", False),
 }
 
+# Errors of the deployment's own setup (the model's access, the role's permission, the model id), not of a request:
+# every turn fails alike until an operator fixes it (the proxy's metric ModelAccessErrors, ProxyModelAccessAlarm).
+SETUP_ERRORS = frozenset({"access_denied", "model_not_found"})
+
 # Turns whose text goes back to the model as history.
 _REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})
 
