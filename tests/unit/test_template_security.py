@@ -324,6 +324,15 @@ def test_only_the_consumer_can_use_snapstart_and_its_mapping_invokes_its_publish
     assert deployment.properties(CONSUMER_ALIAS)["FunctionName"] == {"Ref": "ConsumerFunction"}
 
 
+def test_a_turn_is_stale_only_after_its_generation_could_have_ended(source: dict[str, Any]) -> None:
+    # GIVEN the proxy's asynchronous event, which may wait MaximumEventAgeInSeconds before it runs, then run Timeout
+    proxy = source["Resources"]["ProxyFunction"]["Properties"]
+    longest_s = proxy["EventInvokeConfig"]["MaximumEventAgeInSeconds"] + proxy["Timeout"]
+    # THEN the relay takes a turn over as stale only after that (else two generations could write one session)
+    stale_s = int(source["Resources"]["RelayFunction"]["Properties"]["Environment"]["Variables"]["STALE_TURN_S"])
+    assert stale_s > longest_s
+
+
 def _read_through_conditions(node: Any, conditions: dict[str, Any]) -> set[str]:
     """What ``node`` references (:func:`_references`), and the parameters of the conditions its ``Fn::If`` test."""
     found = _references(node)

@@ -200,7 +200,7 @@ class RelayConfig:
             idle_reconnect_s=env.integer(IDLE_RECONNECT_S, 60, minimum=1, maximum=900),
             auth_type=auth_type,
             max_turns_per_session=env.integer(MAX_TURNS_PER_SESSION, 1000, minimum=1, maximum=999_999),
-            stale_turn_s=env.integer(STALE_TURN_S, 960, minimum=1, maximum=86_400),
+            stale_turn_s=env.integer(STALE_TURN_S, 1260, minimum=1, maximum=86_400),
             pace_text=env.boolean(PACE_TEXT, True),
             model_id=env.optional(MODEL_ID, "").strip(),
         )

@@ -109,7 +109,7 @@ class FollowSettings:
     keepalive_s: float = 10.0
     reconnect_margin_s: float = 10.0
     idle_reconnect_s: float = 60.0
-    stale_turn_s: float = 960.0
+    stale_turn_s: float = 1260.0
     status_check_s: float = 1.0
     page_size: int = PAGE_SIZE
     pace: bool = True  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
