@@ -39,6 +39,9 @@ SPECS = [
     buffered("buffered-http", "http_response"),
     buffered("buffered-list", "plain_list"),
     buffered("buffered-fail", "fail"),
+    buffered("buffered-bad-header", "bad_header"),
+    buffered("buffered-no-content", "no_content"),
+    streamed("no-content", "no_content"),
     on_layer("layer-gated", "gated"),
     on_layer("layer-fail-mid", "fail_mid"),
     on_layer("layer-fail-before", "fail_before"),
@@ -418,3 +421,30 @@ def test_a_function_at_its_reserved_concurrency_is_a_429_and_does_not_run(
     # THEN the URL answers 429, as Lambda does, and the function never ran
     assert (response.status_code, response.json()) == (429, {"Message": "Rate Exceeded."})
     assert local.stats()["echo-body-reserved-0"].environments_started == 0
+
+
+def test_a_header_http_cannot_carry_is_a_502_recorded_never_sent(
+    url_for: Callable[..., FunctionUrlServer], http: httpx.Client
+) -> None:
+    # GIVEN a function whose response has a header value with a line break in it
+    server = url_for("buffered-bad-header", invoke_mode="BUFFERED")
+    # WHEN a client calls it
+    response = http.get(f"{server.url}/")
+    # THEN it gets a 502, no injected header, and the error is recorded as the function's
+    assert response.status_code == 502 and "injected" not in response.headers
+    (recorded,) = server.errors
+    assert recorded.error.error_type == "Function.InvalidResponseHeader" and recorded.phase == "before_response"
+
+
+@pytest.mark.parametrize(("function", "mode"), [("no-content", "RESPONSE_STREAM"), ("buffered-no-content", "BUFFERED")])
+def test_a_204_is_sent_without_a_body_and_the_connection_stays_usable(
+    url_for: Callable[..., FunctionUrlServer], http: httpx.Client, function: str, mode: str
+) -> None:
+    # GIVEN a function that answers 204 with a body
+    server = url_for(function, invoke_mode=mode)
+    # WHEN a client calls it twice on one kept-alive connection
+    first, second = http.get(f"{server.url}/"), http.get(f"{server.url}/")
+    # THEN each is a 204 with no body and no chunked framing (a body would be read as the next response)
+    for response in (first, second):
+        assert response.status_code == 204 and response.content == b""
+        assert "transfer-encoding" not in response.headers and response.headers["x-handler"]

@@ -36,6 +36,7 @@ import base64
 import collections
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -47,13 +48,14 @@ from urllib.parse import parse_qsl, urlsplit
 from chatstream_local.account import ACCOUNT_ID, current_region
 from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError
+from chatstream_local.lambda_.invocation import FunctionError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
     from chatstream_local.edge import LambdaApiRoute
-    from chatstream_local.lambda_.invocation import FunctionError, StreamHandle
+    from chatstream_local.lambda_.invocation import StreamHandle
     from chatstream_local.lambda_.service import LocalLambda
 
     IdentityResolver = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
@@ -65,6 +67,8 @@ HTTP_INTEGRATION_CONTENT_TYPE = "application/vnd.awslambda.http-integration-resp
 PRELUDE_DELIMITER = b"\x00" * 8
 REQUEST_BODY_LIMIT = 6 * 1024 * 1024  # bytes: a Function URL's maximum request payload
 _PRELUDE_LIMIT = 1024 * 1024
+_UNSENDABLE = re.compile(r"[\r\n\x00]")  # would end a header line early, or cut it
+_NO_BODY = frozenset({204, 304})  # statuses whose response has no body (RFC 9110), so no chunked framing either
 _HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive", "trailer", "upgrade"})
 INTERNAL_SERVER_ERROR = b'{"Message":"Internal Server Error"}'
 # A request AWS_IAM refuses: Lambda's body, as deployed Function URLs answer it (awsdocs/aws-lambda-developer-guide#494)
@@ -274,6 +278,7 @@ class _ClientGone(Exception):
 
 class _UrlHandler(QuietHandler):
     server: LoopbackServer[FunctionUrlServer]
+    _bodyless = False  # the response being written has no body (HEAD, 204, 304)
 
     def setup(self) -> None:
         super().setup()
@@ -336,6 +341,9 @@ class _UrlHandler(QuietHandler):
 
     def _send_whole(self, status: int, headers: Mapping[str, str], cookies: list[str], body: bytes) -> None:
         self._send_head(status, headers, cookies)
+        if status in _NO_BODY:
+            self.end_headers()
+            return
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
@@ -388,8 +396,18 @@ class _UrlHandler(QuietHandler):
             self.server.owner.record(handle.request_id, handle.error, "before_response")
             self._send_whole(502, {"content-type": "application/json"}, [], INTERNAL_SERVER_ERROR)
             return
-        status, headers, cookies, body = _buffered_response(result.payload)
+        try:
+            status, headers, cookies, body = _buffered_response(result.payload)
+        except _InvalidHeader as err:
+            self._bad_response(handle, err)
+            return
         self._send_whole(status, headers, cookies, body)
+
+    def _bad_response(self, handle: StreamHandle, err: _InvalidHeader) -> None:
+        """A response the function returned that HTTP cannot carry: 502, recorded as the function's error."""
+        error = FunctionError.synthetic("Function.InvalidResponseHeader", str(err))
+        self.server.owner.record(handle.request_id, error, "before_response")
+        self._send_whole(502, {"content-type": "application/json"}, [], INTERNAL_SERVER_ERROR)
 
     def _relay_stream(self, handle: StreamHandle, content_type: str) -> None:
         front = self.server.owner
@@ -406,7 +424,12 @@ class _UrlHandler(QuietHandler):
                 else:
                     self._send_whole(200, {"content-type": "application/octet-stream"}, [], pending)
                 return
-            status, headers, cookies = _prelude_fields(prelude)
+            try:
+                status, headers, cookies = _prelude_fields(prelude)
+            except _InvalidHeader as err:
+                self._bad_response(handle, err)
+                front.drain_in_background(handle, chunks)
+                return
         try:
             self._write_head(status, headers, cookies)
             if pending:
@@ -421,16 +444,17 @@ class _UrlHandler(QuietHandler):
             front.drain_in_background(handle, chunks)
 
     def _write_head(self, status: int, headers: Mapping[str, str], cookies: list[str]) -> None:
+        self._bodyless = self.command == "HEAD" or status in _NO_BODY
         try:
             self._send_head(status, headers, cookies)
-            if self.command != "HEAD":
+            if not self._bodyless:
                 self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
         except OSError as err:
             raise _ClientGone from err
 
     def _write_chunk(self, data: bytes) -> None:
-        if not data or self.command == "HEAD":
+        if not data or self._bodyless:
             return
         try:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -439,7 +463,7 @@ class _UrlHandler(QuietHandler):
             raise _ClientGone from err
 
     def _write_end(self) -> None:
-        if self.command == "HEAD":
+        if self._bodyless:
             return
         try:
             self.wfile.write(b"0\r\n\r\n")
@@ -465,6 +489,10 @@ def _read_prelude(chunks: Iterator[bytes]) -> tuple[dict[str, Any] | None, bytes
     return None, buffer
 
 
+class _InvalidHeader(ValueError):
+    """A header or cookie the function returned that no HTTP response can carry."""
+
+
 def _prelude_fields(prelude: Mapping[str, Any]) -> tuple[int, dict[str, str], list[str]]:
     try:
         status = int(prelude.get("statusCode", 200))
@@ -474,7 +502,18 @@ def _prelude_fields(prelude: Mapping[str, Any]) -> tuple[int, dict[str, str], li
     headers = {str(k): str(v) for k, v in raw_headers.items()} if isinstance(raw_headers, dict) else {}
     raw_cookies = prelude.get("cookies") or []
     cookies = [str(c) for c in raw_cookies] if isinstance(raw_cookies, list) else []
+    for text in (*headers, *headers.values(), *cookies):
+        if _UNSENDABLE.search(text) or not text.isascii() and not _latin_1(text):
+            raise _InvalidHeader(f"the response's header or cookie {text[:60]!r} cannot be sent over HTTP")
     return status, headers, cookies
+
+
+def _latin_1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _buffered_response(payload: bytes) -> tuple[int, dict[str, str], list[str], bytes]:
