@@ -33,6 +33,7 @@ WRAPPER = LAYER / "bin" / "chatstream-streaming"
 TASK_ROOT = REPO / "tests" / "fixtures" / "handlers"
 FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:RelayFunction"
 WAIT = 20.0  # seconds to wait for something the runtime must do
+BUFFERED_RESPONSE_LIMIT = 6 * 1024 * 1024  # Lambda's quota for a buffered response
 
 
 class Recorded:
@@ -128,12 +129,25 @@ class RuntimeAPIHandler(BaseHTTPRequestHandler):
             self.server.api.recorded.put(Recorded("error", parts[3], headers, self._read_body()))
         elif headers.get("Transfer-Encoding") == "chunked":
             self._record_stream(parts[3], headers)
+        elif int(headers.get("Content-Length", "0")) > BUFFERED_RESPONSE_LIMIT:
+            self._refuse_unread(parts[3], headers)
+            return
         else:
             self.server.api.recorded.put(Recorded("response", parts[3], headers, self._read_body()))
         self.send_response(202)
         self.send_header("Content-Length", "2")
         self.end_headers()
         self.wfile.write(b"{}")
+
+    def _refuse_unread(self, request_id: str, headers: dict[str, str]) -> None:
+        """413 before reading the body, then close the connection, as the local Runtime API refuses one over 6 MB."""
+        self.server.api.recorded.put(Recorded("refused", request_id, headers))
+        self.send_response(413)
+        self.send_header("Content-Length", "2")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"{}")
+        self.close_connection = True
 
     def _read_body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -433,6 +447,19 @@ def test_status_dict_for_a_function_url_event_becomes_a_prelude(runtime: Runtime
     # WHEN it is streamed THEN status and headers go in the prelude and the body after it
     assert prelude == {"statusCode": 404, "headers": {"Content-Type": "application/json"}, "cookies": []}
     assert body == b'{"error":"not_found"}'
+
+
+def test_a_buffered_response_refused_unread_is_logged_and_not_sent_again(
+    runtime: RuntimeProcess, api: FakeRuntimeAPI
+) -> None:
+    # GIVEN a handler that returns 7 MB for a non-HTTP event, on the runtime's kept-alive connection
+    request_id = api.invoke({"case": "oversized"})
+    # WHEN the Runtime API answers the post with 413 before reading its body, and closes the connection
+    assert api.next_record(request_id, ("refused", "response", "error")).kind == "refused"
+    # THEN the runtime does not post it again: what it does next is ask for the next invocation
+    assert api.next_record(kinds=("refused", "response", "next")).kind == "next"
+    # AND the 413 is what it logged
+    assert f"/invocation/{request_id}/response answered 413" in runtime.output()
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,8 @@ class RuntimeClient:
     """``next_invocation``, buffered ``post_response``, ``begin_stream``/``end_stream``, errors.
 
     A request that fails on the connection (``OSError``) leaves the client without one; the next request opens a
-    new connection, so one broken connection costs at most the invocation it was carrying.
+    new connection, so one broken connection costs at most the invocation it was carrying. A request is made again
+    at once only when the Runtime API cannot have acted on it (see ``_request``): a POST is never sent twice.
     """
 
     def __init__(self, address: str) -> None:
@@ -163,18 +164,42 @@ class RuntimeClient:
         if method != "GET":
             all_headers["Content-Length"] = str(len(body))
         message = _request_head(method, endpoint, self.address, all_headers) + body
-        # A kept-alive connection the server has since closed fails on first use; retry once on a new one.
+        # A kept-alive connection the server has since closed fails on first use. The request goes again on a new
+        # one only when the server cannot have acted on it: its first write failed (a send() that fails sent
+        # nothing), or it is GET /next. A POST that started going out is never sent twice: the Runtime API may have
+        # read it, or refused it (413), and a second one is answered 400 InvalidRequestID.
         for attempt in (1, 2):
             reused = self._sock is not None
             sock = self._socket()
+            sent = 0
             try:
-                sock.sendall(message)
-                return self._read_response()
+                sent = sock.send(message)
+                return self._finish_request(sock, memoryview(message)[sent:])
             except OSError as err:
                 self.close()  # whatever state it is in, this connection cannot carry another request
-                if attempt == 2 or not reused or not isinstance(err, ConnectionError):
+                stale = reused and isinstance(err, ConnectionError) and (sent == 0 or method == "GET")
+                if attempt == 2 or not stale:
                     raise
         raise AssertionError("unreachable")
+
+    def _finish_request(self, sock: socket.socket, rest: memoryview) -> RuntimeAPIResponse:
+        """Send the rest of the request and read the answer, or the answer the server gave before it stopped reading.
+
+        A server may refuse a request before reading its body, answer, and close (the Runtime API's 413 for a buffered
+        response over 6 MB): the send fails, and that answer, if it arrived, is what the caller should hear.
+        """
+        try:
+            sock.sendall(rest)
+        except ConnectionError:
+            try:
+                early = self._read_response()
+            except OSError:
+                early = None
+            self.close()
+            if early is None:
+                raise
+            return early
+        return self._read_response()
 
     def _socket(self) -> socket.socket:
         if self._sock is not None and _peer_closed(self._sock):

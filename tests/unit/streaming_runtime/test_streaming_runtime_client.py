@@ -194,6 +194,63 @@ def test_kept_alive_connection_closed_by_the_server_is_replaced(server: Server) 
     assert server.received().startswith(b"POST /2018-06-01/runtime/invocation/req-2/response")
 
 
+def test_a_kept_alive_connection_that_fails_the_first_write_is_replaced(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a connection used once, then closed by the Runtime API too late for the client to notice before it writes
+    client = RuntimeClient("127.0.0.1:9001")
+    prime(server, client, ACCEPTED)
+    client.post_response("req-1", b"1", "application/json")
+    server.peer.close()
+    monkeypatch.setattr(client_module, "_peer_closed", lambda sock: False)
+    connect = server.connect
+
+    def connect_and_accept(*args: object) -> socket.socket:
+        sock = connect(*args)
+        server.answer(ACCEPTED)
+        return sock
+
+    monkeypatch.setattr(client_module.socket, "create_connection", connect_and_accept)
+    # WHEN the client posts the next response: its first write fails, so none of it went out
+    client.post_response("req-2", b"2", "application/json")
+    # THEN it was sent once more, whole, on a new connection
+    assert len(server.peers) == 2
+    assert server.received().startswith(b"POST /2018-06-01/runtime/invocation/req-2/response")
+
+
+def test_a_post_refused_before_its_body_was_read_is_reported_and_not_sent_again(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a kept-alive connection to a Runtime API that answers 413 as soon as it has read a request's head, and
+    # closes the connection without reading the body (as the local Runtime API refuses a buffered response over 6 MB)
+    client = RuntimeClient("127.0.0.1:9001")
+    client._socket()
+    peer = server.peer
+
+    def refuse() -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += peer.recv(4096)
+        peer.sendall(b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 8\r\n\r\ntoo big!")
+        peer.close()
+
+    threading.Thread(target=refuse).start()
+    connections: list[object] = []
+
+    def refuse_to_connect(*args: object) -> socket.socket:
+        connections.append(args)
+        raise ConnectionRefusedError
+
+    monkeypatch.setattr(client_module.socket, "create_connection", refuse_to_connect)
+    # WHEN a 7 MB response is posted: its body cannot all go out before the connection closes
+    with pytest.raises(RuntimeAPIError) as raised:
+        client.post_response("req-1", b"x" * (7 * 1024 * 1024), "application/json")
+    # THEN the caller hears the 413, and no new connection was opened to send the response again
+    assert (raised.value.status, raised.value.body) == (413, b"too big!")
+    assert connections == []
+    assert client._sock is None
+
+
 def test_connection_close_is_honoured(server: Server) -> None:
     # GIVEN a Runtime API that closes after each response
     client = RuntimeClient("127.0.0.1:9001")
