@@ -462,6 +462,19 @@ def test_a_buffered_response_refused_unread_is_logged_and_not_sent_again(
     assert f"/invocation/{request_id}/response answered 413" in runtime.output()
 
 
+def test_a_header_value_with_crlf_is_a_marshal_error_before_the_stream(
+    runtime: RuntimeProcess, api: FakeRuntimeAPI
+) -> None:
+    # GIVEN a handler whose StreamingResponse has a header value holding CR LF and another header line
+    request_id = api.invoke(url_event("header_injection"))
+    # WHEN it is invoked
+    record = api.next_record(request_id, ("error", "stream-start", "response"))
+    # THEN nothing is streamed: the runtime posts Runtime.MarshalError to /invocation/{id}/error
+    assert record.kind == "error"
+    assert record.headers["Lambda-Runtime-Function-Error-Type"] == "Runtime.MarshalError"
+    assert "header 'x-a' has '\\r' at 1" in json.loads(record.body)["errorMessage"]
+
+
 @pytest.mark.parametrize(
     ("handler", "error_type", "message"),
     [

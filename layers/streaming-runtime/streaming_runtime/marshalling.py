@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from awslambdaric.lambda_runtime_exception import FaultException
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
 HTTP_INTEGRATION_RESPONSE = "application/vnd.awslambda.http-integration-response"
 PRELUDE_DELIMITER = b"\x00" * 8
 OCTET_STREAM = "application/octet-stream"
+#: A header name is a token (RFC 9110 section 5.1), as Node's http module checks it (``_http_common.js``).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: What a header value cannot hold, as Node's http module checks it: anything but HTAB, SP, visible ASCII and
+#: obs-text (RFC 9110 section 5.5), so no CR, LF or NUL, and no character beyond U+00FF (a header is octets).
+_NOT_IN_HEADER_VALUE = re.compile(r"[^\t\x20-\x7e\x80-\xff]")
 
 
 def decode_event(body: bytes, content_type: str | None) -> object:
@@ -36,15 +43,48 @@ def is_function_url_event(event: object) -> bool:
 def http_prelude(status_code: int, headers: Mapping[str, str], cookies: Sequence[str]) -> bytes:
     """The JSON prelude and the 8 NUL bytes that precede the body of an HTTP integration response."""
     if isinstance(status_code, bool) or not isinstance(status_code, int) or not 100 <= status_code <= 599:
-        raise FaultException(
-            FaultException.MARSHAL_ERROR, f"Unable to marshal response: invalid statusCode {status_code!r}", None
-        )
-    prelude = {
-        "statusCode": status_code,
-        "headers": {str(name): str(value) for name, value in headers.items()},
-        "cookies": [str(cookie) for cookie in cookies],
-    }
+        raise _marshal_error(f"invalid statusCode {status_code!r}")
+    prelude = {"statusCode": status_code, "headers": _checked_headers(headers), "cookies": _checked_cookies(cookies)}
     return json.dumps(prelude, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + PRELUDE_DELIMITER
+
+
+def _checked_headers(headers: object) -> dict[str, str]:
+    """The headers as they are, when each name is a token and each value a string fit for a header line.
+
+    Only strings, as the Function URL response format has them: a number or a list is the handler's mistake, not
+    something to guess a spelling for (``str(True)`` is ``"True"``). An error names the header and the character at
+    fault, never the value: a header can carry a secret.
+    """
+    if not isinstance(headers, Mapping):
+        raise _marshal_error(f"headers must be a mapping, not {type(headers).__name__}")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise _marshal_error(f"invalid header name {name!r}")
+        _check_field(f"header {name!r}", value)
+    return dict(headers)
+
+
+def _checked_cookies(cookies: object) -> list[str]:
+    if not isinstance(cookies, list | tuple):
+        raise _marshal_error(f"cookies must be a list of strings, not {type(cookies).__name__}")
+    for index, cookie in enumerate(cookies):
+        _check_field(f"cookie {index}", cookie)
+    return list(cookies)
+
+
+def _check_field(what: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise _marshal_error(f"{what} must be a string, not {type(value).__name__}")
+    bad = _NOT_IN_HEADER_VALUE.search(value)
+    if bad is not None:
+        raise _marshal_error(
+            f"{what} has {bad.group()!r} at {bad.start()}: a header value cannot hold CR, LF, NUL,"
+            " other control characters or characters beyond U+00FF"
+        )
+
+
+def _marshal_error(reason: str) -> FaultException:
+    return FaultException(FaultException.MARSHAL_ERROR, f"Unable to marshal response: {reason}", None)
 
 
 def encode_chunk(part: object) -> bytes:
@@ -92,7 +132,7 @@ def http_result_from_dict(result: Mapping[str, object]) -> tuple[int, dict[str, 
         data = body.encode("utf-8")
     else:
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    return status, {str(k): str(v) for k, v in headers.items()}, [str(c) for c in cookies], data
+    return status, headers, cookies, data  # http_prelude checks the headers and cookies
 
 
 def buffered_result(result: object) -> tuple[bytes, str]:

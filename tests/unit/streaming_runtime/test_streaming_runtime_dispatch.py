@@ -212,6 +212,24 @@ def test_unserializable_value_is_a_marshal_error() -> None:
     assert client.calls[0][1][1]["errorType"] == "Runtime.MarshalError"
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        StreamingResponse(headers={"x-a": "b\r\nInjected: yes"}, body=["hi"]),
+        StreamingResponse(cookies=["c=1\r\nX-Evil: 1"], body=["hi"]),
+        {"statusCode": 200, "headers": {"X-N": 1}, "body": "hi"},
+    ],
+    ids=["header-with-crlf", "cookie-with-crlf", "url-dict-with-a-number"],
+)
+def test_a_header_no_header_line_can_carry_is_a_marshal_error_before_the_stream(result: object) -> None:
+    # GIVEN a handler whose response has a header or cookie that cannot be sent as it is
+    # WHEN invoked for a Function URL
+    client = run(lambda event, context: result, URL_EVENT)
+    # THEN nothing is streamed: Runtime.MarshalError goes to /invocation/{id}/error
+    assert client.kinds == ["error"]
+    assert client.calls[0][1][1]["errorType"] == "Runtime.MarshalError"
+
+
 def test_trace_id_is_propagated(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN an invocation with a trace header (and a stale trace id from a previous one)
     monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=stale")

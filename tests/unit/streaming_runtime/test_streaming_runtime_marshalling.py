@@ -72,6 +72,43 @@ def test_prelude_refuses_invalid_status(status: object) -> None:
     assert raised.value.exception_type == "Runtime.MarshalError"
 
 
+def test_prelude_takes_latin_1_and_tabs_in_header_values() -> None:
+    # GIVEN header values with HTAB, SP and a character of latin-1 beyond ASCII (RFC 9110's obs-text)
+    prelude = http_prelude(200, {"Content-Type": "text/plain;\tcharset=utf-8", "X-City": "Montréal"}, ())
+    # WHEN serialized THEN they go into the prelude as they are
+    assert json.loads(prelude[:-8])["headers"] == {"Content-Type": "text/plain;\tcharset=utf-8", "X-City": "Montréal"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "cookies", "reason"),
+    [
+        ({"x-a": "b\r\nInjected: yes"}, [], "header 'x-a' has '\\r' at 1"),
+        ({"x-a": "b\nInjected: yes"}, [], "header 'x-a' has '\\n' at 1"),
+        ({"x-a": "b\x00c"}, [], "header 'x-a' has '\\x00' at 1"),
+        ({"x-a": "café ✓"}, [], "header 'x-a' has '✓' at 5"),
+        ({"x-multi": ["a", "b"]}, [], "header 'x-multi' must be a string, not list"),
+        ({"x-n": 1}, [], "header 'x-n' must be a string, not int"),
+        ({"x-b": True}, [], "header 'x-b' must be a string, not bool"),
+        ({1: "a"}, [], "invalid header name 1"),
+        ({"x a": "a"}, [], "invalid header name 'x a'"),
+        ({"x-a: b\r\nx-c": "d"}, [], "invalid header name"),
+        ({"": "a"}, [], "invalid header name ''"),
+        ([("x-a", "b")], [], "headers must be a mapping, not list"),
+        ({}, ["c=1\r\nX-Evil: 1"], "cookie 0 has '\\r' at 3"),
+        ({}, ["ok=1", "c=\x00"], "cookie 1 has '\\x00' at 2"),
+        ({}, [1], "cookie 0 must be a string, not int"),
+        ({}, "c=1", "cookies must be a list of strings, not str"),
+    ],
+)
+def test_prelude_refuses_what_no_header_line_can_carry(headers: object, cookies: object, reason: str) -> None:
+    # GIVEN a header or cookie that is not a string, or holds CR, LF, NUL or a character beyond latin-1
+    # WHEN serialized THEN a marshal error that names it, and never a prelude with a raw or re-spelled value
+    with pytest.raises(FaultException) as raised:
+        http_prelude(200, headers, cookies)  # type: ignore[arg-type]
+    assert raised.value.exception_type == "Runtime.MarshalError"
+    assert reason in raised.value.msg
+
+
 def test_encode_chunk() -> None:
     # GIVEN body items WHEN encoded THEN str is UTF-8, bytes-likes are bytes, anything else a TypeError
     assert encode_chunk("héllo ✓") == "héllo ✓".encode()
@@ -88,7 +125,7 @@ def test_encode_chunks_skips_empty_items() -> None:
 
 def test_function_url_dict_results() -> None:
     # GIVEN Function URL style results WHEN converted THEN status, headers, cookies and body bytes
-    assert http_result_from_dict({"statusCode": 404, "headers": {"X-N": 1}, "body": "é"}) == (
+    assert http_result_from_dict({"statusCode": 404, "headers": {"X-N": "1"}, "body": "é"}) == (
         404,
         {"X-N": "1"},
         [],
