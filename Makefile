@@ -107,12 +107,13 @@ screenshot: $(STAMP) browser-deps
 local: $(STAMP)
 	$(LOCAL_PATH) exec $(BIN)/python -m chatstream_local $(ARGS)
 
-# The relay `make chat` and `make smoke` talk to: URL, else the local stack on CHATSTREAM_PORT when it is set, else the
+# `make chat`, `make invoke` and `make smoke` do not echo their command: their stdout is the reply, the payload,
+# the checks. The relay `make chat` and `make smoke` talk to: URL, else the local stack on CHATSTREAM_PORT when it is set, else the
 # client's own default (CHATSTREAM_URL, else the local stack's default port).
 CLIENT_URL = $(or $(URL),$(if $(CHATSTREAM_PORT),http://127.0.0.1:$(CHATSTREAM_PORT)))
 
 chat: $(STAMP)
-	PYTHONPATH=client $(BIN)/python -m chatstream_client.cli $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
+	@PYTHONPATH=client $(BIN)/python -m chatstream_client.cli $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
 
 deploy: build
 	$(AWS_ACCOUNT_ENV) $(BIN)/sam deploy --guided
@@ -153,10 +154,10 @@ bench: $(STAMP)
 # function on that event on the stack `make local` runs on CHATSTREAM_PORT, or on one it starts and stops itself.
 .PHONY: invoke
 invoke: $(STAMP)
-	$(LOCAL_PATH) $(BIN)/python -m chatstream_local.sam.invoke $(FUNCTION) $(if $(EVENT),--event $(EVENT)) $(ARGS)
+	@$(LOCAL_PATH) $(BIN)/python -m chatstream_local.sam.invoke $(FUNCTION) $(if $(EVENT),--event $(EVENT)) $(ARGS)
 
 # Check a deployment (README, "Deploy"): make smoke URL=https://<id>.lambda-url.<region>.on.aws, signed with SigV4 for a
 # Function URL; ARGS="--second-profile NAME" adds the check that another principal gets 404 on the session.
 .PHONY: smoke
 smoke: $(STAMP)
-	PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
+	@PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)

@@ -261,7 +261,11 @@ class LocalStack:
 
     def _start_model(self) -> None:
         if self.settings.bedrock == "aws":
-            self._log("stack", "CHATSTREAM_BEDROCK=aws: the proxy calls Amazon Bedrock with your AWS credentials")
+            self._log(
+                "stack",
+                f"CHATSTREAM_BEDROCK=aws: the proxy calls Amazon Bedrock in {self.settings.region} with your AWS"
+                " credentials (AWS_DEFAULT_REGION chooses the region; your profile's is not read)",
+            )
             return
         self._model = LocalModelServer(delay_ms=self.settings.model_delay_ms)
         self._model.start()

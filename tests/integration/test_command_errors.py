@@ -238,3 +238,18 @@ def test_smoke_with_a_mistake_in_the_command(args: list[str], env: dict[str, str
     # THEN it says so in one line, exits 2, and runs no check
     assert one_line(result.stderr).startswith(expected)
     assert result.returncode == 2 and result.stdout == ""
+
+
+@pytest.mark.parametrize("target", ["chat", "invoke", "smoke"])
+def test_make_writes_only_the_commands_own_output_to_stdout(target: str) -> None:
+    # WHEN a client command runs through make (its help: no stack needed)
+    done = subprocess.run(  # noqa: S603 - make, our Makefile
+        ["make", "--no-print-directory", "-C", str(REPO_ROOT), "-o", ".venv/.installed", target, "ARGS=--help"],  # noqa: S607
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # THEN stdout is what the command wrote (README: stdout holds exactly the reply, the payload), not make's echo
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:"), done.stdout[:200]
