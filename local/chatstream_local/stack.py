@@ -42,6 +42,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from chatstream.config import ConsumerConfig, ProxyConfig, RelayConfig, TableConfig
+from chatstream.errors import ConfigError
 from chatstream_local.account import current_region
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.botocore_models import layer_models
@@ -128,6 +130,29 @@ class StackSettings:
     @property
     def auth_type(self) -> str:
         return self.parameter_overrides.get("FunctionUrlAuthType", "AWS_IAM")
+
+
+# Each function's configuration class, read as its cold start reads it (functions/*/app.py).
+_CONFIGURATIONS: dict[str, type[ProxyConfig | RelayConfig | ConsumerConfig | TableConfig]] = {
+    "ProxyFunction": ProxyConfig,
+    "RelayFunction": RelayConfig,
+    "ConsumerFunction": ConsumerConfig,
+    "TurnReaperFunction": TableConfig,
+}
+
+
+def _check_configuration(logical_id: str, env: dict[str, str]) -> None:
+    """A parameter CloudFormation accepts but the function refuses (a ``ModelRequestFields`` that is not JSON, a
+    ``TtlDays`` of 1.5) stops the stack in one line, rather than failing every cold start of that function."""
+    configuration = _CONFIGURATIONS.get(logical_id)
+    if configuration is None:
+        return
+    try:
+        configuration.from_env(env)
+    except ConfigError as err:
+        raise StackError(
+            f"{logical_id} would fail every cold start: {err} (check the template parameters you gave)"
+        ) from None
 
 
 def _free_port() -> int:
@@ -285,6 +310,7 @@ class LocalStack:
                 raise StackError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
             env.update(self._endpoints(invoke_url, logical_id))
             env.update(self.settings.function_overrides.get(logical_id, {}))  # last: tests and tools win
+            _check_configuration(logical_id, env)
             code_dirs, exec_wrapper = self.code_of(logical_id, wrapper_path)
             invoke_config = settings.get("EventInvokeConfig", {})
             reserved = settings.get("ReservedConcurrentExecutions")
@@ -332,9 +358,9 @@ class LocalStack:
         return any(event.get("Type") in ("Kinesis", "SQS") for event in settings.get("Events", {}).values())
 
     def _layer_logical_id(self, layer: Any) -> str:
-        # Layers are resolved by the template reader to physical names; map them back to logical ids.
+        # Layers are resolved by the template reader to their version's ARN; map them back to logical ids.
         for logical_id in self.template.resources_of_type("AWS::Serverless::LayerVersion"):
-            if layer in (logical_id, self.name(logical_id)):
+            if layer in (logical_id, self.name(logical_id), self.template.arn(logical_id)):
                 return logical_id
         raise StackError(f"layer {layer!r} is not a layer of template.yaml")
 

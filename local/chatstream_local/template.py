@@ -115,6 +115,8 @@ class Template:
             "AWS::SQS::Queue": f"arn:aws:sqs:{self.region}:{ACCOUNT_ID}:{name}",
             "AWS::Serverless::Function": f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{name}",
             "AWS::SNS::Topic": f"arn:aws:sns:{self.region}:{ACCOUNT_ID}:{name}",
+            # a layer's one local version (Ref gives a layer version's ARN, as CloudFormation's does)
+            "AWS::Serverless::LayerVersion": f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:layer:{name}:1",
         }.get(kind)
         if service is None:
             return f"arn:aws:local:{self.region}:{ACCOUNT_ID}:{name}"
@@ -171,7 +173,7 @@ class Template:
             kind = self.raw["Resources"][name]["Type"]
             if kind == "AWS::SQS::Queue":
                 return f"http://sqs.{self.region}.localhost/{ACCOUNT_ID}/{self.physical_name(name)}"
-            if kind == "AWS::SNS::Topic":
+            if kind in ("AWS::SNS::Topic", "AWS::Serverless::LayerVersion"):
                 return self.arn(name)
             return self.physical_name(name)
         raise TemplateError(f"cannot resolve Ref {name}")
@@ -230,4 +232,5 @@ _INTRINSICS: dict[str, Any] = {
     "Condition": lambda self, arg: self.condition(arg),
     "Fn::Join": lambda self, arg: str(arg[0]).join(str(item) for item in self.resolve(arg[1])),
     "Fn::Select": lambda self, arg: self.resolve(arg[1])[int(self.resolve(arg[0]))],
+    "Fn::Split": lambda self, arg: str(self.resolve(arg[1])).split(str(arg[0])),
 }

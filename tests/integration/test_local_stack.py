@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 import botocore.session
@@ -15,7 +16,7 @@ from chatstream.status import StopReason, TurnStatus
 from chatstream_client.api import ApiError, ChatClient, ids_in_order
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
-from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackSettings
+from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackError, StackSettings
 from tests.fixtures.local_handlers.specs import wait_until
 from tests.layer_operations import FUNCTION_OPERATIONS
 
@@ -177,3 +178,22 @@ def test_a_proxy_event_delivered_twice_is_generated_once(start_stack: Callable[.
         timeout_s=5,
         what="the proxy's two duplicate drops in its log",
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (
+            {"ModelRequestFields": "{thinking: on}"},
+            "ProxyFunction would fail every cold start: environment variable MODEL_REQUEST_FIELDS",
+        ),
+        ({"TtlDays": "1.5"}, "would fail every cold start: environment variable TTL_DAYS must be an integer"),
+    ],
+)
+def test_a_parameter_the_template_accepts_and_a_function_refuses_stops_the_stack_in_one_line(
+    start_stack: Callable[..., LocalStack], overrides: dict[str, str], says: str
+) -> None:
+    # GIVEN a parameter CloudFormation would deploy (it matches the template's pattern, or is a Number) WHEN the stack
+    # starts with it THEN it stops at once, naming the function and the variable, instead of failing every chat
+    with pytest.raises(StackError, match=re.escape(says)):
+        start_stack(parameter_overrides=overrides)
