@@ -98,7 +98,7 @@ class ApiError(Exception):
     def __init__(
         self, status: int, code: str, message: str, *, result: TurnResult | None = None, session_id: str | None = None
     ) -> None:
-        super().__init__(f"{status} {code}: {message}")
+        super().__init__(f"{status} {code}: {message}" if status else f"{code}: {message}")  # 0: no HTTP answer
         self.status = status
         self.code = code
         self.message = message

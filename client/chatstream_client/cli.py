@@ -75,8 +75,10 @@ def explain(error: Exception, url: str, signed: bool) -> str:
     if isinstance(error, SSEError):
         return f"{url} did not answer with an event stream: is it the relay's URL (the stack's RelayFunctionUrl)?"
     if isinstance(error, httpx.ConnectError):
-        if httpx.URL(url).host in _LOOPBACK_HOSTS:
-            return f"cannot connect to {url}: is the local stack running? Start it with `make local`"
+        parsed = httpx.URL(url)
+        if parsed.host in _LOOPBACK_HOSTS:
+            on_port = f"CHATSTREAM_PORT={parsed.port} " if parsed.port != httpx.URL(DEFAULT_URL).port else ""
+            return f"cannot connect to {url}: is the local stack running? Start it with `{on_port}make local`"
         return f"cannot connect to {url} ({error}): check the URL (the stack's RelayFunctionUrl) and your network"
     if isinstance(error, httpx.TimeoutException):
         return f"{url} did not answer in time: check that the stack is up, then try again"
@@ -251,13 +253,14 @@ def _client(url: str, signed: bool, region: str | None) -> ChatClient:
     return ChatClient(url, auth=SigV4Auth(region) if signed else None)
 
 
-def _messages(err: TextIO) -> Iterator[str]:
-    """The user's messages from the prompt, until end of input or Ctrl-C."""
+def _messages(err: TextIO, prompted: bool) -> Iterator[str]:
+    """The user's messages from the prompt (shown when ``prompted``), until end of input or Ctrl-C."""
     while True:
         try:
-            message = input("you> ")
+            message = input("you> " if prompted else "")
         except (EOFError, KeyboardInterrupt):
-            err.write("\n")
+            if prompted:
+                err.write("\n")
             return
         if message.strip():
             yield message
@@ -265,9 +268,13 @@ def _messages(err: TextIO) -> Iterator[str]:
 
 def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out: TextIO, err: TextIO) -> int:
     session_id = args.session
-    err.write(f"chatstream at {args.url} — Ctrl-C cancels a reply, Ctrl-C at the prompt quits.\n")
-    for message in _messages(err):
-        out.write("assistant> ")
+    # On a terminal, prompts and labels; piped (`printf 'hi\n' | make chat`), stdout holds the replies alone.
+    prompted = sys.stdin.isatty() and out.isatty()
+    if prompted:
+        err.write(f"chatstream at {args.url} — Ctrl-C cancels a reply, Ctrl-C at the prompt quits.\n")
+    for message in _messages(err, prompted):
+        if prompted:
+            out.write("assistant> ")
         try:
             result = _stream_turn(client, message, session_id, args, out, err)
         except KeyboardInterrupt:

@@ -27,47 +27,49 @@ pytestmark = pytest.mark.e2e
 
 
 class Terminal:
-    """The CLI in a subprocess: write lines to it, read what it printed so far."""
+    """The CLI in a subprocess on a pseudo-terminal (stdin and stdout; stderr a pipe): type lines, read what it
+    printed so far (the terminal echoes what is typed)."""
 
     def __init__(self, url: str) -> None:
         env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
-        self.process = subprocess.Popen(
+        self.leader, follower = pty.openpty()
+        self.process = subprocess.Popen(  # noqa: S603 - this interpreter, our client
             [sys.executable, "-u", "-m", "chatstream_client.cli", "--url", url],
             cwd=REPO_ROOT,
             env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=follower,
+            stdout=follower,
             stderr=subprocess.PIPE,
         )
+        os.close(follower)
         self.out = b""
         self.err = b""
         self._selector = selectors.DefaultSelector()
-        assert self.process.stdout is not None and self.process.stderr is not None
-        for stream in (self.process.stdout, self.process.stderr):
-            os.set_blocking(stream.fileno(), False)
-            self._selector.register(stream, selectors.EVENT_READ)
+        assert self.process.stderr is not None
+        os.set_blocking(self.process.stderr.fileno(), False)
+        self._selector.register(self.process.stderr, selectors.EVENT_READ)
+        self._selector.register(self.leader, selectors.EVENT_READ)
 
     def type(self, line: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line.encode() + b"\n")
-        self.process.stdin.flush()
+        os.write(self.leader, line.encode() + b"\n")
 
     def wait_for(self, text: str, where: str = "out", timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while text not in (self.out if where == "out" else self.err).decode(errors="replace"):
             assert time.monotonic() < deadline, f"{text!r} never appeared; out={self.out[-300:]!r} err={self.err!r}"
             for key, _ in self._selector.select(timeout=0.1):
-                chunk = key.fileobj.read()  # type: ignore[union-attr]
-                if chunk:
-                    if key.fileobj is self.process.stdout:
-                        self.out += chunk
-                    else:
-                        self.err += chunk
+                if key.fileobj == self.leader:
+                    with contextlib.suppress(OSError):  # the terminal closes when the client exits
+                        self.out += os.read(self.leader, 4096)
+                elif chunk := key.fileobj.read():  # type: ignore[union-attr]
+                    self.err += chunk
 
     def close(self) -> int:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        return self.process.wait(timeout=30)
+        os.write(self.leader, b"\x04")  # Ctrl-D at the prompt: end of input
+        status = self.process.wait(timeout=30)
+        self._selector.close()
+        os.close(self.leader)
+        return status
 
 
 def test_interactive_chat_with_ctrl_c_cancel(start_stack: Callable[..., LocalStack]) -> None:
@@ -104,6 +106,26 @@ def _cli(url: str, *args: str, stdout: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
     command = [sys.executable, "-u", "-m", "chatstream_client.cli", "--url", url, *args]
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE)
+
+
+def test_piped_messages_get_the_replies_alone_on_stdout(start_stack: Callable[..., LocalStack]) -> None:
+    # GIVEN the local stack WHEN the interactive client reads two messages from a pipe and writes to one
+    stack = start_stack()
+    env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
+    done = subprocess.run(  # noqa: S603 - this interpreter, our client
+        [sys.executable, "-m", "chatstream_client.cli", "--url", stack.url],
+        cwd=REPO_ROOT,
+        env=env,
+        input="hello\n/think 2 again\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # THEN stdout is the replies, one a line, with no prompt or label; the reasoning went to stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "You said: hello\nYou said: again\n"
+    assert "you>" not in done.stderr and "r1 r2" in done.stderr
 
 
 def test_reasoning_is_dimmed_on_a_terminal_and_kept_off_a_piped_stdout(start_stack: Callable[..., LocalStack]) -> None:

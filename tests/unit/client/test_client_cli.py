@@ -21,7 +21,13 @@ DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
     ("error", "url", "signed", "says"),
     [
         (NoCredentialsError(), DEPLOYED, True, "no AWS credentials"),
-        (httpx.ConnectError("refused"), LOCAL, False, "make local"),
+        (httpx.ConnectError("refused"), LOCAL, False, "Start it with `make local`"),
+        (
+            httpx.ConnectError("refused"),
+            "http://127.0.0.1:3999",
+            False,
+            "Start it with `CHATSTREAM_PORT=3999 make local`",
+        ),
         (httpx.ConnectError("Name or service not known"), DEPLOYED, True, "check the URL"),
         (httpx.ReadTimeout("timed out"), DEPLOYED, True, "did not answer in time"),
         (SSEError("not an event stream"), LOCAL, False, "RelayFunctionUrl"),
@@ -35,6 +41,14 @@ DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
 def test_each_failure_is_explained_in_one_line(error: Exception, url: str, signed: bool, says: str) -> None:
     line = explain(error, url, signed)
     assert says in line and "\n" not in line
+
+
+def test_a_failure_without_an_http_answer_names_no_status() -> None:
+    # GIVEN a failure the client gave up on before any answer (status 0) WHEN it is explained THEN no "0" shows
+    error = ApiError(0, "turn_outcome_unknown", "the connection broke before the stream started")
+    assert explain(error, LOCAL, False) == "turn_outcome_unknown: the connection broke before the stream started"
+    # AND an answer's status still does
+    assert str(ApiError(409, "turn_in_progress", "busy")) == "409 turn_in_progress: busy"
 
 
 def test_a_resume_that_failed_is_explained_by_its_cause_and_names_the_turn() -> None:
