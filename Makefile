@@ -24,6 +24,9 @@ help:
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line (ARGS=--cpu-stress: one core kept busy)"
 	@echo "make build     sam build"
 	@echo "make deploy    sam deploy --guided"
+	@echo "make lint, typecheck, scan, unit, streams, lambda-python, validate   the parts of make test (docs/DEVELOPING.md)"
+	@echo "make pytest    every test once, in the development environment (PYTEST_ARGS=... passes options)"
+	@echo "make screenshot  refresh docs/screenshot.png from the browser test; make clean  remove build and caches"
 
 venv: $(STAMP)
 
