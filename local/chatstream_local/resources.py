@@ -52,7 +52,8 @@ def create_stream(
     name = template.physical_name(logical_id)
     on_demand = props.get("StreamModeDetails", {}).get("StreamMode") == "ON_DEMAND"
     shards = int(shard_count or props.get("ShardCount") or (ON_DEMAND_SHARDS if on_demand else 1))
-    client.create_stream(StreamName=name, ShardCount=shards)
+    mode = {"StreamMode": "ON_DEMAND" if on_demand else "PROVISIONED"}
+    client.create_stream(StreamName=name, ShardCount=shards, StreamModeDetails=mode)  # described as deployed
     client.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     encryption = props.get("StreamEncryption")
     if encryption:

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from chatstream_local.resources import create_queue, create_table, dead_letter_queue
+from chatstream_local.resources import ON_DEMAND_SHARDS, create_queue, create_stream, create_table, dead_letter_queue
 from chatstream_local.template import Template, TemplateError
 
 if TYPE_CHECKING:
@@ -89,3 +89,18 @@ def test_a_reserved_concurrency_override_reaches_the_function() -> None:
     template = Template.load(parameter_overrides={"RelayReservedConcurrency": "2"})
     assert int(template.function_settings("RelayFunction")["ReservedConcurrentExecutions"]) == 2
     assert "ReservedConcurrentExecutions" not in Template.load().function_settings("RelayFunction")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mode", "shards"),
+    [({}, "ON_DEMAND", ON_DEMAND_SHARDS), ({"StreamMode": "PROVISIONED", "ShardCount": "2"}, "PROVISIONED", 2)],
+)
+def test_the_stream_describes_itself_in_the_templates_mode(
+    moto: None, overrides: dict[str, str], mode: str, shards: int
+) -> None:
+    # GIVEN the template's stream (on demand by default) WHEN it is created locally
+    kinesis = boto3.client("kinesis", region_name="us-east-1")
+    name = create_stream(kinesis, Template.load(parameter_overrides=overrides))
+    # THEN DescribeStreamSummary (what OPERATIONS has you inspect) tells its mode and shards as deployed
+    summary = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]
+    assert (summary["StreamModeDetails"]["StreamMode"], summary["OpenShardCount"]) == (mode, shards)
