@@ -10,6 +10,7 @@ from chatstream_local.template import TemplateError
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import StreamModeDetailsTypeDef
     from mypy_boto3_sqs import SQSClient
 
     from chatstream_local.template import Template
@@ -52,7 +53,7 @@ def create_stream(
     name = template.physical_name(logical_id)
     on_demand = props.get("StreamModeDetails", {}).get("StreamMode") == "ON_DEMAND"
     shards = int(shard_count or props.get("ShardCount") or (ON_DEMAND_SHARDS if on_demand else 1))
-    mode = {"StreamMode": "ON_DEMAND" if on_demand else "PROVISIONED"}
+    mode: StreamModeDetailsTypeDef = {"StreamMode": "ON_DEMAND" if on_demand else "PROVISIONED"}
     client.create_stream(StreamName=name, ShardCount=shards, StreamModeDetails=mode)  # described as deployed
     client.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
     encryption = props.get("StreamEncryption")
