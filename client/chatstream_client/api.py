@@ -22,6 +22,8 @@ with ``status`` 0 unless an answer's status says more, under these codes:
   retry policy allows (httpx's error is ``__cause__``); the turn goes on, and ``events_url`` names it.
 - ``no_meta``: a ``200`` stream began without its ``meta`` event, and no turn was found after it as often as the
   sends allow (in a new session it is the cause of a ``turn_outcome_unknown`` instead).
+- ``bad_event``: an event whose data is not JSON (a relay of another protocol, or a line reader that splits where
+  SSE does not); the turn so far is ``result``.
 - ``http_error``: an error answer without the relay's JSON error body (Lambda's own ``429`` or ``413``, a front
   end's page), or one whose body broke off; ``message`` holds the start of the body, or what broke.
 
@@ -473,7 +475,11 @@ class ChatClient:
         on_meta: Callable[[TurnResult], None] | None,
     ) -> str:
         for event in events:
-            data = json.loads(event.data) if event.data else {}
+            try:
+                data = json.loads(event.data) if event.data else {}
+            except ValueError:
+                message = f"the {event.event!r} event (id {event.id or 'none'}) carries data that is not JSON"
+                raise ApiError(0, "bad_event", message, result=result) from None
             if event.event == "meta":
                 result.session_id = data["session_id"]
                 result.turn = int(data["turn"])

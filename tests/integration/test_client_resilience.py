@@ -200,6 +200,18 @@ def test_a_clean_stream_is_reported_clean(relay: FakeRelay, client: ChatClient) 
     assert (result.text, result.ids, result.clean, result.retries, result.incidents) == ("ab", ["1", "2"], True, 0, [])
 
 
+def test_an_event_whose_data_is_not_json_is_a_bad_event_with_the_turn_so_far(
+    relay: FakeRelay, client: ChatClient
+) -> None:
+    # GIVEN a stream whose second token's data is cut (as a reader splitting at U+2028 cuts it)
+    relay.script("POST /chat", stream(meta(), token(1, "a"), 'event: token\nid: 2\ndata: {"text":"b\n\n', done(3)))
+    # WHEN the client reads it THEN it raises bad_event, naming the event, with the turn so far (not a bare error)
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert raised.value.code == "bad_event" and "'token' event (id 2)" in raised.value.message
+    assert raised.value.result is not None and raised.value.result.text == "a" and raised.value.turn == 1
+
+
 def test_an_event_the_relay_repeats_is_shown_once_and_reported(relay: FakeRelay, client: ChatClient) -> None:
     # GIVEN a relay that sends token 2 twice in one stream
     relay.script("POST /chat", stream(meta(), token(1, "a"), token(2, "b"), token(2, "b"), token(3, "c"), done(4)))

@@ -371,10 +371,13 @@ def test_a_responses_output_passed_back_as_input_is_the_history_without_its_reas
 
 
 def test_text_with_unicode_line_separators_reaches_a_v1_stream_whole() -> None:
-    # GIVEN a native stream whose text holds characters str.splitlines() breaks at but SSE does not (JSON leaves
-    # U+2028, U+2029 and U+0085 as they are)
+    # GIVEN a native stream whose text holds characters str.splitlines() breaks at but SSE does not, written raw (as
+    # the relay wrote them before it escaped them)
     text = "a \u2028 b \u2029 c \x85 d"
-    native = native_stream(("token", text))
+    native = [
+        event.replace("\\u2028", "\u2028").replace("\\u2029", "\u2029").replace("\\u0085", "\x85")
+        for event in native_stream(("token", text))
+    ]
     assert "\u2028" in native[0]
     # WHEN a chat completion streams it THEN its content is the text, whole, and the stream ends
     chunks = ChunkStream("s", "model-x", 0, include_usage=False).chunks(turn_events(native))

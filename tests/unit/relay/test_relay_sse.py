@@ -31,6 +31,11 @@ def test_json_data_stays_on_one_line_whatever_the_text() -> None:
     # THEN the event is one data line and decodes to the same text
     assert framed.count("data:") == 1
     assert read_stream([framed]).events[0].json() == {"text": "a\nb\r\n😀 \u2028"}
+    # AND it is one line for str.splitlines() too (httpx-sse before 0.4.2 split there): U+2028, U+2029 and U+0085
+    # are escaped, as JSON allows, and read back the same
+    framed = sse.json_message({"text": "\u2028 \u2029 \x85"}, event="token", id=8)
+    assert len(framed.strip().splitlines()) == 3  # id, event, data
+    assert read_stream([framed]).events[0].json() == {"text": "\u2028 \u2029 \x85"}
 
 
 def test_retry_and_comments() -> None:

@@ -33,9 +33,20 @@ def message(data: str, *, event: str | None = None, id: int | str | None = None)
     return "\n".join(lines) + "\n\n"
 
 
+# Characters that end a line for str.splitlines() but not for SSE: escaped in JSON data, so that a reader that splits
+# lines the Python way (httpx-sse before 0.4.2, anything on str.splitlines) still gets each data line whole.
+_SPLITLINES_ONLY = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+def json_line(payload: Any) -> str:
+    """``payload`` as compact JSON on one line for any line splitter: JSON escapes CR and LF, and this U+2028,
+    U+2029 and U+0085 (the same text once parsed)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_SPLITLINES_ONLY)
+
+
 def json_message(payload: Any, *, event: str, id: int | str | None = None) -> str:
-    """An event whose data is ``payload`` as compact JSON (one line: JSON escapes line breaks)."""
-    return message(json.dumps(payload, ensure_ascii=False, separators=(",", ":")), event=event, id=id)
+    """An event whose data is ``payload`` as compact JSON (:func:`json_line`)."""
+    return message(json_line(payload), event=event, id=id)
 
 
 def retry(milliseconds: int) -> str:

@@ -15,7 +15,6 @@ Reasoning text (``event: reasoning`` in the native stream) is left out.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +69,7 @@ def completion_object(
 
 def error_data(code: str, message: str) -> str:
     error = {"message": message, "type": error_type(failed_status(code)), "param": None, "code": code}
-    return sse.message(json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":")))
+    return sse.message(sse.json_line({"error": error}))
 
 
 @dataclass
@@ -123,4 +122,4 @@ class ChunkStream:
 
     @staticmethod
     def _data(payload: dict[str, Any]) -> str:
-        return sse.message(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+        return sse.message(sse.json_line(payload))
