@@ -53,6 +53,8 @@ def create_stream(
     name = template.physical_name(logical_id)
     on_demand = props.get("StreamModeDetails", {}).get("StreamMode") == "ON_DEMAND"
     shards = int(shard_count or props.get("ShardCount") or (ON_DEMAND_SHARDS if on_demand else 1))
+    # moto gives an on-demand stream its own 4 shards: a shard count the caller chose (tests) makes it provisioned
+    on_demand = on_demand and shard_count is None
     mode: StreamModeDetailsTypeDef = {"StreamMode": "ON_DEMAND" if on_demand else "PROVISIONED"}
     client.create_stream(StreamName=name, ShardCount=shards, StreamModeDetails=mode)  # described as deployed
     client.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
