@@ -3,6 +3,8 @@ and during it (where botocore lets urllib3's errors through as they are)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from urllib3.exceptions import ProtocolError
@@ -38,3 +40,19 @@ def test_each_failure_gets_its_code_and_whether_asking_again_may_help(
     error = classify_bedrock_error(err)
     assert (error.code, error.retryable) == (code, retryable)
     assert type(err).__name__ in error.message or code in ("throttled", "invalid_request")
+
+
+@pytest.mark.parametrize("code", ["AccessDeniedException", "ResourceNotFoundException"])
+def test_a_refusal_of_the_deployment_keeps_its_account_and_role_in_the_logs_not_in_the_reply(
+    code: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN Bedrock refusing the proxy's role, in its own words (which name the account and the role)
+    words = "User: arn:aws:sts::123456789012:assumed-role/chatstream-ProxyRole/x is not authorized to perform: bedrock"
+    err = ClientError({"Error": {"Code": code, "Message": words}}, "ConverseStream")
+    # WHEN it becomes the turn's error THEN the client is told the model is not available, without those words
+    with caplog.at_level(logging.ERROR):
+        error = classify_bedrock_error(err)
+    assert code in error.message and "123456789012" not in error.message and not error.retryable
+    # AND the operators' log has them
+    (line,) = [r for r in caplog.records if r.getMessage() == "the model refused this deployment"]
+    assert line.error_message == words  # type: ignore[attr-defined]

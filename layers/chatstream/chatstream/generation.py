@@ -133,6 +133,13 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
         code = str(err.response.get("Error", {}).get("Code", ""))
         message = str(err.response.get("Error", {}).get("Message", "")) or str(err)
         ours, retryable = _BEDROCK_ERRORS.get(code.lower(), ("model_error", False))
+        if ours in SETUP_ERRORS:
+            # Bedrock's words name the account and the proxy's role ("User: arn:aws:sts::<account>:assumed-role/…
+            # is not authorized"): for the operators' logs, not for every client (with auth NONE, anyone).
+            logger.error("the model refused this deployment", extra={"error_code": code, "error_message": message})
+            return ErrorInfo(
+                ours, f"{code}: the model is not available to this deployment (see the proxy's logs)", retryable
+            )
         return ErrorInfo(ours, f"{code}: {message}" if code else message, retryable)
     # Once the stream has begun, botocore reads it through urllib3 and lets urllib3's own errors through unwrapped:
     # the model silent past the read timeout, or the connection lost mid-stream.
