@@ -647,6 +647,19 @@ def test_an_iam_caller_without_user_arn_is_identified_by_account_and_caller_id(s
     assert_error(other, 404, "session_not_found")
 
 
+def test_each_cognito_identity_owns_its_sessions_though_all_sign_as_one_role_session(service: RelayService) -> None:
+    # GIVEN two identities of a Cognito identity pool: Lambda sees the pool's role session for both
+    role_session = "arn:aws:sts::123456789012:assumed-role/ChatUsers/CognitoIdentityCredentials"
+    pool = {"amr": ["authenticated"], "identityPoolId": "us-east-1:pool"}
+    dana = {"accountId": "123456789012", "callerId": "AROACHAT:CognitoIdentityCredentials", "userArn": role_session}
+    erin = {**dana, "cognitoIdentity": {**pool, "identityId": "us-east-1:erin"}}
+    dana["cognitoIdentity"] = {**pool, "identityId": "us-east-1:dana"}  # type: ignore[assignment]
+    session_id = meta_of(chat(service, "hi", caller=dana))["session_id"]
+    # WHEN each reads Dana's session THEN only Dana's identity owns it
+    assert service.handle(request("GET", f"/sessions/{session_id}", caller=dana)).status_code == 200
+    assert_error(service.handle(request("GET", f"/sessions/{session_id}", caller=erin)), 404, "session_not_found")
+
+
 def test_a_request_without_iam_identity_under_iam_auth_is_403(service: RelayService) -> None:
     # WHEN the event carries no authorizer although the URL uses AWS_IAM THEN 403 forbidden
     assert_error(chat(service, "hi", caller=None), 403, "forbidden")

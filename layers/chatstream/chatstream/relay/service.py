@@ -3,8 +3,9 @@
 Identity (who owns a session):
 
 - ``AUTH_TYPE=AWS_IAM``: the caller the Function URL authenticated, from
-  ``requestContext.authorizer.iam``: its ``userArn`` (for an assumed role, the role session's ARN),
-  else ``<accountId>:<callerId>``. A request without either is answered ``403 forbidden`` (a
+  ``requestContext.authorizer.iam``: its Cognito identity when it signed with a Cognito identity pool's
+  credentials (they all share one role session), else its ``userArn`` (for an assumed role, the role session's
+  ARN), else ``<accountId>:<callerId>``. A request without either is answered ``403 forbidden`` (a
   Function URL with IAM auth never sends one; a direct invocation might). Another caller's session
   reads as unknown: ``404 session_not_found``.
 - ``AUTH_TYPE=NONE``: every caller is :data:`ANONYMOUS_OWNER`; a session id (128 random bits) is the
@@ -77,6 +78,12 @@ def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
     """The owner of the sessions a caller creates (see the module docstring); ``None``: IAM auth found nobody."""
     if auth_type == "NONE":
         return ANONYMOUS_OWNER
+    cognito = iam.get("cognitoIdentity")
+    if isinstance(cognito, dict):
+        pool, identity = cognito.get("identityPoolId"), cognito.get("identityId")
+        if isinstance(pool, str) and pool and isinstance(identity, str) and identity:
+            # Every identity of a pool signs as one role session (…/CognitoIdentityCredentials): the identity owns
+            return f"cognito-identity:{pool}:{identity}"
     user_arn, account_id, caller_id = iam.get("userArn"), iam.get("accountId"), iam.get("callerId")
     if isinstance(user_arn, str) and user_arn:
         return user_arn
