@@ -154,6 +154,16 @@ def test_an_openai_endpoint_chatstream_does_not_serve_is_a_404_that_says_so(
     assert proxy.invocations == 0
 
 
+def test_an_openai_error_quotes_at_most_a_few_hundred_characters_of_the_request(service: RelayService) -> None:
+    # WHEN a Responses request has a 60,000-character unknown field
+    error = openai_error(
+        call(service, "POST", "/v1/responses", {"model": "chatstream", "input": "hi", "y" * 60_000: 1}), 400
+    )
+    # THEN its message and param name it, cut to a few hundred characters
+    assert error["code"] == "unknown_parameter" and error["param"].startswith("yyy")
+    assert len(error["message"]) <= 500 and len(error["param"]) <= 200
+
+
 def test_a_finished_response_read_before_its_last_records_are_stored_has_the_whole_reply(
     service: RelayService, chat_table: ChatTable
 ) -> None:

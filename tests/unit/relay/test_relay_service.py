@@ -409,6 +409,26 @@ def test_a_known_route_with_another_method_is_405_with_allow(
     assert response.headers["Allow"] == allow
 
 
+def test_an_error_quotes_at_most_a_few_hundred_characters_of_the_request(service: RelayService) -> None:
+    # GIVEN requests whose wrong part is huge: a 60,000-character field name, a 20,000-character path
+    long_field = chat(service, "hi", **{"x" * 60_000: 1})
+    long_path = service.handle(request("GET", "/" + "p" * 20_000))
+    # THEN each error still says what is wrong, in at most 500 characters
+    for response, status, code, says in (
+        (long_field, 400, "invalid_request", "unknown field"),
+        (long_path, 404, "not_found", "no route"),
+    ):
+        message = assert_error(response, status, code)
+        assert says in message and len(message) <= 500
+
+
+def test_an_integer_too_long_to_convert_is_out_of_range_not_invalid_json(service: RelayService) -> None:
+    # WHEN max_tokens is a valid JSON integer of 5,000 digits THEN the field is named, as for any out-of-range value
+    response = service.handle(request("POST", "/chat", body='{"message": "hi", "max_tokens": ' + "9" * 5000 + "}"))
+    message = assert_error(response, 400, "invalid_request")
+    assert "max_tokens" in message and "sys.set_int_max_str_digits" not in message
+
+
 def test_health(service: RelayService) -> None:
     # WHEN GET /health THEN 200 {"status": "ok"}
     response = service.handle(request("GET", "/health"))

@@ -153,7 +153,16 @@ def json_response(status: int, payload: Any, headers: Mapping[str, str] | None =
 
 
 def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
-    return json_response(status, {"error": {"code": code, "message": message}}, headers)
+    return json_response(status, {"error": {"code": code, "message": clipped(message)}}, headers)
+
+
+ERROR_TEXT_CHARS = 500  # of an error's message (and /v1's param): what it echoes of a request is cut to fit
+
+
+def clipped(text: str, limit: int = ERROR_TEXT_CHARS) -> str:
+    """``text``, or its start and "…" when longer than ``limit``: an error that quotes a 60,000-character field
+    name or path says so in a few hundred characters."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def sse_response(body: Iterable[str], stream: StreamInfo) -> Response:
@@ -209,7 +218,7 @@ class Router(Generic[_C]):
             allowed.append(route.method)
         if allowed:
             allow = ", ".join(sorted(set(allowed)))
-            message = f"{request.method} is not allowed on {request.path}; use {allow}"
+            message = f"{request.method} is not allowed on {clipped(request.path, 100)}; use {allow}"
             return self.render_error(request, RouteError(405, "method_not_allowed", message, {"Allow": allow}))
-        message = f"no route for {request.path}; see the API documentation"
+        message = f"no route for {clipped(request.path, 100)}; see the API documentation"
         return self.render_error(request, RouteError(404, "not_found", message))

@@ -64,6 +64,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _parse_int(digits: str) -> int | float:
+    """A JSON integer; one too long for Python to convert (4,300 digits) is as far out of range as 1e400 is, so the
+    field's own check names it, rather than a "not valid JSON" with Python's advice."""
+    if len(digits) > _INT_DIGITS:
+        return float("-inf") if digits.startswith("-") else float("inf")
+    return int(digits)
+
+
+_INT_DIGITS = 1000
+
+
 def parse_json_object(
     body: bytes | None, *, valid_base64: bool = True, example: str = '{"message": "hello"}'
 ) -> dict[str, Any]:
@@ -81,7 +92,7 @@ def parse_json_object(
     except UnicodeDecodeError as err:
         raise _invalid_json(f"the body is not valid UTF-8 (byte {err.start})") from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int)
     except RecursionError:
         raise _invalid_json("the body is nested too deeply to be a chat request") from None
     except ValueError as err:

@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, TypeVar
 
 from chatstream.errors import Throttled
-from chatstream.relay.http import HttpError, Response, RouteError, json_response
+from chatstream.relay.http import HttpError, Response, RouteError, clipped, json_response
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -73,9 +73,9 @@ def unsupported(param: str, what: str = "") -> OpenAIError:
 def error_response(err: HttpError) -> Response:
     body = {
         "error": {
-            "message": err.message,
+            "message": clipped(err.message),
             "type": error_type(err.status),
-            "param": err.param if isinstance(err, OpenAIError) else None,
+            "param": clipped(err.param, 200) if isinstance(err, OpenAIError) and err.param is not None else None,
             "code": err.code,
         }
     }
@@ -105,10 +105,14 @@ def render_error(request: Request, err: HttpError) -> Response:
     if isinstance(err, RouteError):
         for method, path, what in _NOT_SERVED:
             if request.method == method and path.fullmatch(request.path):
-                message = f"chatstream does not serve {method} {request.path} ({what}); it serves {SERVED}"
+                message = (
+                    f"chatstream does not serve {method} {clipped(request.path, 100)} ({what}); it serves {SERVED}"
+                )
                 return error_response(OpenAIError(404, "not_found", message))
         if err.status == 404:
-            return error_response(OpenAIError(404, "not_found", f"no route for {request.path}; /v1 has {SERVED}"))
+            return error_response(
+                OpenAIError(404, "not_found", f"no route for {clipped(request.path, 100)}; /v1 has {SERVED}")
+            )
     return error_response(err)
 
 
