@@ -31,6 +31,7 @@ help:
 venv: $(STAMP)
 
 $(STAMP): requirements/dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "chatstream needs Python 3.11 or newer: $(PYTHON) is $$($(PYTHON) --version 2>&1); run make PYTHON=python3.11 …" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	touch $(STAMP)

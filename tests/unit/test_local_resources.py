@@ -71,6 +71,8 @@ def test_the_table_refuses_deletion_as_the_deployed_one_does(dynamodb: DynamoDBC
         ({"EnhancedFanOut": "maybe"}, "not one of true, false"),
         ({"ModelRequestFields": '["thinking"]'}, "does not match its AllowedPattern"),
         ({"ModelRequestFields": "{" + "x" * 1024 + "}"}, "longer than its MaxLength 1024"),
+        ({"ModelId": ""}, "shorter than its MinLength 1"),
+        ({"FoundationModelId": ""}, "shorter than its MinLength 1"),
     ],
 )
 def test_a_parameter_override_cloudformation_would_refuse_is_refused(overrides: dict[str, str], problem: str) -> None:
