@@ -309,8 +309,8 @@ class LocalStack:
             if wrapper_path and wrapper_path not in EXEC_WRAPPERS:
                 raise StackError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
             env.update(self._endpoints(invoke_url, logical_id))
+            _check_configuration(logical_id, env)  # the template's parameters; a test may break a function on purpose
             env.update(self.settings.function_overrides.get(logical_id, {}))  # last: tests and tools win
-            _check_configuration(logical_id, env)
             code_dirs, exec_wrapper = self.code_of(logical_id, wrapper_path)
             invoke_config = settings.get("EventInvokeConfig", {})
             reserved = settings.get("ReservedConcurrentExecutions")
