@@ -15,6 +15,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from chatstream_local.process import die_with_parent
@@ -70,13 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.duplicate_events <= 1.0:
         parser.error(f"--duplicate-events is a probability, 0 to 1: got {args.duplicate_events}")
     die_with_parent(signal.SIGTERM)  # make (or a shell) dying stops the whole tree
-    stop = threading.Event()
-    ready = threading.Event()
+    ready = stopping = False
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if not ready.is_set():
+        # Takes no lock: a handler runs between any two bytecodes of the main thread, itself included, so a second
+        # signal arriving while a lock is held here would wait on it forever (threading.Event.set did).
+        nonlocal stopping
+        if stopping:
+            return  # shutdown has begun: let it finish
+        stopping = True
+        if not ready:
             raise KeyboardInterrupt  # abort start-up; LocalStack.start() stops what it started
-        stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    ready.set()
+    ready = True
     try:
         print(f"chatstream local stack ready at {stack.url}", flush=True)
         # For tools that talk to the local AWS services (make redrive, the AWS CLI): docs/OPERATIONS.md, "Locally"
@@ -109,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             f"TokenStream {stack.name('TokenStream')}",
             flush=True,
         )
-        while not stop.wait(0.5):
-            pass
+        while not stopping:
+            time.sleep(0.2)
     finally:
         _log("stack", "stopping …")
         stack.stop()

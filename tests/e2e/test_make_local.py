@@ -255,3 +255,27 @@ def test_sigterm_stops_everything_within_five_seconds(make_local: RunningStack) 
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize("round_", range(4))  # a signal lands inside the shutdown's first steps about half the time
+def test_a_burst_of_signals_still_stops_everything_within_five_seconds(round_: int) -> None:
+    # GIVEN the stack running in the foreground, as `make local` execs it
+    env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
+    command = [sys.executable, "-m", "chatstream_local", "--port", str(free_port())]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().decode().startswith(READY)
+        tree = descendants(process.pid) | {process.pid}
+        # WHEN a shell sends it thousands of SIGTERMs, as fast as it can (each may arrive while the last is handled)
+        subprocess.run(["bash", "-c", f"for i in $(seq 5000); do kill -TERM {process.pid}; done"], check=False)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in tree):
+            time.sleep(0.1)
+        # THEN it and every process it started are gone within the contract's 5 seconds
+        assert [pid for pid in tree if alive(pid)] == []
+    finally:
+        if process.poll() is None:
+            for pid in descendants(process.pid) | {process.pid}:
+                os.kill(pid, signal.SIGKILL)
+            process.wait()
