@@ -304,7 +304,8 @@ class _Handler(BaseHTTPRequestHandler):
         return conn
 
     def _forward(self, body: bytes) -> Reply:
-        headers = {key: value for key, value in self.headers.items() if key.lower() not in HOP_BY_HOP}
+        # Not the Host the function addressed (this proxy's): moto answers only a Host naming its own address
+        headers = {key: value for key, value in self.headers.items() if key.lower() not in {*HOP_BY_HOP, "host"}}
         headers["Content-Length"] = str(len(body))
         for attempt in range(2):  # a kept-alive upstream connection may have been closed by moto
             conn = self._upstream()

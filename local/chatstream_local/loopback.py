@@ -1,4 +1,9 @@
-"""The HTTP server base every local endpoint shares: threaded, on loopback, quiet about peers that leave."""
+"""The HTTP server base every local endpoint shares: threaded, on loopback, quiet about peers that leave.
+
+Loopback is not a boundary a browser respects: any page the user opens may send requests to ``127.0.0.1:<port>``, and
+through DNS rebinding (a name of the page's own that it points at 127.0.0.1) read the answers as its own origin. Such
+a request names the page's host in its ``Host`` header: :func:`is_loopback_host` tells it from a local tool's.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,12 @@ from typing import Any, Generic, TypeVar
 
 OwnerT = TypeVar("OwnerT")
 DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized request body is read and dropped up to this size
+
+
+def is_loopback_host(host: str | None, port: int) -> bool:
+    """Whether a request's ``Host`` names the loopback address on ``port``: ``127.0.0.1``, ``localhost`` or
+    ``[::1]``, with the port (what every HTTP client sends for a URL on that port)."""
+    return host is not None and host.strip().lower() in {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
 
 
 class LoopbackServer(ThreadingHTTPServer, Generic[OwnerT]):

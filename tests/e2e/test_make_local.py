@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import boto3
 import httpx
 import pytest
 
@@ -224,6 +226,45 @@ def test_turn_and_cancel_errors(make_local: RunningStack) -> None:
     assert (finished.status_code, finished.json()["error"]["code"]) == (409, "turn_finished")
     not_allowed = httpx.delete(f"{make_local.url}/chat")
     assert not_allowed.status_code == 405 and "POST" in not_allowed.headers["allow"]
+
+
+def test_the_local_aws_services_answer_tools_but_no_browser_page(make_local: RunningStack) -> None:
+    # GIVEN moto's URL, region and chat table, as the stack prints them at start
+    deadline = time.monotonic() + 30  # the line after the ready line
+    while not (lines := [line for line in make_local.output if line.startswith("local AWS services at ")]):
+        assert time.monotonic() < deadline, make_local.output
+        time.sleep(0.1)
+    line = lines[0]
+    printed = re.search(r"at (http://127\.0\.0\.1:(\d+)) \(region (\S+)\).* ChatTable (\S+),", line)
+    assert printed is not None
+    moto_url, port, region, table = printed.groups()
+    scope = (
+        f"AWS4-HMAC-SHA256 Credential=local/20250101/{region}/dynamodb/aws4_request, SignedHeaders=host, Signature=0"
+    )
+    scan = {
+        "X-Amz-Target": "DynamoDB_20120810.Scan",
+        "Content-Type": "application/x-amz-json-1.0",
+        "Authorization": scope,
+    }
+    body = json.dumps({"TableName": table})
+    # WHEN a page elsewhere scans the table (its browser's preflight, then the request), or by DNS rebinding
+    page = {"Origin": "https://evil.example"}
+    preflight = httpx.options(moto_url, headers={**page, "Access-Control-Request-Method": "POST"})
+    from_page = httpx.post(moto_url, headers={**scan, **page}, content=body)
+    rebound = httpx.post(moto_url, headers={**scan, "Host": f"rebind.attacker.example:{port}"}, content=body)
+    # THEN each is refused, and no answer carries a CORS header that would let the page read it
+    for response in (preflight, from_page, rebound):
+        assert response.status_code == 403 and "Items" not in response.text
+        assert not any(name.lower().startswith("access-control-") for name in response.headers)
+    # AND a tool (botocore: no Origin, moto's own address as the Host) still reads the table
+    dynamodb = boto3.client(
+        "dynamodb",
+        endpoint_url=moto_url,
+        region_name=region,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    assert "Items" in dynamodb.scan(TableName=table)
 
 
 def run_cli(url: str, message: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,8 @@
 - one module per fix: ``dynamodb_query``, ``dynamodb_transactions``, ``dynamodb_write_lock``,
   ``dynamodb_wire_form``, ``kinesis_shard``, ``kinesis_push``, ``handler_methods``, ``module_listing``;
 - :mod:`~chatstream_local.moto.server`: ``python -m chatstream_local.moto.server``, moto's server with the patches;
-- :mod:`~chatstream_local.moto.callcount`: the benchmark's call counting inside that server.
+- :mod:`~chatstream_local.moto.callcount`: the benchmark's call counting inside that server;
+- :mod:`~chatstream_local.moto.loopback_only`: that server answers local tools only, never a browser page.
 
 docs/LOCAL_STACK.md ("moto and its patches") lists each patch, why it is there and what was measured.
 

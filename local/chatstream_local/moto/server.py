@@ -7,7 +7,8 @@ thread per connection: every AWS call paid a new TCP connection, and under load 
 each new thread to start) became the queue every call waited in (~60 ms a GetItem at 50 chats, with moto's CPU
 half idle). The same WSGI application (moto's ``DomainDispatcherApplication``) is served here by waitress:
 HTTP/1.1 keep-alive, a fixed pool of worker threads. ``--count-calls`` wraps it in the benchmark's call counting
-(:mod:`chatstream_local.moto.callcount`).
+(:mod:`chatstream_local.moto.callcount`). Outermost, :class:`~chatstream_local.moto.loopback_only.LoopbackOnly`
+refuses what a browser page could send (an ``Origin``, another ``Host``) and strips moto's CORS headers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 
 from chatstream_local.moto.callcount import CountingMiddleware
 from chatstream_local.moto.fixes import FIXES
+from chatstream_local.moto.loopback_only import LoopbackOnly
 from chatstream_local.moto.patch import PatchTargetMoved
 
 WORKER_THREADS = 16  # a long-polling ReceiveMessage holds one while it waits
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.count_calls:
         app = CountingMiddleware(app)
     waitress.serve(
-        app,
+        LoopbackOnly(app, args.port),
         host=args.host,
         port=args.port,
         threads=WORKER_THREADS,
