@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"})
+# Host too: upstream, http.client names the upstream's own, the only one the Invoke endpoint answers (loopback.py)
+_NOT_FORWARDED = _HOP_BY_HOP | {"host"}
 _READ_SIZE = 65536
 
 
@@ -40,7 +42,7 @@ class LambdaApiRoute:
 
     def forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         """Send ``handler``'s request (its ``body`` already read) upstream and write the answer back."""
-        headers = {name: value for name, value in handler.headers.items() if name.lower() not in _HOP_BY_HOP}
+        headers = {name: value for name, value in handler.headers.items() if name.lower() not in _NOT_FORWARDED}
         connection = http.client.HTTPConnection(self._host, self._port, timeout=None)
         try:
             connection.request(handler.command, handler.path, body=body, headers=headers)

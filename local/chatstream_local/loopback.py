@@ -2,12 +2,16 @@
 
 Loopback is not a boundary a browser respects: any page the user opens may send requests to ``127.0.0.1:<port>``, and
 through DNS rebinding (a name of the page's own that it points at 127.0.0.1) read the answers as its own origin. Such
-a request names the page's host in its ``Host`` header: :func:`is_loopback_host` tells it from a local tool's.
+a request names the page's host in its ``Host`` header: :func:`is_loopback_host` tells it from a local tool's. Every
+endpoint on :class:`QuietHandler` answers ``403`` to a request whose ``Host`` is not the loopback address it listens
+on, and, unless it serves browsers itself (the Function URL), to any request with an ``Origin`` (only a browser sends
+one; the Lambda API, the Runtime API and their clients never do).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar
@@ -49,6 +53,30 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+    serves_browsers = False  # True: a request with an Origin is the handler's to judge (the Function URL's CORS)
+
+    def parse_request(self) -> bool:
+        """http.server's parsing, then the module docstring's checks: a request that fails one gets ``403``."""
+        if not super().parse_request():
+            return False
+        host, port = self.headers.get("Host"), int(self.connection.getsockname()[1])
+        if not is_loopback_host(host, port):
+            refusal = f"Host {host!r} is not this local endpoint's address: call http://127.0.0.1:{port}"
+        elif not self.serves_browsers and "Origin" in self.headers:
+            refusal = "this local endpoint answers local tools, not a browser page (the request has an Origin)"
+        else:
+            return True
+        self.close_connection = True
+        with contextlib.suppress(ValueError):
+            self.discard_body(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"Message": f"Forbidden. {refusal}"}).encode()
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        return False
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         return

@@ -12,6 +12,9 @@ Function URL on ``127.0.0.1:$CHATSTREAM_PORT`` (default 3000). Each function's e
 template's, with the local endpoints substituted through botocore's standard
 ``AWS_ENDPOINT_URL_<SERVICE>`` variables, so nothing is configured twice.
 
+The Function URL answers no page of another origin unless the ``CorsAllowOrigins`` parameter is given (then CORS is
+the template's), and every local endpoint answers only requests to its loopback address
+(:mod:`chatstream_local.loopback`).
 The Function URL's port also serves the Lambda API (``Invoke``, ``InvokeWithResponseStream``, ``GetFunction``)
 under its own paths (:mod:`chatstream_local.edge`): what ``make invoke`` calls. Each function runs its source tree
 (``CodeUri``, the layers' ``ContentUri``), or with ``code="build"`` what ``sam build`` wrote to ``.aws-sam/build``.
@@ -483,10 +486,18 @@ class LocalStack:
             invoke_mode=url_config.get("InvokeMode", "BUFFERED"),
             identity_resolver=self.settings.identity_resolver,
             authenticate=self._authenticator(),
-            cors=FunctionUrlCors.from_config(url_config.get("Cors")),
+            cors=FunctionUrlCors.from_config(url_config.get("Cors")) if self._cors_asked else None,
+            same_origin_only=not self._cors_asked,
             lambda_api=LambdaApiRoute(self.invoke_endpoint.url),
             on_error=lambda recorded: self._log("url", recorded.describe(self._short(relay))),
         ).start()
+
+    @property
+    def _cors_asked(self) -> bool:
+        """Whether the user gave ``CorsAllowOrigins``: only then do other origins' pages reach the Function URL, as
+        the template's CORS allows them. Its default ``*`` would let any page the user opens drive the stack (and,
+        with ``CHATSTREAM_BEDROCK=aws``, spend their Bedrock account) and read its replies."""
+        return "CorsAllowOrigins" in self.settings.parameter_overrides
 
     def _authenticator(self) -> SigV4Verifier | None:
         """``AuthType: AWS_IAM`` verifies SigV4 (unless a test's ``identity_resolver`` stands in for it)."""

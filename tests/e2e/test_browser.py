@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -344,6 +346,64 @@ def test_markup_in_a_message_is_shown_as_text_and_runs_nothing(browser: Browser,
     finally:
         context.close()
     assert chat.problems.seen == []
+
+
+# A page elsewhere posts a chat as a "simple" request (text/plain: its browser sends it without asking first), and
+# tries to read the reply.
+DRIVE_BY = """
+async (url) => {
+  try {
+    const response = await fetch(`${url}/chat`, {
+      method: "POST", headers: {"Content-Type": "text/plain"}, body: JSON.stringify({message: "drive-by"}),
+    });
+    return `read ${response.status}: ${await response.text()}`;
+  } catch (error) {
+    return `refused: ${error}`;
+  }
+}
+"""
+
+
+class _BlankPage(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", "9")
+        self.end_headers()
+        self.wfile.write(b"<p>hi</p>")
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        return
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[str]:
+    """A page of another origin: another site the user has open, on another port of loopback (a public site's page
+    is also held back by Chromium's Local Network Access, which a local one is not)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BlankPage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_page_of_another_origin_can_neither_drive_nor_read_the_stack(
+    browser: Browser, stack: LocalStack, elsewhere: str
+) -> None:
+    # GIVEN a page on another origin, open in the same browser as the local stack's
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(elsewhere)
+        # WHEN its script posts a chat to the stack and reads the answer
+        outcome = page.evaluate(DRIVE_BY, stack.url)
+    finally:
+        context.close()
+    # THEN the browser keeps the answer from the page (no CORS header allows its origin)
+    assert outcome.startswith("refused: TypeError"), outcome
+    # AND the stack refused the request itself: the message is nowhere in the table (the relay never ran)
+    items = stack.client("dynamodb").scan(TableName=stack.name("ChatTable"))["Items"]
+    assert not [item for item in items if "drive-by" in json.dumps(item)]
 
 
 # --------------------------------------------------------------------------------- Markdown

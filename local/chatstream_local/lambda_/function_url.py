@@ -26,7 +26,11 @@ gone the rest of the stream is read and dropped, so the invocation runs to its e
 which checks the request's SigV4 signature against the local principals), a request it does not authenticate is
 answered ``403 {"Message":"Forbidden. …"}`` (Lambda's words) without invoking the function, and the caller it
 names is the event's ``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`)
-the URL answers preflights itself and adds the CORS headers to responses. A ``lambda_api`` route
+the URL answers preflights itself and adds the CORS headers to responses. With ``same_origin_only`` it answers no
+page of another origin at all: a request whose ``Origin`` is not the URL's own (``http://`` and its ``Host``) gets
+``403`` before the function runs, preflights included (a browser sends a form post or a ``text/plain`` fetch without
+asking first, so withholding CORS headers alone would let any page drive the function). Like every local endpoint
+(:mod:`chatstream_local.loopback`), it answers only a ``Host`` that is its loopback address. A ``lambda_api`` route
 (:mod:`chatstream_local.edge`) answers the Lambda API's paths on the same port.
 """
 
@@ -76,6 +80,11 @@ FORBIDDEN = (
     b'{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: '
     b'https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}'
 )
+# A request from another origin's page when the URL serves its own origin only (same_origin_only): the local stack's
+CROSS_ORIGIN = (
+    "Forbidden. The local Function URL answers no page of another origin (Origin: {origin}); to allow one, start "
+    "the stack with --parameter-overrides CorsAllowOrigins=<origin>"
+)
 # A throttled invocation: 429, as Lambda answers it (the body's wording is the Invoke API's message; not checked
 # against a Function URL on AWS).
 RATE_EXCEEDED = b'{"Message":"Rate Exceeded."}'
@@ -104,8 +113,8 @@ class FunctionUrlServer:
 
     ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
     may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
-    ``AuthType: NONE``). ``authenticate`` makes it an ``AWS_IAM`` URL and ``cors`` gives it CORS (see the module
-    docstring); ``lambda_api``
+    ``AuthType: NONE``). ``authenticate`` makes it an ``AWS_IAM`` URL, ``cors`` gives it CORS and
+    ``same_origin_only`` refuses other origins' pages (see the module docstring); ``lambda_api``
     serves the Lambda API's paths on the same port; ``on_error(recorded)`` is told of every function error it
     answers.
     """
@@ -123,6 +132,7 @@ class FunctionUrlServer:
         url_id: str | None = None,
         authenticate: Authenticator | None = None,
         cors: FunctionUrlCors | None = None,
+        same_origin_only: bool = False,
         lambda_api: LambdaApiRoute | None = None,
         on_error: Callable[[RecordedError], None] | None = None,
     ) -> None:
@@ -134,6 +144,7 @@ class FunctionUrlServer:
         self.identity_resolver = identity_resolver
         self.authenticate = authenticate
         self.cors = cors
+        self.same_origin_only = same_origin_only
         self.lambda_api = lambda_api
         self.url_id = url_id or uuid.uuid4().hex
         self.on_error = on_error
@@ -278,6 +289,7 @@ class _ClientGone(Exception):
 
 class _UrlHandler(QuietHandler):
     server: LoopbackServer[FunctionUrlServer]
+    serves_browsers = True  # CORS and same_origin_only judge a request's Origin
     _bodyless = False  # the response being written has no body (HEAD, 204, 304)
 
     def setup(self) -> None:
@@ -356,6 +368,11 @@ class _UrlHandler(QuietHandler):
             return
         if front.lambda_api is not None and front.lambda_api.owns(urlsplit(self.path).path):
             front.lambda_api.forward(self, body)
+            return
+        origin = self.headers.get("Origin")
+        if front.same_origin_only and origin is not None and origin.lower() != f"http://{self.headers['Host']}".lower():
+            message = json.dumps({"Message": CROSS_ORIGIN.format(origin=origin)}).encode()
+            self._send_whole(403, {"content-type": "application/json"}, [], message)
             return
         if front.cors is not None and FunctionUrlCors.is_preflight(
             self.command, {name.lower(): value for name, value in self.headers.items()}
