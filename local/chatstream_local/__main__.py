@@ -4,9 +4,10 @@ Prints ``chatstream local stack ready at http://127.0.0.1:PORT`` once a chat wou
 Ctrl-C or SIGTERM stops every process it started. The port serves the relay's Function URL and, under its own
 paths, the Lambda API (``AWS_ENDPOINT_URL_LAMBDA=http://127.0.0.1:PORT``; what ``make invoke`` calls).
 
-``--auth-type AWS_IAM`` makes the Function URL verify SigV4 signatures (the template's default; locally the
-default is ``NONE``); ``--built`` runs what ``sam build`` wrote to ``.aws-sam/build`` instead of the source tree;
-``--duplicate-events P`` delivers each asynchronous invocation twice with probability P, as Lambda may.
+``--auth-type AWS_IAM`` makes the Function URL and the Lambda API on its port verify SigV4 signatures (the
+template's default; locally the default is ``NONE``); ``--built`` runs what ``sam build`` wrote to ``.aws-sam/build``
+instead of the source tree; ``--duplicate-events P`` delivers each asynchronous invocation twice with probability P,
+as Lambda may.
 """
 
 from __future__ import annotations

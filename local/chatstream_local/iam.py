@@ -14,7 +14,11 @@ token exactly when the principal has one; a body whose SHA-256 matches ``X-Amz-C
 (``UNSIGNED-PAYLOAD`` is refused, as Lambda refuses it);
 and the signature over the signed headers, the path, the query and the body must be the one the secret gives. A
 request that passes is the caller :func:`iam_identity` describes (``requestContext.authorizer.iam``); any other is
-refused, as a Function URL refuses it (``403 {"Message":"Forbidden. For troubleshooting …"}``).
+refused, as a Function URL refuses it (``403 {"Message":"Forbidden. For troubleshooting …"}``), or as the Lambda API
+refuses it (:meth:`SigV4Verifier.refusal`).
+
+**Signing for the local stack** (:func:`own_key`): the static key the AWS CLI would sign with, what ``make invoke``
+signs the Lambda API's requests with.
 """
 
 from __future__ import annotations
@@ -100,16 +104,37 @@ class Principals:
     @classmethod
     def from_aws_config(cls, environ: Mapping[str, str] = os.environ) -> Principals:
         """Every static key of the shared AWS config and credentials files, and of the environment."""
-        found: list[Principal] = []
-        session = botocore.session.Session()
-        for name, profile in sorted(session.full_config.get("profiles", {}).items()):
-            key, secret = profile.get("aws_access_key_id"), profile.get("aws_secret_access_key")
-            if key and secret:
-                found.append(Principal(name, key, secret, profile.get("aws_session_token")))
-        key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
-        if key and secret:
-            found.append(Principal("environment", key, secret, environ.get("AWS_SESSION_TOKEN") or None))
+        found = list(_profile_keys().values())
+        environment = _environment_key(environ)
+        if environment is not None:
+            found.append(environment)
         return cls(found)
+
+
+def _profile_keys() -> dict[str, Principal]:
+    """The profiles of the shared config and credentials files that hold a static key, by name."""
+    session = botocore.session.Session()
+    found = {}
+    for name, profile in sorted(session.full_config.get("profiles", {}).items()):
+        key, secret = profile.get("aws_access_key_id"), profile.get("aws_secret_access_key")
+        if key and secret:
+            found[name] = Principal(name, key, secret, profile.get("aws_session_token"))
+    return found
+
+
+def _environment_key(environ: Mapping[str, str]) -> Principal | None:
+    key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    if not (key and secret):
+        return None
+    return Principal("environment", key, secret, environ.get("AWS_SESSION_TOKEN") or None)
+
+
+def own_key(environ: Mapping[str, str] = os.environ) -> Principal | None:
+    """The static key the AWS CLI would sign with, in botocore's order: ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``, else the profile's (``AWS_PROFILE``, else ``default``); ``None`` when neither is a static
+    key (SSO, a role, a process: nothing the local stack can verify). Read from the files only: no credential provider
+    runs, none reaches the network."""
+    return _environment_key(environ) or _profile_keys().get(environ.get("AWS_PROFILE") or "default")
 
 
 class _ExpectedSignature(SigV4Auth):
@@ -176,6 +201,21 @@ class SigV4Verifier:
         if not hmac.compare_digest(expected.signature(string_to_sign, request), match["signature"]):
             return None
         return principal
+
+    def refusal(self, authorization: str | None) -> tuple[str, str]:
+        """Why AWS's APIs refuse a request :meth:`verify` did not authenticate, from its ``Authorization`` header: the
+        error code (``x-amzn-ErrorType``) and message a Lambda API call gets (no signature, a key no principal has,
+        any other failure), as deployed Lambda answers them (brefphp/bref#1250, iann0036/iamlive#58,
+        erlcloud/erlcloud#690)."""
+        match = _AUTHORIZATION.match((authorization or "").strip())
+        if match is None:
+            return "MissingAuthenticationTokenException", "Missing Authentication Token"
+        if self.principals.get(match["key"]) is None:
+            return "UnrecognizedClientException", "The security token included in the request is invalid."
+        return "InvalidSignatureException", (
+            "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
+            "Access Key and signing method. Consult the service documentation for details."
+        )
 
     def _fresh(self, amz_date: str, scope_date: str) -> bool:
         try:

@@ -18,8 +18,8 @@ the template's), and every local endpoint answers only requests to its loopback 
 The Function URL's port also serves the Lambda API (``Invoke``, ``InvokeWithResponseStream``, ``GetFunction``)
 under its own paths (:mod:`chatstream_local.edge`): what ``make invoke`` calls. Each function runs its source tree
 (``CodeUri``, the layers' ``ContentUri``), or with ``code="build"`` what ``sam build`` wrote to ``.aws-sam/build``.
-With ``FunctionUrlAuthType=AWS_IAM`` the Function URL verifies SigV4 signatures against the principals of your
-AWS configuration (:mod:`chatstream_local.iam`).
+With ``FunctionUrlAuthType=AWS_IAM`` the Function URL, and the Lambda API on its port, verify SigV4 signatures against
+the principals of your AWS configuration (:mod:`chatstream_local.iam`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -75,8 +76,6 @@ ENHANCED_FAN_OUT_ENV = "CHATSTREAM_ENHANCED_FAN_OUT"  # template.yaml's Enhanced
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
 EXEC_WRAPPERS = {"/opt/bin/chatstream-streaming": REPO_ROOT / "layers/streaming-runtime/bin/chatstream-streaming"}
 BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"  # where `sam build` (make build) writes each function and layer
-# The stack's own key (the functions use it too): it signs the stack's readiness check when the URL is AWS_IAM.
-STACK_PRINCIPAL = Principal("chatstream-local-stack", "local", "local", "local")
 CodeSource = Literal["source", "build"]
 AUTH_TYPES = ("NONE", "AWS_IAM")
 
@@ -195,6 +194,10 @@ class LocalStack:
         self.reaper_source: SqsEventSource | None = None
         self.function_url: FunctionUrlServer | None = None
         self._stopped = threading.Event()
+        # The stack's own key: it signs the readiness check under AWS_IAM. Its secret is this stack's alone: a key
+        # everyone knows would let anyone sign for the Lambda API, and so name any caller in a made-up event.
+        key_id = f"LOCAL{secrets.token_hex(8).upper()}"
+        self.principal = Principal("chatstream-local-stack", key_id, secrets.token_hex(20))
 
     # ----------------------------------------------------------------------------- names
 
@@ -479,16 +482,17 @@ class LocalStack:
         assert self.invoke_endpoint is not None
         relay = self.name("RelayFunction")
         url_config = self.template.properties("RelayFunction")["FunctionUrlConfig"]
+        verifier = self._authenticator()  # AWS_IAM: the Lambda API on the URL's port takes signed requests only, too
         self.function_url = FunctionUrlServer(
             self.local_lambda,  # type: ignore[arg-type]
             relay,
             port=self.settings.port,
             invoke_mode=url_config.get("InvokeMode", "BUFFERED"),
             identity_resolver=self.settings.identity_resolver,
-            authenticate=self._authenticator(),
+            authenticate=verifier,
             cors=FunctionUrlCors.from_config(url_config.get("Cors")) if self._cors_asked else None,
             same_origin_only=not self._cors_asked,
-            lambda_api=LambdaApiRoute(self.invoke_endpoint.url),
+            lambda_api=LambdaApiRoute(self.invoke_endpoint.url, verifier),
             on_error=lambda recorded: self._log("url", recorded.describe(self._short(relay))),
         ).start()
 
@@ -505,7 +509,7 @@ class LocalStack:
         if auth_type != "AWS_IAM" or self.settings.identity_resolver is not None:
             return None
         principals = self.settings.principals or Principals.from_aws_config()
-        return SigV4Verifier(Principals([STACK_PRINCIPAL, *principals]), self.settings.region)
+        return SigV4Verifier(Principals([self.principal, *principals]), self.settings.region)
 
     def _health_request(self) -> urllib.request.Request:
         """``GET /health`` on the Function URL, signed with the stack's own key when the URL verifies SigV4."""
@@ -514,7 +518,7 @@ class LocalStack:
         if self.function_url.authenticate is None:
             return urllib.request.Request(url)
         signed = AWSRequest(method="GET", url=url)
-        key = STACK_PRINCIPAL
+        key = self.principal
         credentials = Credentials(key.access_key, key.secret_key, key.session_token)
         SigV4Auth(credentials, "lambda", self.settings.region).add_auth(signed)
         return urllib.request.Request(url, headers=dict(signed.headers.items()))

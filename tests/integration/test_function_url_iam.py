@@ -19,7 +19,7 @@ from chatstream_local.template import TemplateError
 from tests.fixtures.local_handlers.specs import streamed
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.integration
@@ -78,6 +78,31 @@ def test_the_stack_verifies_sigv4_only_under_aws_iam(monkeypatch: pytest.MonkeyP
     assert verifier is not None and {p.name for p in verifier.principals} == {"alice", "chatstream-local-stack"}
     with pytest.raises(TemplateError, match="FunctionUrlAuthType='IAM': not one of AWS_IAM, NONE"):
         LocalStack(StackSettings(port=0, parameter_overrides={"FunctionUrlAuthType": "IAM"}))
+
+
+def test_under_aws_iam_no_call_to_the_lambda_api_reads_a_callers_session_unless_signed(
+    start_stack: Callable[..., LocalStack],
+) -> None:
+    # GIVEN the stack under AWS_IAM, and alice's session
+    stack = start_stack(parameter_overrides={"FunctionUrlAuthType": "AWS_IAM"}, principals=Principals([ALICE]))
+    chat = httpx.post(f"{stack.url}/chat", json={"message": "mine"}, auth=auth_of(ALICE), timeout=60).text
+    session = json.loads(chat.split("event: meta\ndata: ", 1)[1].split("\n", 1)[0])["session_id"]
+    # WHEN someone invokes the relay through the Lambda API on the URL's port with a Function URL event that names
+    # alice as the caller: unsigned, or signed with the key every stack once shared (local/local/local)
+    assert stack.function_url is not None
+    event = stack.function_url.build_event("GET", f"/sessions/{session}", [], b"", "127.0.0.1", ALICE.identity())
+    invocations = f"{stack.url}/2015-03-31/functions/{stack.name('RelayFunction')}/invocations"
+    unsigned = httpx.post(invocations, json=event, timeout=60)
+    shared_key = httpx.post(
+        invocations, json=event, auth=auth_of(Principal("s", "local", "local", "local")), timeout=60
+    )
+    # THEN both are refused as Lambda's API refuses them, and alice's conversation is not in either answer
+    assert (unsigned.status_code, unsigned.headers["x-amzn-errortype"]) == (403, "MissingAuthenticationTokenException")
+    assert (shared_key.status_code, shared_key.headers["x-amzn-errortype"]) == (403, "UnrecognizedClientException")
+    assert "mine" not in unsigned.text + shared_key.text
+    # AND alice, signing, reads it there as through her Function URL
+    signed = httpx.post(invocations, json=event, auth=auth_of(ALICE), timeout=60)
+    assert signed.status_code == 200 and "mine" in signed.text
 
 
 def test_the_stack_runs_sam_builds_output_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

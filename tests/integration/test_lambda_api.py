@@ -4,15 +4,19 @@ Function URL's port (the stack's edge), each driven by boto3's own lambda client
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import httpx
 import pytest
+from botocore import UNSIGNED
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from chatstream_local.edge import LambdaApiRoute
+from chatstream_local.iam import Principal, Principals, SigV4Verifier
 from chatstream_local.lambda_.function_url import PRELUDE_DELIMITER, FunctionUrlServer
 from chatstream_local.lambda_.invoke import InvokeEndpoint
 from chatstream_local.lambda_.service import LocalLambda
@@ -46,15 +50,18 @@ def endpoint(local: LocalLambda) -> Iterator[InvokeEndpoint]:
         yield running
 
 
-def lambda_client(url: str) -> Any:
-    config = Config(retries={"max_attempts": 1}, read_timeout=60)
+LOCAL_KEY = Principal("local", "local", "local")  # any key does where nothing verifies signatures
+ALICE = Principal("alice", "AKIAALICEEXAMPLE", "alice-secret")
+
+
+def lambda_client(url: str, key: Principal = LOCAL_KEY, **config: Any) -> Any:
     return boto3.client(
         "lambda",
         endpoint_url=url,
         region_name="us-east-1",
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=config,
+        aws_access_key_id=key.access_key,
+        aws_secret_access_key=key.secret_key,
+        config=Config(retries={"max_attempts": 1}, read_timeout=60, **config),
     )
 
 
@@ -159,3 +166,40 @@ def test_the_lambda_api_answers_on_the_function_urls_port(local: LocalLambda, en
         # AND every other path is still the function's
         answered = httpx.get(f"{url.url}/2015-03-31", timeout=30).json()
         assert answered["event"]["rawPath"] == "/2015-03-31"
+
+
+def test_under_aws_iam_the_lambda_api_on_the_urls_port_takes_only_calls_a_principal_signed(
+    local: LocalLambda, endpoint: InvokeEndpoint
+) -> None:
+    # GIVEN an AWS_IAM Function URL whose port also routes the Lambda API (as the stack's does), alice a principal
+    verifier = SigV4Verifier(Principals([ALICE]), "us-east-1")
+    lambda_api = LambdaApiRoute(endpoint.url, verifier)
+    with FunctionUrlServer(local, "echo", invoke_mode="BUFFERED", authenticate=verifier, lambda_api=lambda_api) as url:
+        # WHEN a caller invokes the function directly with a made-up Function URL event naming alice: unsigned, with
+        # a key no principal has, with alice's key and a guessed secret
+        event = json.dumps(
+            {"requestContext": {"authorizer": {"iam": {"userArn": "arn:aws:iam::123456789012:user/alice"}}}}
+        )
+        callers = {
+            "MissingAuthenticationTokenException": lambda_client(url.url, signature_version=UNSIGNED),
+            "UnrecognizedClientException": lambda_client(url.url, Principal("eve", "AKIAEVE", "eve-secret")),
+            "InvalidSignatureException": lambda_client(url.url, Principal("mallory", ALICE.access_key, "guessed")),
+        }
+        calls = {
+            "invoke": {"FunctionName": "echo", "Payload": event},
+            "invoke_with_response_stream": {"FunctionName": "echo", "Payload": event},
+            "get_function": {"FunctionName": "echo"},
+        }
+        for (code, caller), (operation, arguments) in itertools.product(callers.items(), calls.items()):
+            with pytest.raises(ClientError) as refused:
+                getattr(caller, operation)(**arguments)
+            # THEN each call is refused as Lambda refuses it, before the function could run
+            error = refused.value.response
+            assert (error["ResponseMetadata"]["HTTPStatusCode"], error["Error"]["Code"]) == (403, code), operation
+        # AND alice's signed calls (boto3's, as `make invoke` and the AWS CLI sign them) are answered
+        alice = lambda_client(url.url, ALICE)
+        invoked = alice.invoke(FunctionName="echo", Payload=b'{"via": "edge"}')
+        assert json.loads(invoked["Payload"].read())["event"] == {"via": "edge"}
+        streamed = alice.invoke_with_response_stream(FunctionName="echo", Payload=b'{"via": "edge"}')
+        assert [event for event in streamed["EventStream"] if "PayloadChunk" in event]
+        assert alice.get_function(FunctionName="echo")["Configuration"]["FunctionName"] == "echo"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from chatstream.status import StopReason, TurnStatus
+from chatstream_local.iam import Principal, Principals
 from chatstream_local.lambda_.function_url import PRELUDE_DELIMITER
 from chatstream_local.stack import LocalStack, StackSettings
 from tests.support import EVENTS, REPO_ROOT
@@ -80,13 +81,20 @@ class Invoked:
 
 
 def invoke(
-    function: str | None, event: str | None, port: int, *, build_dir: Path | None = None, timeout: float = 180
+    function: str | None,
+    event: str | None,
+    port: int,
+    *,
+    build_dir: Path | None = None,
+    timeout: float = 180,
+    environ: dict[str, str] | None = None,
 ) -> Invoked:
-    """`make invoke` as make runs it: python -m chatstream_local.sam.invoke with the Makefile's PYTHONPATH."""
+    """`make invoke` as make runs it: python -m chatstream_local.sam.invoke with the Makefile's PYTHONPATH (and the
+    test's environment, or ``environ``)."""
     args = [*([function] if function else []), *(["--event", event] if event else [])]
     if build_dir is not None:
         args += ["--build-dir", str(build_dir)]
-    env = {**os.environ, "PYTHONPATH": LOCAL_PATH, "CHATSTREAM_PORT": str(port)}
+    env = {**(os.environ if environ is None else environ), "PYTHONPATH": LOCAL_PATH, "CHATSTREAM_PORT": str(port)}
     result = subprocess.run(
         [sys.executable, "-m", "chatstream_local.sam.invoke", *args],
         cwd=REPO_ROOT,
@@ -305,3 +313,25 @@ def test_a_running_stack_on_the_source_tree_says_how_to_run_the_build(stack: Loc
     run = invoke("RelayFunction", "events/relay-health.json", port, build_dir=built)
     assert run.returncode == 0
     assert "is not what that stack runs: `make local ARGS=--built` would run it" in run.stderr
+
+
+INVOKER = Principal("invoker", "AKIAINVOKEREXAMPLE", "invoker-secret")
+
+
+def test_under_aws_iam_it_signs_with_your_key(start_stack: Callable[..., LocalStack], tmp_path: Path) -> None:
+    # GIVEN `make local ARGS="--auth-type AWS_IAM"`, whose principals are the keys of the user's AWS configuration
+    stack = start_stack(parameter_overrides={"FunctionUrlAuthType": "AWS_IAM"}, principals=Principals([INVOKER]))
+    port = int(stack.url.rsplit(":", 1)[1])
+    no_files = {"AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+    base = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")} | no_files
+    keys = {"AWS_ACCESS_KEY_ID": INVOKER.access_key, "AWS_SECRET_ACCESS_KEY": INVOKER.secret_key}
+    # WHEN the user runs `make invoke` with their key in the environment
+    run = invoke("RelayFunction", "events/relay-health.json", port, environ={**base, **keys})
+    # THEN the Lambda API takes its signed calls, as the AWS CLI's would be
+    assert run.returncode == 0, run.stderr
+    _relay_health(run)
+    # AND without a key of theirs it says what is missing, in one line
+    unsigned = invoke("RelayFunction", "events/relay-health.json", port, environ=base)
+    assert unsigned.returncode == 2
+    assert f"invoke: the local stack at {stack.url} runs with --auth-type AWS_IAM" in unsigned.stderr
+    assert "set AWS_PROFILE to a profile with a static key" in unsigned.stderr

@@ -11,9 +11,10 @@ import pytest
 from botocore.credentials import Credentials
 
 from chatstream_client.auth import SigV4Auth
-from chatstream_local.iam import Principal, Principals, SigV4Verifier
+from chatstream_local.iam import Principal, Principals, SigV4Verifier, own_key
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 REGION = "us-east-1"
@@ -142,3 +143,43 @@ def test_the_principals_are_the_static_keys_of_the_aws_configuration(
         ("bob", "AKIABOB", "s-bob"),
         ("environment", "AKIAENV", "s-env"),
     }
+
+
+def test_your_own_key_is_the_one_the_aws_cli_would_sign_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a default profile and a profile bob with static keys, and an SSO profile
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = s-default\n")
+    config = tmp_path / "config"
+    config.write_text(
+        "[profile bob]\naws_access_key_id = AKIABOB\naws_secret_access_key = s-bob\n"
+        "[profile sso]\nsso_start_url = https://example.awsapps.com/start\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    env_keys = {"AWS_ACCESS_KEY_ID": "AKIAENV", "AWS_SECRET_ACCESS_KEY": "s-env", "AWS_SESSION_TOKEN": "t-env"}
+    # WHEN the key to sign with is chosen THEN it is botocore's: the environment's, else AWS_PROFILE's, else default's
+    assert own_key({**env_keys, "AWS_PROFILE": "bob"}) == Principal("environment", "AKIAENV", "s-env", "t-env")
+    assert own_key({"AWS_PROFILE": "bob"}) == Principal("bob", "AKIABOB", "s-bob")
+    assert own_key({}) == Principal("default", "AKIADEFAULT", "s-default")
+    # AND a profile with no static key has none to give
+    assert own_key({"AWS_PROFILE": "sso"}) is None
+
+
+@pytest.mark.parametrize(
+    ("request_of", "code"),
+    [
+        (lambda: httpx.Request("POST", f"{URL}/chat"), "MissingAuthenticationTokenException"),
+        (lambda: signed(Principal("eve", "AKIAEVE", "x")), "UnrecognizedClientException"),
+        (lambda: signed(Principal("mallory", ALICE.access_key, "guessed")), "InvalidSignatureException"),
+        (lambda: signed(ALICE, service="execute-api"), "InvalidSignatureException"),
+    ],
+    ids=["unsigned", "unknown key", "wrong secret", "another service"],
+)
+def test_a_refused_request_is_told_why_as_lambdas_api_tells_it(
+    verifier: SigV4Verifier, request_of: Callable[[], httpx.Request], code: str
+) -> None:
+    # GIVEN a request the verifier refuses
+    request = request_of()
+    assert verify(verifier, request) is None
+    # WHEN the Lambda API says why THEN it is the error code (x-amzn-ErrorType) deployed Lambda answers with
+    assert verifier.refusal(request.headers.get("authorization"))[0] == code

@@ -9,7 +9,10 @@ Function URL streams (the relay) is invoked with ``InvokeWithResponseStream`` an
 arrive (the HTTP integration prelude, 8 NUL bytes, then the body); the others with ``Invoke``.
 
 Where it runs: on the local stack that listens on ``CHATSTREAM_PORT`` (default 3000; ``make local``), through the
-Lambda API on that port, so the function talks to that stack's table, stream, queues and model. When nothing
+Lambda API on that port, so the function talks to that stack's table, stream, queues and model. It signs its calls
+with your own static key (:func:`chatstream_local.iam.own_key`: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, else
+the ``AWS_PROFILE`` or default profile's), which a stack started with ``--auth-type AWS_IAM`` requires; without one,
+with a local key, which a stack under ``NONE`` accepts. When nothing
 listens there it starts a stack of its own on a free port and stops it afterwards. Which code runs: a stack it
 starts runs ``.aws-sam/build`` when ``sam build`` (``make build``) wrote the function there, else the source tree,
 as ``make local`` does; a running stack runs what it was started with (``make local ARGS=--built`` for the build).
@@ -39,6 +42,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from chatstream.table import ChatTable
+from chatstream_local.iam import Principal, own_key
 from chatstream_local.sam.samples import referenced_turns, seed
 from chatstream_local.stack import (
     DEFAULT_PORT,
@@ -49,6 +53,10 @@ from chatstream_local.stack import (
 )
 from chatstream_local.template import REPO_ROOT, Template, TemplateError
 
+# What the Lambda API of a stack under AWS_IAM answers a call no local principal signed (iam.SigV4Verifier.refusal)
+_UNSIGNED = frozenset(
+    {"MissingAuthenticationTokenException", "UnrecognizedClientException", "InvalidSignatureException"}
+)
 EXIT_FUNCTION_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -84,9 +92,16 @@ class Invocation:
         except EndpointConnectionError:
             return self._run_on_own_stack(out, err)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            code = error.response.get("Error", {}).get("Code")
+            if code == "ResourceNotFoundException":
                 message = f"the local stack at {url} has no function {self.name}: restart `make local`"
                 raise UsageError(message) from None
+            if code in _UNSIGNED:
+                raise UsageError(
+                    f"the local stack at {url} runs with --auth-type AWS_IAM: its Lambda API takes calls signed by a"
+                    f" key of your AWS configuration ({code}); set AWS_PROFILE to a profile with a static key, or"
+                    " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                ) from None
             raise UsageError(_not_a_stack(url)) from None
         except BotoCoreError:
             raise UsageError(_not_a_stack(url)) from None
@@ -181,14 +196,19 @@ class Invocation:
 
 
 def lambda_client(url: str, read_timeout: float = 900) -> Any:
-    """boto3's Lambda client for the local stack's Lambda API at ``url`` (signed with the stack's local key)."""
+    """boto3's Lambda client for the local stack's Lambda API at ``url``, signed with your own static key (what a
+    stack under ``AWS_IAM`` verifies), else with the functions' local key (enough under ``NONE``)."""
     config = Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=read_timeout)
+    key = own_key() or Principal(
+        "local", LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"], LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
+    )
     return boto3.client(
         "lambda",
         endpoint_url=url,
         region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        aws_access_key_id=key.access_key,
+        aws_secret_access_key=key.secret_key,
+        aws_session_token=key.session_token,
         config=config,
     )
 
