@@ -491,7 +491,7 @@ class LocalStack:
             identity_resolver=self.settings.identity_resolver,
             authenticate=verifier,
             cors=FunctionUrlCors.from_config(url_config.get("Cors")) if self._cors_asked else None,
-            same_origin_only=not self._cors_asked,
+            same_origin_only=True,  # a page of another origin only as CorsAllowOrigins allows it (LOCAL_STACK.md)
             lambda_api=LambdaApiRoute(self.invoke_endpoint.url, verifier),
             on_error=lambda recorded: self._log("url", recorded.describe(self._short(relay))),
         ).start()

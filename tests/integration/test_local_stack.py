@@ -172,6 +172,27 @@ def test_no_page_of_another_origin_or_host_name_can_drive_or_read_the_stack(
         assert http.get(f"/2015-03-31/functions/{relay}").json()["Configuration"]["FunctionName"] == relay
 
 
+def test_with_cors_allow_origins_given_only_the_origins_it_names_reach_the_stack(
+    start_stack: Callable[..., LocalStack],
+) -> None:
+    # GIVEN the local stack started for a page of https://app.example
+    stack = start_stack(parameter_overrides={"FunctionUrlAuthType": "NONE", "CorsAllowOrigins": "https://app.example"})
+    chat, plain = b'{"message": "hi"}', {"Content-Type": "text/plain"}
+
+    def stored() -> int:
+        return int(stack.client("dynamodb").scan(TableName=stack.name("ChatTable"), Select="COUNT")["Count"])
+
+    with httpx.Client(base_url=stack.url, timeout=60) as http:
+        # WHEN that page posts a chat, and a page of another origin does (a simple request: no preflight)
+        allowed = http.post("/chat", content=chat, headers={**plain, "Origin": "https://app.example"})
+        items = stored()
+        other = http.post("/chat", content=chat, headers={**plain, "Origin": "https://other.example"})
+    # THEN the first is answered with the template's CORS, and the second refused before the relay runs
+    assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
+    assert other.status_code == 403 and "CorsAllowOrigins" in other.json()["Message"]
+    assert stored() == items
+
+
 def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
     start_stack: Callable[..., LocalStack], template: Template
 ) -> None:

@@ -51,6 +51,10 @@ class FunctionUrlCors:
     def is_preflight(method: str, headers: Mapping[str, str]) -> bool:
         return method == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers
 
+    def allows(self, origin: str) -> bool:
+        """Whether a page of ``origin`` is one ``AllowOrigins`` names (or ``*``)."""
+        return self._allowed_origin(origin) is not None
+
     def _allowed_origin(self, origin: str | None) -> str | None:
         if not origin:
             return None

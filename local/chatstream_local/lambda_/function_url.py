@@ -27,8 +27,9 @@ which checks the request's SigV4 signature against the local principals), a requ
 answered ``403 {"Message":"Forbidden. …"}`` (Lambda's words) without invoking the function, and the caller it
 names is the event's ``authorizer.iam``. With ``cors`` (the template's ``FunctionUrlConfig.Cors``, :mod:`.cors`)
 the URL answers preflights itself and adds the CORS headers to responses. With ``same_origin_only`` it answers no
-page of another origin at all: a request whose ``Origin`` is not the URL's own (``http://`` and its ``Host``) gets
-``403`` before the function runs, preflights included (a browser sends a form post or a ``text/plain`` fetch without
+page of another origin that ``cors`` does not allow (none, without ``cors``): a request whose ``Origin`` is neither
+the URL's own (``http://`` and its ``Host``) nor an allowed one gets ``403`` before the function runs, preflights
+included (a browser sends a form post or a ``text/plain`` fetch without
 asking first, so withholding CORS headers alone would let any page drive the function). Like every local endpoint
 (:mod:`chatstream_local.loopback`), it answers only a ``Host`` that is its loopback address. A ``lambda_api`` route
 (:mod:`chatstream_local.edge`) answers the Lambda API's paths on the same port.
@@ -370,7 +371,12 @@ class _UrlHandler(QuietHandler):
             front.lambda_api.forward(self, body)
             return
         origin = self.headers.get("Origin")
-        if front.same_origin_only and origin is not None and origin.lower() != f"http://{self.headers['Host']}".lower():
+        if (
+            front.same_origin_only
+            and origin is not None
+            and origin.lower() != f"http://{self.headers['Host']}".lower()
+            and (front.cors is None or not front.cors.allows(origin))
+        ):
             message = json.dumps({"Message": CROSS_ORIGIN.format(origin=origin)}).encode()
             self._send_whole(403, {"content-type": "application/json"}, [], message)
             return
