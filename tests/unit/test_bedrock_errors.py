@@ -56,3 +56,25 @@ def test_a_refusal_of_the_deployment_keeps_its_account_and_role_in_the_logs_not_
     # AND the operators' log has them
     (line,) = [r for r in caplog.records if r.getMessage() == "the model refused this deployment"]
     assert line.error_message == words  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("words", "code"),
+    [
+        ("The provided model identifier is invalid.", "model_not_found"),
+        (
+            "Invocation of model ID anthropic.claude-x with on-demand throughput isn't supported. Retry your request "
+            "with the ID or ARN of an inference profile that contains this model.",
+            "model_not_found",
+        ),
+        ("messages: text content blocks must be non-empty", "invalid_request"),
+    ],
+)
+def test_a_validation_exception_about_the_model_is_the_deployments_not_the_requests(words: str, code: str) -> None:
+    # GIVEN Bedrock refusing the model id the deployment gives it, or refusing a request
+    err = ClientError({"Error": {"Code": "ValidationException", "Message": words}}, "ConverseStream")
+    # THEN a refused model id is the deployment's setup (model_not_found: ProxyModelAccessAlarm counts it), and any
+    # other validation failure stays the request's (invalid_request, with Bedrock's words)
+    error = classify_bedrock_error(err)
+    assert error.code == code and not error.retryable
+    assert (words in error.message) is (code == "invalid_request")

@@ -25,6 +25,7 @@ model, which :func:`build_messages` never does (see its docstring), and redacted
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -74,6 +75,10 @@ _BEDROCK_ERRORS: dict[str, tuple[str, bool]] = {
 # Errors of the deployment's own setup (the model's access, the role's permission, the model id), not of a request:
 # every turn fails alike until an operator fixes it (the proxy's metric ModelAccessErrors, ProxyModelAccessAlarm).
 SETUP_ERRORS = frozenset({"access_denied", "model_not_found"})
+# A ValidationException about the model itself, not the request: an id Bedrock does not know in this region ("The
+# provided model identifier is invalid"), or a model that must be called through an inference profile ("… with
+# on-demand throughput isn't supported. Retry your request with the ID or ARN of an inference profile …").
+_MODEL_ID_REFUSED = re.compile(r"model identifier|on-demand throughput|inference profile", re.IGNORECASE)
 
 # Turns whose text goes back to the model as history.
 _REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})
@@ -133,6 +138,8 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
         code = str(err.response.get("Error", {}).get("Code", ""))
         message = str(err.response.get("Error", {}).get("Message", "")) or str(err)
         ours, retryable = _BEDROCK_ERRORS.get(code.lower(), ("model_error", False))
+        if ours == "invalid_request" and _MODEL_ID_REFUSED.search(message):
+            ours = "model_not_found"
         if ours in SETUP_ERRORS:
             # Bedrock's words name the account and the proxy's role ("User: arn:aws:sts::<account>:assumed-role/…
             # is not authorized"): for the operators' logs, not for every client (with auth NONE, anyone).

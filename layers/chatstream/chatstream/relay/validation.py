@@ -64,15 +64,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse_int(digits: str) -> int | float:
-    """A JSON integer; one too long for Python to convert (4,300 digits) is as far out of range as 1e400 is, so the
-    field's own check names it, rather than a "not valid JSON" with Python's advice."""
+def _parse_int(digits: str) -> int:
+    """A JSON integer; one longer than any field takes (Python refuses to convert 4,300 digits) is read as the
+    largest such number, out of every range, so the field's own check names it ("must be between …"), rather than a
+    "not valid JSON" with Python's advice."""
     if len(digits) > _INT_DIGITS:
-        return float("-inf") if digits.startswith("-") else float("inf")
+        return -_TOO_LONG if digits.startswith("-") else _TOO_LONG
     return int(digits)
 
 
 _INT_DIGITS = 1000
+_TOO_LONG = 10**_INT_DIGITS
 
 
 def parse_json_object(
