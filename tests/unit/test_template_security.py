@@ -371,10 +371,18 @@ def test_every_deploy_that_changes_the_consumer_publishes_the_version_its_mappin
         )
         if name in source["Parameters"] or resources.get(name, {}).get("Type") == "AWS::Lambda::LayerVersion"
     }
-    # THEN the version's description names each (a new description replaces the version: a new one is published)
+    # THEN the version's description names each (a new description replaces the version: a new one is published),
+    # and nothing else: a description that changes while the configuration does not would ask Lambda to publish an
+    # unchanged function, which it refuses, failing the deploy
     assert read >= {"LogLevel", "TtlDays", "TraceAwsCalls", "ConsumerSnapStart"} and any("Layer" in n for n in read)
-    assert read <= _references(version["Properties"]["Description"]), "a deploy would keep the old version"
-    assert source["Resources"]["ConsumerFunction"]["Properties"]["AutoPublishAliasAllProperties"] is True
+    described = {
+        name
+        for name in _references(version["Properties"]["Description"])
+        if name in source["Parameters"] or resources.get(name, {}).get("Type") == "AWS::Lambda::LayerVersion"
+    }
+    assert described == read, "a deploy would keep the old version, or fail to publish an unchanged one"
+    # AND no property edit that changes no configuration (Tags) publishes either (aws/serverless-application-model#3281)
+    assert "AutoPublishAliasAllProperties" not in source["Resources"]["ConsumerFunction"]["Properties"]
 
 
 # ---------------------------------------------------------------------------------------- alarms
