@@ -27,6 +27,7 @@ help:
 	@echo "make lint, typecheck, scan, unit, streams, lambda-python, validate   the parts of make test (docs/DEVELOPING.md)"
 	@echo "make pytest    every test once, in the development environment (PYTEST_ARGS=... passes options)"
 	@echo "make screenshot  refresh docs/screenshot.png from the browser test; make clean  remove build and caches"
+	@echo "make venv, browser-deps   the development environment and the browser tests' Chromium (make test makes both)"
 
 venv: $(STAMP)
 
