@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"})
 # Host too: upstream, http.client names the upstream's own, the only one the Invoke endpoint answers (loopback.py)
 _NOT_FORWARDED = _HOP_BY_HOP | {"host"}
+# Server and Date too, back: send_response already wrote this server's own (the client saw each twice)
+_NOT_RELAYED = _HOP_BY_HOP | {"server", "date"}
 _READ_SIZE = 65536
 
 
@@ -70,7 +72,7 @@ class LambdaApiRoute:
             response = connection.getresponse()
             handler.send_response(response.status)
             for name, value in response.getheaders():
-                if name.lower() not in _HOP_BY_HOP:
+                if name.lower() not in _NOT_RELAYED:
                     handler.send_header(name, value)
             length = response.getheader("Content-Length")
             if length is not None:

@@ -163,6 +163,10 @@ def test_the_lambda_api_answers_on_the_function_urls_port(local: LocalLambda, en
         assert json.loads(invoked["Payload"].read())["event"] == {"via": "edge"}
         assert json.loads(chunks[0]["PayloadChunk"]["Payload"])["event"] == {"via": "edge"}
         assert client.get_function(FunctionName="echo")["Configuration"]["FunctionName"] == "echo"
+        # AND with one Server and one Date header, this port's own
+        described = httpx.get(f"{url.url}/2015-03-31/functions/echo", timeout=30)
+        assert [name.lower() for name, _ in described.headers.multi_items()].count("date") == 1
+        assert [name.lower() for name, _ in described.headers.multi_items()].count("server") == 1
         # AND every other path is still the function's
         answered = httpx.get(f"{url.url}/2015-03-31", timeout=30).json()
         assert answered["event"]["rawPath"] == "/2015-03-31"
