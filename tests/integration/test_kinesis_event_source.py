@@ -244,6 +244,46 @@ def test_a_failing_record_is_isolated_by_bisect_retried_and_sent_to_the_dlq(stac
     assert info["approximateArrivalOfFirstRecord"].endswith("Z") and body["timestamp"].endswith("Z")
 
 
+def test_a_failure_of_the_mappings_own_calls_costs_a_retry_never_the_records(stack, monkeypatch) -> None:
+    # GIVEN records around a bad one, a consumer that fails any batch holding it, and the mapping's first on-failure
+    # send failing (SQS unavailable for a moment)
+    before = [stack.put(f"ok-{i}".encode(), "k") for i in range(3)]
+    bad = stack.put(b"bad", "k")
+    after = [stack.put(f"ok-{i}".encode(), "k") for i in range(3, 6)]
+
+    def fail_on_bad(event: dict[str, Any]) -> Invoked:
+        if any(base64.b64decode(r["kinesis"]["data"]) == b"bad" for r in event["Records"]):
+            return Invoked(b'{"errorType":"Boom","errorMessage":"bad record"}', "Unhandled")
+        return Invoked(b'{"batchItemFailures":[]}')
+
+    recorder = Recorder(fail_on_bad)
+    mapping = stack.mapping(recorder)
+    send = mapping.send_on_failure
+    failures = iter([RuntimeError("SQS unavailable")])
+
+    def flaky_send(*args: Any) -> None:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        send(*args)
+
+    monkeypatch.setattr(mapping, "send_on_failure", flaky_send)
+    # WHEN the mapping processes the stream: its poll fails once (a running mapping's poller logs it and goes on)
+    with pytest.raises(RuntimeError, match="SQS unavailable"):
+        mapping.drain()
+    mapping.drain()
+    # THEN every good record was delivered (some twice, as Lambda may), and the bad one reached the DLQ
+    delivered = {
+        seq
+        for index, (_, result) in enumerate(recorder.calls)
+        if result.function_error is None
+        for seq in recorder.sequence_numbers(index)
+    }
+    assert delivered == set(before + after)
+    (body,) = stack.dlq_bodies()
+    assert body["KinesisBatchInfo"]["startSequenceNumber"] == bad
+
+
 def test_reported_batch_item_failures_resume_from_the_lowest_failed_record(stack) -> None:
     # GIVEN five records and a consumer that reports the 4th and the 3rd as failed, once
     sequence_numbers = [stack.put(f"r{i}".encode(), "k") for i in range(5)]

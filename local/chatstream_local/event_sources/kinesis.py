@@ -447,7 +447,14 @@ class _ShardReader:
         with self._lock:
             batch = self._next_batch()
             if batch:
-                self._deliver(batch)
+                try:
+                    self._deliver(batch)
+                except BaseException:
+                    # The mapping's own call failed (its on-failure send, the stream's description): the batch is
+                    # read again at the next poll, the records it had delivered too (at least once, as Lambda
+                    # delivers), so that failure costs a retry, never the records.
+                    self._buffer[:0] = batch
+                    raise
                 self.checkpoint = batch[-1].sequence_number
             return len(batch)
 
