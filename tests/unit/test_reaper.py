@@ -139,9 +139,10 @@ def test_a_terminal_record_materialized_after_the_reaper_ended_the_turn_override
     # WHEN the consumer materializes the stop record
     chat_table.put_records([stop])
     chat_table.complete_turn(stop, "Hello")
-    # THEN the turn has the outcome the token log has
+    # THEN the turn has the outcome the token log has, and none of the reaper's (no error beside end_turn)
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.status is TurnStatus.COMPLETE and turn.assistant == "Hello"
+    assert turn.error is None and turn.stop_reason is not None
 
 
 def test_the_handler_on_the_sample_event(

@@ -433,6 +433,9 @@ class ChatTable:
         if not record.is_terminal:
             raise ValueError("complete_turn takes the turn's stop or error record")
         fields = _outcome(record, assistant, reasoning, self.now_ms())
+        # An outcome written over another (a terminal record after the reaper's error) leaves none of the other's:
+        # a complete turn carries no error, an errored one no stop_reason.
+        cleared = [name for name in _OUTCOME_FIELDS if name not in fields]
         if claim is not None:
             fields["generator"] = claim
         values = {f":{name}": value for name, value in fields.items()}
@@ -448,9 +451,11 @@ class ChatTable:
                 self.client.update_item,
                 TableName=self.table_name,
                 Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
-                UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in fields),
+                UpdateExpression="SET "
+                + ", ".join(f"#{name} = :{name}" for name in fields)
+                + (" REMOVE " + ", ".join(f"#{name}" for name in cleared) if cleared else ""),
                 ConditionExpression=condition,
-                ExpressionAttributeNames={f"#{name}": name for name in fields},
+                ExpressionAttributeNames={f"#{name}": name for name in (*fields, *cleared)},
                 ExpressionAttributeValues=_ser(values),
             )
             written = True
@@ -571,8 +576,11 @@ def _outcome(record: TokenRecord, assistant: str, reasoning: str, now_ms: int) -
     if reasoning:
         fields["reasoning"] = reasoning
     carried = record.to_dict()
-    fields.update({name: carried[name] for name in ("stop_reason", "usage", "error") if name in carried})
+    fields.update({name: carried[name] for name in _OUTCOME_FIELDS if name in carried})
     return fields
+
+
+_OUTCOME_FIELDS = ("stop_reason", "usage", "error")  # what a terminal record carries, one outcome's or the other's
 
 
 # A turn a generation may claim: it exists, is in progress, and no generation has claimed it yet.
