@@ -103,11 +103,10 @@ class SqsEventSource:
             return len(messages)  # redelivered after the visibility timeout
         failed: set[str] = set()
         if self.report_batch_item_failures:
-            try:
-                response = json.loads(outcome.payload or b"null")
-                failed = {str(item["itemIdentifier"]) for item in (response or {}).get("batchItemFailures", [])}
-            except (ValueError, TypeError, KeyError):
+            failed_or_none = _batch_item_failures(outcome.payload, {m["MessageId"] for m in messages})
+            if failed_or_none is None:
                 return len(messages)  # an invalid response fails the whole batch
+            failed = failed_or_none
         done = [m for m in messages if m["MessageId"] not in failed]
         if done:
             self.sqs.delete_message_batch(
@@ -134,3 +133,31 @@ class SqsEventSource:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+
+def _batch_item_failures(payload: bytes | None, message_ids: set[str]) -> set[str] | None:
+    """The message ids a partial batch response reports failed, or ``None`` when the response fails the whole batch.
+
+    As Lambda reads it (services-sqs-errorhandling): no response, an empty or null one, or an empty or null
+    ``batchItemFailures`` is a complete success; a response that is not JSON, or an ``itemIdentifier`` that is empty,
+    null, under another key, or names no message of the batch, is a complete failure."""
+    try:
+        response = json.loads(payload or b"null")
+    except ValueError:
+        return None
+    if response is None or response == {}:
+        return set()
+    if not isinstance(response, dict):
+        return None
+    items = response.get("batchItemFailures")
+    if items is None:
+        return set()
+    if not isinstance(items, list):
+        return None
+    failed = set()
+    for item in items:
+        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
+        if not isinstance(identifier, str) or identifier not in message_ids:
+            return None
+        failed.add(identifier)
+    return failed
