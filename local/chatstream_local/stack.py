@@ -37,7 +37,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -425,7 +424,7 @@ class LocalStack:
 
     def _on_async_failure(self, failed: FailedEvent) -> None:
         """An asynchronous event Lambda gave up on goes to the function's OnFailure destination, as Lambda sends it:
-        its last invocation's request id, how many times it ran, and why (``RetriesExhausted``, or
+        the event's request id (also when it never ran), how many times it ran, and why (``RetriesExhausted``, or
         ``EventAgeExceeded`` with no response when it never ran)."""
         name, payload, error = failed.name, failed.payload, failed.error
         logical_id = next(
@@ -456,7 +455,7 @@ class LocalStack:
             "version": "1.0",
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
             "requestContext": {
-                "requestId": failed.request_id or str(uuid.uuid4()),
+                "requestId": failed.request_id,
                 "functionArn": f"{self.template.arn(logical_id)}:$LATEST" if logical_id else name,
                 "condition": failed.condition,
                 "approximateInvokeCount": failed.attempts,

@@ -162,6 +162,24 @@ def test_an_event_invocation_is_retried_up_to_max_retry_attempts(
     assert (failures.failed[0].condition, failures.failed[0].attempts) == ("RetriesExhausted", 3)
 
 
+def test_an_event_has_one_request_id_for_its_202_every_attempt_and_its_destination_record(
+    client: Any, endpoint: InvokeEndpoint, failures: FailureRecorder, tmp_path: Path
+) -> None:
+    # GIVEN a function configured with two retries, that records each attempt's aws_request_id
+    ids = tmp_path / "ids.txt"
+    payload = json.dumps({"out": str(tmp_path / "runs.jsonl"), "ids": str(ids), "fail": True})
+
+    # WHEN an Event invocation of it keeps failing
+    response = client.invoke(FunctionName="count-retried", InvocationType="Event", Payload=payload)
+    assert endpoint.wait_idle(timeout=20)
+
+    # THEN the 202's request id is every attempt's aws_request_id and the on-failure record's (Lambda's retries of an
+    # event share its request id: AWS Knowledge Center, lambda-function-duplicate-invocations)
+    request_id = response["ResponseMetadata"]["RequestId"]
+    assert ids.read_text().splitlines() == [request_id] * 3
+    assert [failed.request_id for failed in failures.failed] == [request_id]
+
+
 def test_a_successful_event_invocation_does_not_reach_on_failure(
     client: Any, endpoint: InvokeEndpoint, failures: FailureRecorder, tmp_path: Path
 ) -> None:
@@ -347,11 +365,13 @@ def test_an_event_throttled_past_its_maximum_age_goes_to_on_failure_as_event_age
     payload = json.dumps({"out": str(out)}).encode()
 
     # WHEN an event for it comes
-    assert client.invoke(FunctionName="count-reserved-0", InvocationType="Event", Payload=payload)["StatusCode"] == 202
+    response = client.invoke(FunctionName="count-reserved-0", InvocationType="Event", Payload=payload)
+    assert response["StatusCode"] == 202
     assert endpoint.wait_idle(timeout=20)
 
-    # THEN it never ran, and went to the on-failure destination as too old, with no error and no invocation
+    # THEN it never ran, and went to the on-failure destination as too old, with no error and no invocation, naming
+    # the event's request id (the one its Invoke answered with)
     assert not out.exists()
     assert [(f.name, f.payload, f.condition, f.error, f.request_id, f.attempts) for f in failures.failed] == [
-        ("count-reserved-0", payload, "EventAgeExceeded", None, None, 0)
+        ("count-reserved-0", payload, "EventAgeExceeded", None, response["ResponseMetadata"]["RequestId"], 0)
     ]

@@ -6,14 +6,16 @@ boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS
 
 - ``RequestResponse`` → 200 with the function's payload (``X-Amz-Executed-Version``; on a function error
   ``X-Amz-Function-Error: Unhandled`` and the error document as the payload);
-- ``Event`` → 202 at once; the invocation runs in the background, queued as Lambda's asynchronous
-  invocations are, retried up to the function's ``max_retry_attempts`` (0 in the template: a failed generation
-  is not run again), and an invocation that still fails goes to ``on_failure(FailedEvent)``, the on-failure
-  destination (``RetriesExhausted``). A throttled event (the function at its reserved concurrency) is tried again
-  without using a retry, with a growing wait, until it is older than the function's ``max_event_age_s``, when it
-  goes there as ``EventAgeExceeded``, as does an event too old for its next retry. Lambda may still deliver an
-  event twice ("the queue itself is eventually consistent"): with ``duplicate_events`` > 0, that share of the
-  events is delivered a second time, after a random delay (see :class:`InvokeEndpoint`);
+- ``Event`` → 202 at once, with the event's request id (``x-amzn-RequestId``: every attempt at it runs with it as
+  its ``aws_request_id``, and its destination record names it, as on Lambda); the invocation runs in the background,
+  queued as Lambda's asynchronous invocations are, retried up to the function's ``max_retry_attempts`` (0 in the
+  template: a failed generation is not run again), and an invocation that still fails goes to
+  ``on_failure(FailedEvent)``, the on-failure destination (``RetriesExhausted``). A throttled event (the function at
+  its reserved concurrency) is tried again without using a retry, with a growing wait, until it is older than the
+  function's ``max_event_age_s``, when it goes there as ``EventAgeExceeded``, as does an event too old for its next
+  retry. Lambda may still deliver an event twice ("the queue itself is eventually consistent"): with
+  ``duplicate_events`` > 0, that share of the events is delivered a second time, after a random delay (see
+  :class:`InvokeEndpoint`);
 - ``DryRun`` → 204;
 - a throttled ``RequestResponse`` → 429 ``TooManyRequestsException`` (``Reason``
   ``ReservedFunctionConcurrentInvocationLimitExceeded``);
@@ -84,7 +86,7 @@ class FailedEvent:
     payload: bytes
     condition: str  # RETRIES_EXHAUSTED or EVENT_AGE_EXCEEDED
     error: FunctionError | None  # the last invocation's; None when it never ran (throttled until too old)
-    request_id: str | None  # the last invocation's
+    request_id: str  # the event's: the Invoke's x-amzn-RequestId, every attempt's aws_request_id
     attempts: int  # the invocations made
 
 
@@ -106,11 +108,12 @@ class InvokeEndpoint:
     Lambda's asynchronous queue may deliver it ("Even if your function doesn't return an error, it's possible for it
     to receive the same event from Lambda multiple times",
     https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html). The second delivery is an
-    ordinary asynchronous invocation of the same payload (retries, ``on_failure`` and :meth:`wait_idle` as for any),
-    started a random 0 to ``duplicate_delay_s`` seconds after the first was accepted, so it may overlap the first or
-    come after it. ``rng`` draws both (seed it to repeat a run's draws); :attr:`duplicates` counts the deliveries, and
-    :attr:`failed_duplicates` those of them that ended in an error (the function failed, or its environment was killed,
-    before or after it could tell the event was a duplicate). 0 by default: each event is delivered once.
+    ordinary asynchronous invocation of the same event, its payload and request id (retries, ``on_failure`` and
+    :meth:`wait_idle` as for any), started a random 0 to ``duplicate_delay_s`` seconds after the first was accepted,
+    so it may overlap the first or come after it. ``rng`` draws both (seed it to repeat a run's draws);
+    :attr:`duplicates` counts the deliveries, and :attr:`failed_duplicates` those of them that ended in an error (the
+    function failed, or its environment was killed, before or after it could tell the event was a duplicate). 0 by
+    default: each event is delivered once.
 
     ``retry_delay_s``: the wait before a failed event's first retry, doubled before its second: Lambda's one minute,
     then two (same page), by default; tests pass their own.
@@ -195,27 +198,31 @@ class InvokeEndpoint:
             return dict(self._failed_duplicates)
 
     # -- asynchronous invocations ---------------------------------------------------------------------
-    def submit_event(self, name: str, payload: bytes) -> None:
-        self._submit(name, payload, None)
+    def submit_event(self, name: str, payload: bytes) -> str:
+        """Queue an event; returns its request id, which the Invoke answers with (``x-amzn-RequestId``), every
+        attempt at it runs as (``aws_request_id``: Lambda's retries of an event share it), and its destination
+        record names (``requestContext.requestId``), as on Lambda. A second delivery of the event shares it too."""
+        request_id = str(uuid.uuid4())
+        self._submit(name, payload, request_id, None)
         with self._idle:  # one draw at a time: a seeded rng repeats its draws
             twice = self.duplicate_events > 0 and self._rng.random() < self.duplicate_events
             delay_s = self._rng.uniform(0.0, self.duplicate_delay_s) if twice else None
         if delay_s is not None:
-            self._submit(name, payload, delay_s)
+            self._submit(name, payload, request_id, delay_s)
+        return request_id
 
-    def _submit(self, name: str, payload: bytes, duplicate_after_s: float | None) -> None:
+    def _submit(self, name: str, payload: bytes, request_id: str, duplicate_after_s: float | None) -> None:
         with self._idle:
             self._pending += 1
         try:
-            self._executor.submit(self._run_event, name, payload, duplicate_after_s)
+            self._executor.submit(self._run_event, name, payload, request_id, duplicate_after_s)
         except RuntimeError:  # the executor is shut down
             self._done_event()
 
-    def _deliver(self, name: str, payload: bytes, accepted: float) -> FailedEvent | None:
+    def _deliver(self, name: str, payload: bytes, request_id: str, accepted: float) -> FailedEvent | None:
         """Run the event until it succeeds (None), or until Lambda gives up on it: its retries used, or too old."""
         spec = self.local.spec(name)
         error: FunctionError | None = None
-        request_id: str | None = None
         made = 0
         wait, throttle_wait = 0.0, THROTTLE_WAIT_S[0]
         while True:
@@ -224,14 +231,14 @@ class InvokeEndpoint:
             if time.monotonic() - accepted > spec.max_event_age_s:
                 return FailedEvent(name, payload, EVENT_AGE_EXCEEDED, error, request_id, made)
             try:
-                result = self.local.invoke(name, payload)
+                result = self.local.invoke(name, payload, request_id=request_id)
             except FunctionThrottled:  # not a retry: tried again, waiting longer each time, until too old
                 wait, throttle_wait = throttle_wait, min(throttle_wait * 2, THROTTLE_WAIT_S[1])
                 continue
             except LocalLambdaError as err:
                 error = FunctionError.synthetic("ServiceException", str(err))
                 return FailedEvent(name, payload, RETRIES_EXHAUSTED, error, request_id, made)
-            made, request_id = made + 1, result.request_id
+            made += 1
             if result.function_error is None:
                 return None
             error = FunctionError(result.error_type or "Unhandled", result.payload)
@@ -244,7 +251,7 @@ class InvokeEndpoint:
             self._pending -= 1
             self._idle.notify_all()
 
-    def _run_event(self, name: str, payload: bytes, duplicate_after_s: float | None) -> None:
+    def _run_event(self, name: str, payload: bytes, request_id: str, duplicate_after_s: float | None) -> None:
         """Deliver one event (``duplicate_after_s``: a second delivery, that long after the first was accepted)."""
         accepted = time.monotonic()
         try:
@@ -253,7 +260,7 @@ class InvokeEndpoint:
                     return
                 with self._idle:
                     self._duplicates[name] += 1
-            failed = self._deliver(name, payload, accepted)
+            failed = self._deliver(name, payload, request_id, accepted)
             if failed is not None and duplicate_after_s is not None:
                 with self._idle:
                     self._failed_duplicates[name] += 1
@@ -336,8 +343,7 @@ class _InvokeHandler(QuietHandler):
         if invocation_type == "DryRun":
             self._send(204, b"", {"x-amzn-RequestId": str(uuid.uuid4())})
         elif invocation_type == "Event" and not streaming:
-            endpoint.submit_event(spec.name, payload)
-            self._send(202, b"", {"x-amzn-RequestId": str(uuid.uuid4())})
+            self._send(202, b"", {"x-amzn-RequestId": endpoint.submit_event(spec.name, payload)})
         elif invocation_type == "RequestResponse":
             self._request_response(spec.name, payload, streaming=streaming)
         else:

@@ -102,17 +102,20 @@ class LocalLambda:
         cognito_identity: str | None = None,
         tail_log: bool = False,
         streamed: bool = True,
+        request_id: str | None = None,
     ) -> StreamHandle:
         """Start an invocation and return its response as it arrives (see :class:`StreamHandle`).
 
         ``client_context`` is the client context JSON (not base64), passed to the runtime as
         ``Lambda-Runtime-Client-Context``. ``tail_log`` keeps the execution log (``LogType: Tail``). ``streamed``:
         the caller reads the response as a stream; ``False``, a buffered invocation, held to 6 MB (:class:`Invocation`).
+        ``request_id``: the function's ``aws_request_id``; a new one by default (an asynchronous event passes its own,
+        which every attempt at it shares, as on Lambda).
         """
         pool = self._pool(name)
         if pool is None:
             raise LocalLambdaError("LocalLambda.start() was not called")
-        handle = StreamHandle(str(uuid.uuid4()), pool.spec.name, tail_log=tail_log)
+        handle = StreamHandle(request_id or str(uuid.uuid4()), pool.spec.name, tail_log=tail_log)
         pool.dispatch(Invocation(handle, payload, client_context, cognito_identity, new_trace_id(), streamed=streamed))
         return handle
 
@@ -124,6 +127,7 @@ class LocalLambda:
         client_context: str | None = None,
         cognito_identity: str | None = None,
         tail_log: bool = False,
+        request_id: str | None = None,
     ) -> InvokeResult:
         """Invoke and wait for the whole response (the Invoke API's ``RequestResponse``)."""
         return self.invoke_stream(
@@ -133,6 +137,7 @@ class LocalLambda:
             cognito_identity=cognito_identity,
             tail_log=tail_log,
             streamed=False,
+            request_id=request_id,
         ).result()
 
     def kill_busy_environment(self, name: str) -> KilledInvocation | None:
