@@ -28,7 +28,7 @@ with collector_paused():
     from chatstream.aws import create_client
     from chatstream.config import TableConfig
     from chatstream.errors import InvalidEvent
-    from chatstream.reaper import FailedGeneration, end_abandoned_turn
+    from chatstream.reaper import FailedGeneration, Reaping, end_abandoned_turn
     from chatstream.table import ChatTable
     from chatstream.tracing import traced_handler
 
@@ -50,7 +50,7 @@ def record_handler(record: SQSRecord) -> None:
         logger.warning("not a failed generation; dropped", extra={"reason": str(err), "message_id": record.message_id})
         metrics.add_metric(name="UnrecognizedMessages", unit=MetricUnit.Count, value=1)
         return
-    ended = end_abandoned_turn(TABLE, failed, now_ms=lambda: int(time.time() * 1000))
+    reaping = end_abandoned_turn(TABLE, failed, now_ms=lambda: int(time.time() * 1000))
     logger.info(
         "failed generation",
         extra={
@@ -58,11 +58,14 @@ def record_handler(record: SQSRecord) -> None:
             "turn": failed.request.turn,
             "condition": failed.condition,
             "error_type": failed.error_type,
-            "ended_turn": ended,
+            "request_id": failed.request_id,
+            "reaping": reaping,
         },
     )
-    if ended:
+    if reaping is Reaping.ENDED:
         metrics.add_metric(name="TurnsReaped", unit=MetricUnit.Count, value=1)
+    elif reaping is Reaping.LEFT_TO_CLAIMANT:
+        metrics.add_metric(name="TurnsLeftToClaimant", unit=MetricUnit.Count, value=1)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import httpx
@@ -333,3 +334,58 @@ def test_a_generation_past_the_proxys_reserved_concurrency_waits_and_runs(
     assert all(result.done is not None and result.clean for result in results), [r.incidents for r in results]
     assert stack.local_lambda is not None
     assert stack.local_lambda.stats()[stack.name("ProxyFunction")].throttles >= 1
+
+
+def test_a_second_delivery_that_fails_does_not_reap_the_turn_the_first_generates(
+    start_stack: Callable[..., LocalStack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a stack with ProxyReservedConcurrency=1 and the proxy's events kept 1.5 s (the template's is 300 s),
+    # so a second event of a generating turn is throttled until it is too old and fails as EventAgeExceeded
+    from chatstream_local.stack import LocalStack
+
+    specs = LocalStack.function_specs
+    monkeypatch.setattr(
+        LocalStack,
+        "function_specs",
+        lambda stack, url: [
+            replace(spec, max_event_age_s=1.5) if spec.name == stack.name("ProxyFunction") else spec
+            for spec in specs(stack, url)
+        ],
+    )
+    lines: list[tuple[str, str]] = []
+    overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
+    stack = start_stack(
+        model_delay_ms=20, verbose=True, parameter_overrides=overrides, log=lambda c, line: lines.append((c, line))
+    )
+    assert stack.invoke_endpoint is not None
+    with httpx.stream("POST", f"{stack.url}/chat", json={"message": "/long 300"}, timeout=30) as response:
+        sse = ((e.event, e.id, json.loads(e.data)) for e in EventSource(response).iter_sse() if e.data)  # one reader
+        events = [next(sse)]
+        while events[-1][0] != "token":
+            events.append(next(sse))
+        session_id = next(data for name, _, data in events if name == "meta")["session_id"]
+
+        # WHEN, while the turn generates, a second event for it comes (a duplicate delivery, or the relay's retried
+        # Invoke), and fails: throttled until too old, its record goes to ProxyFailureQueue and reaches the reaper
+        event = json.dumps({"session_id": session_id, "turn": 1}).encode()
+        stack.invoke_endpoint.submit_event(stack.name("ProxyFunction"), event)
+
+        def reaper_logged() -> bool:
+            return any(
+                c.startswith("TurnReaperFunction") and '"failed generation"' in line and session_id in line
+                for c, line in list(lines)
+            )
+
+        wait_until(reaper_logged, timeout_s=15, what="the reaper to read the failed delivery's record")
+
+        # THEN the reaper left the turn to the delivery generating it: the session is still busy
+        again = httpx.post(f"{stack.url}/chat", json={"message": "again", "session_id": session_id}, timeout=30)
+        assert again.status_code == 409 and again.json()["error"]["code"] == "turn_in_progress"
+
+        # AND the turn streams on to its end, the whole reply, and ends complete
+        events += list(sse)
+    assert [name for name, _, _ in events if name in ("done", "error")] == ["done"]
+    assert len(text_and_ids(events)[0].split()) == 300
+    with ChatClient(stack.url) as client:
+        assert client.history(session_id)["turns"][0]["status"] == "complete"
+    assert any("EventAgeExceeded (it never ran); sent to ProxyFailureQueue" in line for _, line in lines)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from chatstream.errors import InvalidEvent
-from chatstream.reaper import FailedGeneration, end_abandoned_turn
+from chatstream.errors import InvalidEvent, TurnInProgress
+from chatstream.reaper import FailedGeneration, Reaping, end_abandoned_turn
 from chatstream.status import TurnStatus
 from tests.builders import opening_records, turn_records
 from tests.support import FakeContext, load_event, load_function
@@ -28,9 +28,20 @@ def destination_record(session_id: str, turn: int = 1, error_type: str = "Sandbo
     return body
 
 
+def failed_delivery(session_id: str, condition: str, request_id: str) -> FailedGeneration:
+    """The record of one delivery of the turn's event: RetriesExhausted (it ran) or EventAgeExceeded (it never ran)."""
+    body = destination_record(session_id)
+    body["requestContext"].update(condition=condition, requestId=request_id)  # type: ignore[attr-defined]
+    if condition == "EventAgeExceeded":
+        body["requestContext"].update(approximateInvokeCount=0)  # type: ignore[attr-defined]
+        del body["responseContext"], body["responsePayload"]
+    return FailedGeneration.from_destination_record(json.dumps(body))
+
+
 def test_parses_lambdas_destination_record() -> None:
     failed = FailedGeneration.from_destination_record(load_event("reaper-proxy-failure.json")["Records"][0]["body"])
     assert (failed.request.turn, failed.condition, failed.error_type) == (1, "RetriesExhausted", "Sandbox.Timedout")
+    assert failed.request_id == "e4b46cbf-b738-xmpl-8880-a18cdf61200e"
     assert failed.error().code == "generation_failed" and failed.error().retryable
 
 
@@ -81,7 +92,7 @@ def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(cha
     )
     # THEN the turn is an error with the partial text, and the session takes a new turn
     turn = chat_table.get_turn(session_id, 1)
-    assert ended and turn is not None and turn.status is TurnStatus.ERROR and turn.assistant == "Hello"
+    assert ended is Reaping.ENDED and turn is not None and turn.status is TurnStatus.ERROR and turn.assistant == "Hello"
     assert turn.error is not None and turn.error["code"] == "generation_failed"
     assert chat_table.start_turn(session_id, OWNER, "again") == 2
 
@@ -92,12 +103,49 @@ def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
     start, stop = turn_records(session_id, 1, [])
     chat_table.put_records([start, stop])  # terminal in, not yet completed
     failed = FailedGeneration.from_destination_record(destination_record(session_id))
-    assert end_abandoned_turn(chat_table, failed, lambda: 9) is False
+    assert end_abandoned_turn(chat_table, failed, lambda: 9) is Reaping.NOTHING_TO_END
     chat_table.complete_turn(stop, "")
-    assert end_abandoned_turn(chat_table, failed, lambda: 9) is False
+    assert end_abandoned_turn(chat_table, failed, lambda: 9) is Reaping.NOTHING_TO_END
     assert chat_table.get_turn(session_id, 1).status is TurnStatus.COMPLETE  # type: ignore[union-attr]
     unknown = FailedGeneration.from_destination_record(destination_record(session_id, turn=7))
-    assert end_abandoned_turn(chat_table, unknown, lambda: 9) is False
+    assert end_abandoned_turn(chat_table, unknown, lambda: 9) is Reaping.NOTHING_TO_END
+
+
+@pytest.mark.parametrize(
+    ("condition", "claimed_by", "reaping"),
+    [
+        # the failed delivery never ran, and another one claimed the turn: it may be generating; left to it
+        ("EventAgeExceeded", "first-delivery", Reaping.LEFT_TO_CLAIMANT),
+        # the failed delivery never ran, and no delivery claimed the turn: no one will end it; ended
+        ("EventAgeExceeded", None, Reaping.ENDED),
+        # the failed delivery ran, claimed the turn and died: ended
+        ("RetriesExhausted", "failed-delivery", Reaping.ENDED),
+        # the failed delivery ran and failed (its claim, or before it), while another one claimed the turn: left to it
+        ("RetriesExhausted", "first-delivery", Reaping.LEFT_TO_CLAIMANT),
+        # the failed delivery died before it could claim the turn, and no other did: ended
+        ("RetriesExhausted", None, Reaping.ENDED),
+    ],
+)
+def test_a_turn_another_delivery_claimed_is_left_to_it(
+    chat_table: ChatTable, condition: str, claimed_by: str | None, reaping: Reaping
+) -> None:
+    # GIVEN a turn in progress with one delta, claimed by a delivery of its event (or by none)
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    if claimed_by is not None:
+        chat_table.claim_turn(session_id, 1, claimed_by)
+    chat_table.put_records(opening_records(session_id, 1, ["Hel"]))
+    # WHEN the record of a failed delivery, request id "failed-delivery", reaches the reaper
+    outcome = end_abandoned_turn(chat_table, failed_delivery(session_id, condition, "failed-delivery"), lambda: 9)
+    # THEN the turn is ended only when no other delivery owns it; otherwise it is still generating, its session busy
+    turn = chat_table.get_turn(session_id, 1)
+    assert outcome is reaping and turn is not None
+    if reaping is Reaping.ENDED:
+        assert turn.status is TurnStatus.ERROR and turn.error is not None and condition in turn.error["message"]
+    else:
+        assert turn.status is TurnStatus.IN_PROGRESS and turn.generator == claimed_by
+        with pytest.raises(TurnInProgress):
+            chat_table.start_turn(session_id, OWNER, "again")
 
 
 def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outcome(
@@ -123,7 +171,7 @@ def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outco
     )
     # THEN it does not overwrite the outcome the consumer wrote in between: the turn is complete, as streamed
     turn = chat_table.get_turn(session_id, 1)
-    assert ended is False
+    assert ended is Reaping.NOTHING_TO_END
     assert turn is not None and turn.status is TurnStatus.COMPLETE and turn.error is None
     assert (turn.assistant, turn.stop_reason) == ("Hello", stop.stop_reason)
 
@@ -135,7 +183,7 @@ def test_a_terminal_record_materialized_after_the_reaper_ended_the_turn_override
     *deltas, stop = turn_records(session_id, 1, ["Hel", "lo"])
     chat_table.put_records(deltas)
     failed = FailedGeneration.from_destination_record(destination_record(session_id))
-    assert end_abandoned_turn(chat_table, failed, lambda: 9) is True
+    assert end_abandoned_turn(chat_table, failed, lambda: 9) is Reaping.ENDED
     # WHEN the consumer materializes the stop record
     chat_table.put_records([stop])
     chat_table.complete_turn(stop, "Hello")
