@@ -68,7 +68,9 @@ def killed_generation(turn: tuple[str, int], generator: str | None, killed: Iter
     """Whether the run's kills ended ``turn``'s generation. Whichever delivery of its event claims the turn generates
     it (the first to claim, not always the first delivered), and the claim is its request id (``generator``): so it
     is the killed invocation that had claimed the turn, or, when none claimed it, any killed invocation of the turn
-    (killed before it could claim). A killed delivery that found the turn claimed by another ended nothing."""
+    (killed before it could claim). A killed delivery that found the turn claimed by another request id ended nothing;
+    a duplicate delivery of the same event shares its request id, so its kill counts as the claimant's (the reaper
+    ends the turn on its record: it cannot tell them apart either)."""
     killed_ids = {inv.request_id for inv in killed if generation_of(inv.payload) == turn}
     return generator in killed_ids if generator is not None else bool(killed_ids)
 
