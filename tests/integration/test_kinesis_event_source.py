@@ -202,16 +202,18 @@ def test_started_mapping_follows_the_stream_until_stopped(stack, consumer) -> No
     assert not [t for t in threading.enumerate() if t.name.startswith("esm-")]
 
 
+def fail_on_bad(event: dict[str, Any]) -> Invoked:
+    """A consumer that fails any batch holding the record ``bad``."""
+    if any(base64.b64decode(r["kinesis"]["data"]) == b"bad" for r in event["Records"]):
+        return Invoked(b'{"errorType":"Boom","errorMessage":"bad record"}', "Unhandled")
+    return Invoked(b'{"batchItemFailures":[]}')
+
+
 def test_a_failing_record_is_isolated_by_bisect_retried_and_sent_to_the_dlq(stack) -> None:
     # GIVEN a consumer that fails any batch containing one bad record
     good = [stack.put(f"ok-{i}".encode(), "k") for i in range(6)]
     bad = stack.put(b"bad", "k")
     good += [stack.put(f"ok-{i}".encode(), "k") for i in range(6, 9)]
-
-    def fail_on_bad(event: dict[str, Any]) -> Invoked:
-        if any(base64.b64decode(r["kinesis"]["data"]) == b"bad" for r in event["Records"]):
-            return Invoked(b'{"errorType":"Boom","errorMessage":"bad record"}', "Unhandled")
-        return Invoked(b'{"batchItemFailures":[]}')
 
     recorder = Recorder(fail_on_bad)
     mapping = stack.mapping(recorder)
@@ -250,11 +252,6 @@ def test_a_failure_of_the_mappings_own_calls_costs_a_retry_never_the_records(sta
     before = [stack.put(f"ok-{i}".encode(), "k") for i in range(3)]
     bad = stack.put(b"bad", "k")
     after = [stack.put(f"ok-{i}".encode(), "k") for i in range(3, 6)]
-
-    def fail_on_bad(event: dict[str, Any]) -> Invoked:
-        if any(base64.b64decode(r["kinesis"]["data"]) == b"bad" for r in event["Records"]):
-            return Invoked(b'{"errorType":"Boom","errorMessage":"bad record"}', "Unhandled")
-        return Invoked(b'{"batchItemFailures":[]}')
 
     recorder = Recorder(fail_on_bad)
     mapping = stack.mapping(recorder)

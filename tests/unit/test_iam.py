@@ -121,10 +121,9 @@ def test_a_signature_older_or_newer_than_five_minutes_is_refused() -> None:
         assert (verifier.verify("POST", "/chat?x=1", headers, request.content) == ALICE) is accepted, skew
 
 
-def test_the_principals_are_the_static_keys_of_the_aws_configuration(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a credentials file and a config file with static keys, and a profile without any
+@pytest.fixture
+def aws_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A credentials file with the default profile's static key, a config file with bob's and an SSO profile."""
     credentials = tmp_path / "credentials"
     credentials.write_text("[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = s-default\n")
     config = tmp_path / "config"
@@ -134,6 +133,12 @@ def test_the_principals_are_the_static_keys_of_the_aws_configuration(
     )
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+
+
+def test_the_principals_are_the_static_keys_of_the_aws_configuration(
+    aws_config: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a credentials file and a config file with static keys, and a profile without any
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     # WHEN the principals are read, with keys in the environment too
     principals = Principals.from_aws_config({"AWS_ACCESS_KEY_ID": "AKIAENV", "AWS_SECRET_ACCESS_KEY": "s-env"})
@@ -145,17 +150,8 @@ def test_the_principals_are_the_static_keys_of_the_aws_configuration(
     }
 
 
-def test_your_own_key_is_the_one_the_aws_cli_would_sign_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_your_own_key_is_the_one_the_aws_cli_would_sign_with(aws_config: None) -> None:
     # GIVEN a default profile and a profile bob with static keys, and an SSO profile
-    credentials = tmp_path / "credentials"
-    credentials.write_text("[default]\naws_access_key_id = AKIADEFAULT\naws_secret_access_key = s-default\n")
-    config = tmp_path / "config"
-    config.write_text(
-        "[profile bob]\naws_access_key_id = AKIABOB\naws_secret_access_key = s-bob\n"
-        "[profile sso]\nsso_start_url = https://example.awsapps.com/start\n"
-    )
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     env_keys = {"AWS_ACCESS_KEY_ID": "AKIAENV", "AWS_SECRET_ACCESS_KEY": "s-env", "AWS_SESSION_TOKEN": "t-env"}
     # WHEN the key to sign with is chosen THEN it is botocore's: the environment's, else AWS_PROFILE's, else default's
     assert own_key({**env_keys, "AWS_PROFILE": "bob"}) == Principal("environment", "AKIAENV", "s-env", "t-env")
