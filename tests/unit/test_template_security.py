@@ -59,6 +59,7 @@ WATCHED = {
     ("AWS/Lambda", "Errors", "TurnReaperFunction"),
     ("AWS/Lambda", "Errors", "RelayFunction"),
     ("Chatstream", "ModelAccessErrors", "chatstream-proxy"),  # every generation fails on the deployment's setup
+    ("Chatstream", "UnrecognizedMessages", "chatstream-reaper"),  # a failure record naming no turn
 }
 # What deleting (or replacing) the stack does to what holds data: only the conversations are kept.
 DELETION_POLICIES = {
