@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.integration
 
@@ -253,3 +255,42 @@ def test_make_writes_only_the_commands_own_output_to_stdout(target: str) -> None
     # THEN stdout is what the command wrote (README: stdout holds exactly the reply, the payload), not make's echo
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage:"), done.stdout[:200]
+
+
+SLOW_IMPORT = """
+import sys, time
+class SlowHttpx:  # the client's imports take a while: say so, then wait long enough to be interrupted
+    def find_spec(self, name, path=None, target=None):
+        if name == "httpx":
+            sys.stderr.write("importing httpx\\n")
+            sys.stderr.flush()
+            time.sleep(30)
+        return None
+sys.meta_path.insert(0, SlowHttpx())
+"""
+
+
+def test_chat_interrupted_while_it_starts(tmp_path: Path) -> None:
+    # GIVEN `make chat` still importing its libraries (made slow here, so the moment can be hit)
+    (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
+    base = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    process = subprocess.Popen(  # noqa: S603 - this Python, our module
+        [sys.executable, "-m", "chatstream_client.cli", "--message", "hi"],
+        cwd=REPO_ROOT,
+        env={**base, **EMPTY_AWS, "PYTHONPATH": f"client{os.pathsep}{tmp_path}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        assert process.stderr.readline() == "importing httpx\n"
+        # WHEN the user presses Ctrl-C
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait()
+    # THEN it quits at once, as it does later on: exit 130, no traceback
+    assert process.returncode == 130
+    assert stdout == "" and stderr == ""
