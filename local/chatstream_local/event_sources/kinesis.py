@@ -58,6 +58,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from chatstream_local.account import ACCOUNT_ID
+from chatstream_local.event_sources.unemulated import warn_unemulated
 from chatstream_local.lambda_.exceptions import FunctionThrottled
 from chatstream_local.moto import WAIT_HEADER
 
@@ -131,6 +132,21 @@ def _wait_header(wait_ms: int) -> Callable[..., None]:
     return add
 
 
+# The Kinesis event's properties this emulator does (the others are named at start, unless they change nothing).
+EMULATED = frozenset(
+    {
+        "Stream",
+        "StartingPosition",
+        "BatchSize",
+        "BisectBatchOnFunctionError",
+        "MaximumRetryAttempts",
+        "MaximumRecordAgeInSeconds",
+        "FunctionResponseTypes",
+        "DestinationConfig",
+    }
+)
+
+
 @dataclass(frozen=True)
 class MappingSettings:
     """The event source mapping's settings (Lambda's defaults where the template says nothing)."""
@@ -147,9 +163,12 @@ class MappingSettings:
     def from_event(cls, properties: dict[str, Any]) -> MappingSettings:
         """From the resolved ``Properties`` of a SAM ``Kinesis`` event."""
         destination = properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        starting_position = str(properties.get("StartingPosition", "LATEST"))
+        if starting_position not in ("TRIM_HORIZON", "LATEST"):
+            raise ValueError(f"StartingPosition {starting_position!r}: the local mapping reads TRIM_HORIZON or LATEST")
         return cls(
             batch_size=int(properties.get("BatchSize", 100)),
-            starting_position=str(properties.get("StartingPosition", "LATEST")),
+            starting_position=starting_position,
             bisect_on_function_error=_bool(properties.get("BisectBatchOnFunctionError", False)),
             maximum_retry_attempts=int(properties.get("MaximumRetryAttempts", -1)),
             maximum_record_age_s=int(properties.get("MaximumRecordAgeInSeconds", -1)),
@@ -247,7 +266,9 @@ class EventSourceMapping:
         kinesis_events = {name: ev for name, ev in events.items() if ev.get("Type") == "Kinesis"}
         if not kinesis_events:
             raise ValueError(f"{function_logical_id} has no Kinesis event in template.yaml")
-        properties = kinesis_events[event_name or next(iter(kinesis_events))]["Properties"]
+        name = event_name or next(iter(kinesis_events))
+        properties = kinesis_events[name]["Properties"]
+        warn_unemulated(f"{function_logical_id}'s Kinesis event {name}", properties, EMULATED)
         stream_name = _stream_name(str(properties["Stream"]), template)
         kwargs.setdefault("read_mode", ReadMode.of_stream(str(properties["Stream"])))
         return cls(

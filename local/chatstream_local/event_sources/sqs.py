@@ -16,6 +16,8 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
+from chatstream_local.event_sources.unemulated import warn_unemulated
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 
     from chatstream_local.event_sources.invoker import Invoker
     from chatstream_local.template import Template
+
+# The SQS event's properties this emulator does (the others are named at start, unless they change nothing).
+EMULATED = frozenset({"Queue", "BatchSize", "FunctionResponseTypes"})
 
 
 class SqsEventSource:
@@ -58,6 +63,7 @@ class SqsEventSource:
         if not sqs_events:
             raise ValueError(f"{function_logical_id} has no SQS event in template.yaml")
         properties = sqs_events[0]
+        warn_unemulated(f"{function_logical_id}'s SQS event", properties, EMULATED)
         queue_arn = str(properties["Queue"])
         queue_name = queue_arn.rsplit(":", 1)[-1]
         return cls(
