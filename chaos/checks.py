@@ -287,9 +287,11 @@ class DuplicateCounts:
     """The proxy's events the local Lambda delivered twice, as Lambda may, and the deliveries the proxy dropped as
     duplicates: each second delivery must be dropped (not generated again), and no other.
 
-    ``failed``: second deliveries that ended in an error (the run killed the environment, or an injected fault failed
-    the claim past botocore's retries). Such a delivery may have been dropped before it failed or not, but it cannot
-    have generated, so ``delivered - failed <= dropped <= delivered`` holds.
+    ``failed``: events delivered twice one of whose deliveries ended in an error (the run killed the environment, or
+    an injected fault failed the claim past botocore's retries). A second delivery that failed may have been dropped
+    before it failed or not, but cannot have generated; a first delivery that failed before it claimed the turn left
+    the turn to the second, which rightly generated. Either way such an event has at most one drop, maybe none, so
+    ``delivered - failed <= dropped <= delivered`` holds.
     """
 
     delivered: int = 0

@@ -285,10 +285,34 @@ def test_a_duplicate_that_fails_goes_to_on_failure_as_any_event(
         endpoint.submit_event("count", payload)
         assert endpoint.wait_idle(timeout=20)
 
-    # THEN each delivery ran once and went to the on-failure destination, and the second counts as a failed duplicate
-    # (only the second: the first delivery is no duplicate)
+    # THEN each delivery ran once and went to the on-failure destination, and the event counts once as a failed
+    # duplicate (one event, however many of its deliveries failed)
     assert len(out.read_text().splitlines()) == 2
     assert [(name, sent) for name, sent, _ in failures.calls] == [("count", payload)] * 2
+    assert (endpoint.duplicates, endpoint.failed_duplicates) == ({"count": 1}, {"count": 1})
+
+
+def test_a_duplicate_whose_first_delivery_failed_counts_as_failed(
+    failures: FailureRecorder, aws_env: None, tmp_path: Path
+) -> None:
+    # GIVEN an endpoint that delivers every event twice, the second well after the first
+    with (
+        LocalLambda(SPECS) as local,
+        InvokeEndpoint(
+            local, on_failure=failures, duplicate_events=1.0, duplicate_delay_s=1.0, rng=LateDraws()
+        ) as endpoint,
+    ):
+        out = tmp_path / "runs.jsonl"
+        payload = json.dumps({"out": str(out), "fail_first": True}).encode()
+
+        # WHEN the first delivery fails and the second succeeds
+        endpoint.submit_event("count", payload)
+        assert endpoint.wait_idle(timeout=20)
+
+    # THEN the event counts as a failed duplicate: its second delivery did the work the first could not (chaos's
+    # check then allows it not to have been dropped)
+    assert len(out.read_text().splitlines()) == 2
+    assert [(name, sent) for name, sent, _ in failures.calls] == [("count", payload)]
     assert (endpoint.duplicates, endpoint.failed_duplicates) == ({"count": 1}, {"count": 1})
 
 

@@ -111,9 +111,10 @@ class InvokeEndpoint:
     ordinary asynchronous invocation of the same event, its payload and request id (retries, ``on_failure`` and
     :meth:`wait_idle` as for any), started a random 0 to ``duplicate_delay_s`` seconds after the first was accepted,
     so it may overlap the first or come after it. ``rng`` draws both (seed it to repeat a run's draws);
-    :attr:`duplicates` counts the deliveries, and :attr:`failed_duplicates` those of them that ended in an error (the
-    function failed, or its environment was killed, before or after it could tell the event was a duplicate). 0 by
-    default: each event is delivered once.
+    :attr:`duplicates` counts the deliveries, and :attr:`failed_duplicates` the events delivered twice one of whose
+    deliveries ended in an error (the function failed, or its environment was killed: the second before or after it
+    could tell the event was a duplicate, or the first before it claimed the event, so the second rightly did the
+    work). 0 by default: each event is delivered once.
 
     ``retry_delay_s``: the wait before a failed event's first retry, doubled before its second: Lambda's one minute,
     then two (same page), by default; tests pass their own.
@@ -144,7 +145,8 @@ class InvokeEndpoint:
         self.duplicate_delay_s = duplicate_delay_s
         self._rng = rng or random.Random()
         self._duplicates: Counter[str] = Counter()
-        self._failed_duplicates: Counter[str] = Counter()
+        self._delivered_twice: set[tuple[str, str]] = set()  # (function, request id) of the events delivered twice
+        self._failed_deliveries: set[tuple[str, str]] = set()  # (function, request id) of deliveries that failed
         self._server = LoopbackServer((host, port), _InvokeHandler, self)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
         self._thread: threading.Thread | None = None
@@ -193,9 +195,10 @@ class InvokeEndpoint:
 
     @property
     def failed_duplicates(self) -> dict[str, int]:
-        """Second deliveries (counted in :attr:`duplicates`) that ended in an error, by function name."""
+        """Events delivered twice (counted in :attr:`duplicates`) one of whose deliveries ended in an error, by
+        function name."""
         with self._idle:
-            return dict(self._failed_duplicates)
+            return dict(Counter(name for name, _ in self._delivered_twice & self._failed_deliveries))
 
     # -- asynchronous invocations ---------------------------------------------------------------------
     def submit_event(self, name: str, payload: bytes) -> str:
@@ -260,10 +263,11 @@ class InvokeEndpoint:
                     return
                 with self._idle:
                     self._duplicates[name] += 1
+                    self._delivered_twice.add((name, request_id))
             failed = self._deliver(name, payload, request_id, accepted)
-            if failed is not None and duplicate_after_s is not None:
+            if failed is not None and self.duplicate_events > 0:
                 with self._idle:
-                    self._failed_duplicates[name] += 1
+                    self._failed_deliveries.add((name, request_id))
             if failed is not None and self.on_failure is not None and not self._stopping.is_set():
                 self.on_failure(failed)
         finally:
