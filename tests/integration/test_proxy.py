@@ -291,24 +291,27 @@ def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_t
 
 
 def test_history_becomes_converse_messages(chat_table) -> None:
-    # GIVEN a session with a complete turn, an errored turn and a cancelled turn without text
+    # GIVEN a session with a complete turn, an errored turn, a cancelled turn without text, and a turn whose reply
+    # is whitespace alone (a stop sequence that matched right after the model's opening newlines)
     session_id = chat_table.create_session(OWNER)
     endings = [
         ("first", TokenRecord.stop(session_id, 1, 2, StopReason.END_TURN, Usage(1, 1), 1), "One"),
         ("second", TokenRecord.failure(session_id, 2, 1, ErrorInfo("x", "y", True), 1), ""),
         ("third", TokenRecord.stop(session_id, 3, 2, StopReason.CANCELLED, Usage(1, 1), 1), ""),
+        ("fourth", TokenRecord.stop(session_id, 4, 2, StopReason.STOP_SEQUENCE, Usage(1, 1), 1), "\n\n"),
     ]
     for message, terminal, text in endings:
         chat_table.start_turn(session_id, OWNER, message)
         chat_table.complete_turn(terminal, text)
-    chat_table.start_turn(session_id, OWNER, "fourth")
-    # WHEN the proxy builds the messages for turn 4
-    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 4), "proxy-request"))
-    # THEN only turns with text are replayed, roles alternating, ending with the new message
+    chat_table.start_turn(session_id, OWNER, "fifth")
+    # WHEN the proxy builds the messages for turn 5
+    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 5), "proxy-request"))
+    # THEN only turns with text are replayed (Bedrock refuses a blank text block), roles alternating, ending with the
+    # new message
     assert messages == [
         {"role": "user", "content": [{"text": "first"}]},
         {"role": "assistant", "content": [{"text": "One"}]},
-        {"role": "user", "content": [{"text": "fourth"}]},
+        {"role": "user", "content": [{"text": "fifth"}]},
     ]
 
 

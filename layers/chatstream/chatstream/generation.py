@@ -41,6 +41,7 @@ from chatstream.coalescer import Coalescer, Step, WriterAction
 from chatstream.errors import TurnNotFound
 from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
+from chatstream.text import is_blank
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -191,7 +192,9 @@ def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
     for turn in earlier:
         if turn.turn >= current.turn:
             break
-        if turn.status in _REPLAYED_STATUSES and turn.assistant:
+        # A reply of whitespace alone (a stop sequence or a max_tokens right after a model's opening newline) is
+        # left out with its message, as an empty one is: Bedrock refuses a blank text block, on every later turn.
+        if turn.status in _REPLAYED_STATUSES and not is_blank(turn.assistant):
             messages += _sent_history(turn)
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
