@@ -348,6 +348,24 @@ def test_sample_event_runs_through_the_handler(monkeypatch, proxy_app, kinesis, 
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 3
 
 
+def test_a_turn_that_asks_for_no_max_tokens_gets_the_deployments_cap(
+    monkeypatch, template, proxy_app, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN the proxy as deployed: the relay's cap on max_tokens (MaxTokensLimit) is the proxy's too
+    relay = template.function_settings("RelayFunction")["Environment"]["Variables"]
+    proxy = template.function_settings("ProxyFunction")["Environment"]["Variables"]
+    assert proxy["MAX_TOKENS_LIMIT"] == relay["MAX_TOKENS_LIMIT"]
+    # ... here a cap of 5, and a turn whose client asked for no max_tokens
+    monkeypatch.setenv("MAX_TOKENS_LIMIT", "5")
+    capped = load_function("proxy")
+    start_sample_turn(monkeypatch, chat_table, "/long 40")
+    # WHEN the proxy generates it
+    result = capped.handler(SAMPLE, FakeContext("ProxyFunction"))
+    # THEN the model was asked for at most the cap (Bedrock would otherwise allow the model's own maximum)
+    assert result["stop_reason"] == StopReason.MAX_TOKENS
+    assert assistant_text(read_stream(kinesis, stream_name)) == "".join(plan_reply("/long 40").deltas[:5])
+
+
 class _RefusingBedrock:
     """A Bedrock client that refuses every ConverseStream with ``code``."""
 

@@ -126,6 +126,7 @@ class ProxyConfig:
     put_max_attempts: int
     system_prompt: str
     model_request_fields: Mapping[str, Any] | None = None  # ConverseStream's additionalModelRequestFields
+    max_tokens_limit: int = 4096  # maxTokens of a turn that asks for none (MaxTokensLimit, the relay's cap too)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ProxyConfig:
@@ -140,6 +141,7 @@ class ProxyConfig:
             put_max_attempts=env.integer(PUT_MAX_ATTEMPTS, 8, minimum=1, maximum=100),
             system_prompt=env.optional(SYSTEM_PROMPT, ""),
             model_request_fields=env.json_object(MODEL_REQUEST_FIELDS),
+            max_tokens_limit=env.integer(MAX_TOKENS_LIMIT, 4096, minimum=1, maximum=1_000_000),
         )
 
 

@@ -92,6 +92,9 @@ class GenerationSettings:
     model_id: str
     system_prompt: str = ""
     model_request_fields: Mapping[str, Any] | None = None  # the model's own fields (Claude's ``thinking``, for one)
+    # maxTokens of a turn that asks for none: without one, Bedrock allows the model's own maximum (64K output tokens
+    # for some), past the deployment's cap (MaxTokensLimit) and the proxy's 15 minutes. None: send none.
+    default_max_tokens: int | None = None
     flush_interval_ms: int = 300
     flush_max_chars: int = 1024
     cancel_check_interval_ms: int = 500
@@ -105,6 +108,7 @@ class GenerationSettings:
             model_id=config.model_id,
             system_prompt=config.system_prompt,
             model_request_fields=config.model_request_fields,
+            default_max_tokens=config.max_tokens_limit,
             flush_interval_ms=config.flush_interval_ms,
             flush_max_chars=config.flush_max_chars,
             cancel_check_interval_ms=config.cancel_check_interval_ms,
@@ -194,7 +198,7 @@ def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
             break
         # A reply of whitespace alone (a stop sequence or a max_tokens right after a model's opening newline) is
         # left out with its message, as an empty one is: Bedrock refuses a blank text block, on every later turn.
-        if turn.status in _REPLAYED_STATUSES and not is_blank(turn.assistant):
+        if turn.status in _REPLAYED_STATUSES and turn.assistant and not is_blank(turn.assistant):
             messages += _sent_history(turn)
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
@@ -359,8 +363,9 @@ class Generation:
         if system:
             params["system"] = [{"text": text} for text in system]
         inference: dict[str, Any] = {}
-        if self.turn.max_tokens is not None:
-            inference["maxTokens"] = self.turn.max_tokens
+        max_tokens = self.turn.max_tokens if self.turn.max_tokens is not None else settings.default_max_tokens
+        if max_tokens is not None:
+            inference["maxTokens"] = max_tokens
         if self.turn.temperature is not None:
             inference["temperature"] = self.turn.temperature
         if options.top_p is not None:
