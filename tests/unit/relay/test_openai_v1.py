@@ -17,7 +17,13 @@ from chatstream.records import ErrorInfo
 from chatstream.relay.http import HttpError
 from chatstream.relay.openai.chat import ChunkStream, completion_object
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
-from chatstream.relay.openai.responses import ResponseStream, parse_response_id, record_events, response_id
+from chatstream.relay.openai.responses import (
+    ResponseStream,
+    parse_response_id,
+    record_events,
+    response_id,
+    status_of,
+)
 from chatstream.relay.openai.turn_events import turn_events
 from chatstream.relay.sse import json_message
 from chatstream.status import StopReason
@@ -295,6 +301,29 @@ def test_sequence_numbers_follow_from_the_records_so_every_resume_is_a_suffix(
     # AND a resume after any number is exactly the rest
     for after in range(-1, len(whole) + 1):
         assert events_of(chat_table, session_id, after) == whole[after + 1 :]
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish", "status"),
+    [
+        (StopReason.END_TURN, "stop", "completed"),
+        (StopReason.STOP_SEQUENCE, "stop", "completed"),
+        (StopReason.MAX_TOKENS, "length", "incomplete"),
+        (StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED, "length", "incomplete"),  # Claude's, cut short by its context
+        (StopReason.GUARDRAIL_INTERVENED, "content_filter", "incomplete"),
+    ],
+)
+def test_a_reply_cut_short_reads_as_cut_short_on_both_apis(
+    chat_table: ChatTable, stop_reason: StopReason, finish: str, status: str
+) -> None:
+    # GIVEN a turn that ended for this reason
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["a"], stop_reason=stop_reason)
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    # THEN a chat completion's finish_reason and a response's status say so, as OpenAI's clients read them
+    assert completion_object("s", "m", 0, "a", stop_reason, None)["choices"][0]["finish_reason"] == finish
+    assert status_of(turn) == status
 
 
 def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_content(chat_table: ChatTable) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 _FINISH = {
     StopReason.MAX_TOKENS: "length",
+    StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED: "length",  # cut short by the context window, as OpenAI says it
     StopReason.CONTENT_FILTERED: "content_filter",
     StopReason.GUARDRAIL_INTERVENED: "content_filter",
 }

@@ -18,7 +18,7 @@ event (the stream's own failure, or the relay's time limit: resume from the last
 number and is not replayed.
 
 Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
-``max_tokens`` (``incomplete_details.reason: max_output_tokens``) or was filtered (``content_filter``); a cancelled
+``max_tokens`` or the model's context window (``incomplete_details.reason: max_output_tokens``) or was filtered (``content_filter``); a cancelled
 one ``cancelled`` (its stream ends with ``response.incomplete``); a failed one ``failed``, with ``error``.
 """
 
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from chatstream.table import ChatTable, Turn
 
 _FILTERED = frozenset({StopReason.CONTENT_FILTERED, StopReason.GUARDRAIL_INTERVENED})
+# Cut short by a token limit: the turn's max_tokens, or the model's context window (Claude's
+# model_context_window_exceeded); OpenAI reads both as max_output_tokens.
+_CUT_SHORT = frozenset({StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED})
 
 
 def response_id(session_id: str, turn: int) -> str:
@@ -77,7 +80,7 @@ def status_of(turn: Turn) -> str:
         return "cancelled"
     if turn.status is TurnStatus.ERROR:
         return "failed"
-    if turn.stop_reason is StopReason.MAX_TOKENS or turn.stop_reason in _FILTERED:
+    if turn.stop_reason in _CUT_SHORT or turn.stop_reason in _FILTERED:
         return "incomplete"
     return "completed"
 
