@@ -18,8 +18,9 @@ event (the stream's own failure, or the relay's time limit: resume from the last
 number and is not replayed.
 
 Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
-``max_tokens`` or the model's context window (``incomplete_details.reason: max_output_tokens``) or was filtered (``content_filter``); a cancelled
-one ``cancelled`` (its stream ends with ``response.incomplete``); a failed one ``failed``, with ``error``.
+``max_tokens`` or the model's context window (``incomplete_details.reason: max_output_tokens``) or was filtered
+(``content_filter``); a cancelled one ``cancelled`` (its stream ends with ``response.incomplete``); a failed one
+``failed``, with ``error``.
 """
 
 from __future__ import annotations
