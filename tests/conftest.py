@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -32,6 +33,17 @@ def moto_patches() -> Iterator[Patches]:
     FIXES.apply()
     yield FIXES
     FIXES.undo()
+
+
+@pytest.fixture(autouse=True)
+def package_logger() -> Iterator[None]:
+    """chatstream's package logger as the test found it: a function loaded in a test (``load_function``) hands it
+    that function's Logger (chatstream/logs.py), which stops it propagating to the root logger, where ``caplog``
+    listens."""
+    package = logging.getLogger("chatstream")
+    kept = (package.level, package.propagate, list(package.handlers))
+    yield
+    package.level, package.propagate, package.handlers = kept[0], kept[1], kept[2]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics
+    from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.metrics import MetricUnit
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
@@ -33,11 +33,12 @@ with collector_paused():
     from chatstream.config import ConsumerConfig
     from chatstream.dlq import DeadLetterQueue
     from chatstream.kinesis import StreamRecord
+    from chatstream.logs import function_logger
     from chatstream.materialize import BatchOutcome, Materializer
     from chatstream.table import ChatTable
     from chatstream.tracing import traced_handler
 
-    logger = Logger()
+    logger = function_logger()  # chatstream's own modules log through it too (chatstream/logs.py)
     metrics = Metrics()
     # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
     handler_traced = traced_handler()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics
+    from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.metrics import MetricUnit
     from botocore.config import Config
 
@@ -31,11 +31,12 @@ with collector_paused():
     from chatstream.errors import TurnClaimed, TurnFinished
     from chatstream.generation import SETUP_ERRORS, Generation, GenerationSettings, turn_to_generate
     from chatstream.kinesis import TokenStreamWriter
+    from chatstream.logs import function_logger
     from chatstream.proxy_event import GenerateRequest
     from chatstream.table import ChatTable
     from chatstream.tracing import traced_handler
 
-    logger = Logger()
+    logger = function_logger()  # chatstream's own modules log through it too (chatstream/logs.py)
     metrics = Metrics()
     # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
     handler_traced = traced_handler()

@@ -21,18 +21,19 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics
+    from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.metrics import MetricUnit
     from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
     from chatstream.aws import create_client
     from chatstream.config import TableConfig
     from chatstream.errors import InvalidEvent
+    from chatstream.logs import function_logger
     from chatstream.reaper import FailedGeneration, Reaping, end_abandoned_turn
     from chatstream.table import ChatTable
     from chatstream.tracing import traced_handler
 
-    logger = Logger()
+    logger = function_logger()  # chatstream's own modules log through it too (chatstream/logs.py)
     metrics = Metrics()
     # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
     handler_traced = traced_handler()

@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
 with collector_paused():
     import botocore.session
-    from aws_lambda_powertools import Logger, Metrics
+    from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.logging import correlation_paths
-    from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
     from aws_lambda_powertools.metrics import MetricUnit
     from botocore.config import Config
 
     from chatstream.aws import create_client
     from chatstream.config import RelayConfig
+    from chatstream.logs import function_logger
     from chatstream.relay.follow import StreamOutcome
     from chatstream.relay.http import Request, StreamKind
     from chatstream.relay.service import RelayService
@@ -42,12 +42,10 @@ with collector_paused():
     from chatstream.tracing import traced_handler
     from streaming_runtime import StreamingResponse
 
-    logger = Logger()
+    logger = function_logger()  # chatstream's own modules log through it too (chatstream/logs.py)
     metrics = Metrics()
     # X-Ray subsegments for its AWS calls only with TraceAwsCalls=true (chatstream/tracing.py)
     handler_traced = traced_handler(capture_response=False)
-    # The core logs through the standard library; give its loggers this Logger's JSON format and level.
-    copy_config_to_registered_loggers(source_logger=logger, include={"chatstream.relay.service"})
 
     CONFIG = RelayConfig.from_env(os.environ)
     _session = botocore.session.get_session()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -404,6 +406,28 @@ def test_a_turn_failed_by_the_deployments_setup_is_counted_for_its_alarm(
     assert result["type"] == "error"
     emitted = _metrics_emitted(capsys.readouterr().out)
     assert "GenerationErrors" in emitted and ("ModelAccessErrors" in emitted) is setup
+
+
+def test_the_libraries_log_lines_are_the_functions_json_lines_with_their_fields(
+    monkeypatch, proxy_app, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN the proxy as deployed, its Logger's output read here, and Bedrock refusing its model
+    (handler,) = proxy_app.logger.handlers
+    output = io.StringIO()
+    monkeypatch.setattr(handler, "stream", output)
+    start_sample_turn(monkeypatch, chat_table, "hello")
+    monkeypatch.setattr(proxy_app, "BEDROCK", _RefusingBedrock("AccessDeniedException"))
+    # WHEN the proxy handles the turn, and chatstream.generation logs the refusal through the standard library
+    proxy_app.handler(SAMPLE, FakeContext("ProxyFunction"))
+    # THEN the line is the function's JSON, with Bedrock's words (OPERATIONS' runbook for the alarm reads them), the
+    # function's service and the turn: on Lambda, the runtime's text format would have dropped every field
+    lines = [json.loads(line) for line in output.getvalue().splitlines()]
+    refused = [line for line in lines if line["message"] == "the model refused this deployment"]
+    assert len(refused) == 1
+    assert refused[0]["error_code"] == "AccessDeniedException" and refused[0]["error_message"] == "refused"
+    assert refused[0]["service"] == "chatstream-proxy" and refused[0]["session_id"] == SAMPLE["session_id"]
+    # AND it reaches no other handler (the runtime's, on Lambda): one line, not two
+    assert not logging.getLogger("chatstream").propagate
 
 
 def test_a_duplicate_delivery_of_the_event_generates_nothing(
