@@ -20,6 +20,7 @@ from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
+from chatstream.turn_options import HistoryMessage, TurnOptions
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
 from tests.builders import ConverseEventStream
@@ -314,6 +315,24 @@ def test_history_becomes_converse_messages(chat_table) -> None:
         {"role": "user", "content": [{"text": "first"}]},
         {"role": "assistant", "content": [{"text": "One"}]},
         {"role": "user", "content": [{"text": "fifth"}]},
+    ]
+
+
+def test_the_history_a_client_sent_with_a_turn_stays_when_the_turn_failed(chat_table) -> None:
+    # GIVEN a response continued with previous_response_id: its turn carried the client's earlier messages as history
+    # (Ada's introduction), then failed (throttled) without a reply
+    session_id = chat_table.create_session(OWNER)
+    sent = TurnOptions(history=(HistoryMessage("user", "My name is Ada."), HistoryMessage("assistant", "Hi Ada.")))
+    chat_table.start_turn(session_id, OWNER, "/throttle", options=sent)
+    chat_table.complete_turn(TokenRecord.failure(session_id, 1, 1, ErrorInfo("throttled", "slow down", True), 1), "")
+    chat_table.start_turn(session_id, OWNER, "What is my name?")
+    # WHEN the proxy builds the messages for turn 2
+    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 2), "proxy-request"))
+    # THEN the client's history is still there (only the failed turn's own message, which got no reply, is left out)
+    assert messages == [
+        {"role": "user", "content": [{"text": "My name is Ada."}]},
+        {"role": "assistant", "content": [{"text": "Hi Ada."}]},
+        {"role": "user", "content": [{"text": "What is my name?"}]},
     ]
 
 

@@ -182,7 +182,7 @@ def turn_to_generate(table: ChatTable, request: GenerateRequest, generator: str)
 
 def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
     """The Converse ``messages``: earlier turns that produced text, then the turn's user message; each turn preceded by
-    the history the client sent with it (``TurnOptions.history``).
+    the history the client sent with it (``TurnOptions.history``), kept even when that turn produced nothing.
 
     An earlier turn's reasoning is not sent back, only its reply. Bedrock requires a signed reasoning block
     (``reasoningContent.reasoningText`` with its ``signature``, or ``redactedContent``) to come back unchanged
@@ -196,10 +196,12 @@ def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
     for turn in earlier:
         if turn.turn >= current.turn:
             break
-        # A reply of whitespace alone (a stop sequence or a max_tokens right after a model's opening newline) is
-        # left out with its message, as an empty one is: Bedrock refuses a blank text block, on every later turn.
+        # The history a client sent with a turn (a response's input items) stays, whatever became of the turn: it
+        # alternates and ends with the assistant. The turn's own message goes only with its reply: a failed turn, or
+        # one that ended without text, leaves both out. So does a reply of whitespace alone (a stop sequence or a
+        # max_tokens right after a model's opening newline): Bedrock refuses a blank text block, on every later turn.
+        messages += _sent_history(turn)
         if turn.status in _REPLAYED_STATUSES and turn.assistant and not is_blank(turn.assistant):
-            messages += _sent_history(turn)
             messages.append({"role": "user", "content": [{"text": turn.user}]})
             messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
     messages += _sent_history(current)
