@@ -67,6 +67,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
     logger.info(
         "request answered", extra={"method": request.method, "path": request.path, "status": response.status_code}
     )
+    if response.unexpected:  # the relay answered 500 itself: Lambda's Errors metric does not see it
+        metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=1)
+        metrics.flush_metrics()
     body: Iterable[str] = response.body
     if response.stream is not None:
         logger.append_keys(session_id=response.stream.session_id, turn=response.stream.turn)

@@ -228,6 +228,20 @@ def test_cancel_sample_is_202(app: ModuleType, chat_table: ChatTable, sample_ses
     assert chat_table.cancel_requested(sample_session, 1)
 
 
+@pytest.mark.parametrize("sample", ["relay-history.json", "relay-v1-chat-completions.json"])
+def test_a_500_the_relay_answers_itself_is_counted_for_its_alarm(
+    app: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], sample: str
+) -> None:
+    # GIVEN a relay whose table is gone (deleted, or not the one its role may read)
+    monkeypatch.setattr(app.SERVICE.table, "table_name", "no-such-table")
+    # WHEN a request fails on it, on the native API or /v1
+    response = run(app, sample)
+    # THEN the client gets 500 internal_error, and InternalErrors (RelayInternalErrorsAlarm's metric) counts it: the
+    # invocation itself succeeded, so Lambda's Errors metric does not
+    assert response.status_code == 500 and body_json(response)["error"]["code"] == "internal_error"
+    assert emf_metrics(capsys.readouterr().out)["InternalErrors"] == [1.0]
+
+
 def test_history_sample(app: ModuleType, chat_table: ChatTable, sample_session: str) -> None:
     # GIVEN the samples' turn finished WHEN the history sample is handled THEN the turn is listed
     write_turn(chat_table, sample_session, 1, ["Hi"])

@@ -127,6 +127,7 @@ class Response:
     headers: Mapping[str, str]
     body: Iterable[str]
     stream: StreamInfo | None = None
+    unexpected: bool = False  # the relay's own unexpected failure answered it (500): counted for its alarm
 
 
 class HttpError(Exception):

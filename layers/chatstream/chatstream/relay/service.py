@@ -123,7 +123,8 @@ class RelayService:
             )
         except Exception:
             logger.exception("unexpected failure before the response")
-            return error_response(500, "internal_error", "the request failed unexpectedly; try again")
+            failed = error_response(500, "internal_error", "the request failed unexpectedly; try again")
+            return replace(failed, unexpected=True)
 
 
 @dataclass(frozen=True)

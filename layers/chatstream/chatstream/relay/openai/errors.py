@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from chatstream.errors import Throttled
@@ -136,6 +137,7 @@ def openai_api(handler: Callable[[_C, Mapping[str, str]], Response]) -> Callable
             return error_response(busy)
         except Exception:
             logger.exception("unexpected failure before the response")
-            return error_response(OpenAIError(500, "internal_error", "the request failed unexpectedly; try again"))
+            failed = error_response(OpenAIError(500, "internal_error", "the request failed unexpectedly; try again"))
+            return replace(failed, unexpected=True)
 
     return wrapped
