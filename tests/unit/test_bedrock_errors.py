@@ -68,6 +68,9 @@ def test_a_refusal_of_the_deployment_keeps_its_account_and_role_in_the_logs_not_
             "model_not_found",
         ),
         ("messages: text content blocks must be non-empty", "invalid_request"),
+        ("Input is too long for requested model.", "context_length_exceeded"),
+        ("prompt is too long: 210000 tokens > 200000 maximum", "context_length_exceeded"),
+        ("This model's maximum context length is 8192 tokens.", "context_length_exceeded"),
     ],
 )
 def test_a_validation_exception_about_the_model_is_the_deployments_not_the_requests(words: str, code: str) -> None:
@@ -77,4 +80,6 @@ def test_a_validation_exception_about_the_model_is_the_deployments_not_the_reque
     # other validation failure stays the request's (invalid_request, with Bedrock's words)
     error = classify_bedrock_error(err)
     assert error.code == code and not error.retryable
-    assert (words in error.message) is (code == "invalid_request")
+    assert (words in error.message) is (code != "model_not_found")
+    # AND a history too long for the model says what to do: every later turn of the session would fail alike
+    assert ("start a new session" in error.message) is (code == "context_length_exceeded")

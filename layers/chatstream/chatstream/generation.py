@@ -80,6 +80,13 @@ SETUP_ERRORS = frozenset({"access_denied", "model_not_found"})
 # provided model identifier is invalid"), or a model that must be called through an inference profile ("… with
 # on-demand throughput isn't supported. Retry your request with the ID or ARN of an inference profile …").
 _MODEL_ID_REFUSED = re.compile(r"model identifier|on-demand throughput|inference profile", re.IGNORECASE)
+# A ValidationException about the prompt's length: the session's history (sent whole each turn) outgrew the model's
+# context window ("Input is too long for requested model.", "prompt is too long: 210000 tokens > 200000 maximum",
+# "… maximum context length …"). Every later turn of the session fails alike: the error says to start a new one.
+_CONTEXT_EXCEEDED = re.compile(
+    r"input is too long|prompt is too long|too many input tokens|context (?:window|length)", re.IGNORECASE
+)
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's code for it, so /v1 clients know it too
 
 # Turns whose text goes back to the model as history.
 _REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})
@@ -145,6 +152,12 @@ def classify_bedrock_error(err: BaseException) -> ErrorInfo:
         ours, retryable = _BEDROCK_ERRORS.get(code.lower(), ("model_error", False))
         if ours == "invalid_request" and _MODEL_ID_REFUSED.search(message):
             ours = "model_not_found"
+        elif ours == "invalid_request" and _CONTEXT_EXCEEDED.search(message):
+            return ErrorInfo(
+                CONTEXT_LENGTH_EXCEEDED,
+                f"{code}: {message} (this session's history is too long for the model: start a new session)",
+                False,
+            )
         if ours in SETUP_ERRORS:
             # Bedrock's words name the account and the proxy's role ("User: arn:aws:sts::<account>:assumed-role/…
             # is not authorized"): for the operators' logs, not for every client (with auth NONE, anyone).

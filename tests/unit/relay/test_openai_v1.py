@@ -13,9 +13,11 @@ from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.chat import ChatCompletionMessage
 from openai.types.responses import ResponseStreamEvent
 
+from chatstream.generation import CONTEXT_LENGTH_EXCEEDED
 from chatstream.records import ErrorInfo
 from chatstream.relay.http import HttpError
 from chatstream.relay.openai.chat import ChunkStream, completion_object
+from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import (
     ResponseStream,
@@ -432,3 +434,10 @@ def test_a_missing_model_is_required_and_one_of_the_wrong_type_is_said_to_be(mod
     assert error_of(chat, body) == (400, "invalid_request", "model")
     with pytest.raises(HttpError, match=said):
         chat(body)
+
+
+def test_a_history_too_long_for_the_model_is_the_requests_fault_on_v1() -> None:
+    # GIVEN a turn that failed because the conversation outgrew the model's context (the proxy's code for it)
+    status = failed_status(CONTEXT_LENGTH_EXCEEDED)
+    # THEN a non-streamed answer is a 400 invalid_request_error, which the SDKs raise as BadRequestError, not retry
+    assert (status, error_type(status)) == (400, "invalid_request_error")

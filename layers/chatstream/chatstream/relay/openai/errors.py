@@ -39,7 +39,13 @@ _TYPES = {
 }
 
 # A failed turn's error code → the status a non-streamed answer carries it with (else 500), and so its type.
-_FAILED_STATUS = {"throttled": 429, "invalid_request": 400, "proxy_unavailable": 503, "model_unavailable": 503}
+_FAILED_STATUS = {
+    "throttled": 429,
+    "invalid_request": 400,
+    "context_length_exceeded": 400,
+    "proxy_unavailable": 503,
+    "model_unavailable": 503,
+}
 
 
 def failed_status(code: str) -> int:
