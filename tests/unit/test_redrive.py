@@ -202,20 +202,29 @@ def test_the_cli_names_what_is_missing(monkeypatch, capsys) -> None:
 def test_discard_invalid_deletes_what_can_never_be_redriven_and_keeps_the_rest(
     dlq, sqs, kinesis, chat_table, table_name, capsys
 ) -> None:
-    # GIVEN a poison record that is still invalid, a message that is not one of this DLQ's, and a lost range
+    # GIVEN a poison record that is still invalid, a message that is not one of this DLQ's, an on-failure record
+    # without its stream ARN, and a lost range
     poison = load_sample("consumer-dlq-poison-message.json")
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(poison))
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": 1}))
+    no_stream = json.loads(on_failure_message("", "1", "2", 2))
+    del no_stream["KinesisBatchInfo"]["streamArn"]
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(no_stream))
     lost = on_failure_message("arn:aws:kinesis:us-east-1:123456789012:stream/gone", "1", "2", 2)
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=lost)
-    args = ["--queue-url", dlq.queue_url, "--table-name", table_name, "--discard-invalid"]
-    # WHEN a dry run asks for it THEN it says what it would discard and deletes nothing
-    assert main([*args, "--dry-run"]) == 1
-    assert capsys.readouterr().out.count("] would discard: ") == 2 and len(queued(dlq)) == 3
-    # WHEN the run asks for it THEN the two are deleted and reported, without their payload; the lost range stays
+    args = ["--queue-url", dlq.queue_url, "--table-name", table_name]
+    # WHEN the run does not ask for it THEN each of the three says --discard-invalid deletes it
     assert main(args) == 1
     out = capsys.readouterr().out
-    assert out.count("] discarded: ") == 2
+    assert out.count("(--discard-invalid deletes it)") == 3
+    assert "an on-failure record without KinesisBatchInfo.streamArn (--discard-invalid deletes it)" in out
+    # WHEN a dry run asks for it THEN it says what it would discard and deletes nothing
+    assert main([*args, "--discard-invalid", "--dry-run"]) == 1
+    assert capsys.readouterr().out.count("] would discard: ") == 3 and len(queued(dlq)) == 4
+    # WHEN the run asks for it THEN the three are deleted and reported, without their payload; the other stays
+    assert main([*args, "--discard-invalid"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("] discarded: ") == 3
     assert poison["payload"] not in out
     assert [body.get("requestContext", {}).get("condition") for body in queued(dlq)] == ["RetryAttemptsExhausted"]
 

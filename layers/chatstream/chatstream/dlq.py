@@ -150,12 +150,17 @@ class FailedBatch:
         missing = [name for name in ("shardId", "startSequenceNumber", "endSequenceNumber") if name not in info]
         if missing:
             raise InvalidDeadLetter(f"an on-failure record without KinesisBatchInfo.{missing[0]}")
+        stream_arn = info.get("streamArn")
+        if not stream_arn:
+            raise InvalidDeadLetter("an on-failure record without KinesisBatchInfo.streamArn")
+        if not isinstance(stream_arn, str) or ":kinesis:" not in stream_arn or ":stream/" not in stream_arn:
+            raise InvalidDeadLetter("an on-failure record whose KinesisBatchInfo.streamArn is not a Kinesis stream ARN")
         size = info.get("batchSize")
         return cls(
             shard_id=str(info["shardId"]),
             start=str(info["startSequenceNumber"]),
             end=str(info["endSequenceNumber"]),
-            stream_arn=str(info.get("streamArn", "")),
+            stream_arn=stream_arn,
             batch_size=size if isinstance(size, int) and not isinstance(size, bool) else None,
             condition=str(context.get("condition", "?")),
         )
