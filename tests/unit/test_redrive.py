@@ -277,3 +277,16 @@ def test_a_range_the_reads_stop_short_of_is_kept_not_redriven_as_whole(
     # AND --discard-lost does not delete it: its records are not known to be gone
     redrive.discard_lost = True
     assert redrive.run().results[0].status is RedriveStatus.LEFT and len(queued(dlq)) == 1
+
+
+def test_the_cli_stops_in_one_line_when_the_table_is_not_found(dlq, sqs, capsys) -> None:
+    # GIVEN a DLQ holding a message, and a table name that no table has
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": 1}))
+    # WHEN the CLI runs
+    status = main(["--queue-url", dlq.queue_url, "--table-name", "chatstream-typo-ChatTable"])
+    # THEN it stops with one line naming the table and what to check, exit 2, and leaves the queue as it was
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("redrive: table 'chatstream-typo-ChatTable' not found in region us-east-1")
+    assert "--table-name" in captured.err
+    assert len(queued(dlq)) == 1

@@ -370,6 +370,17 @@ def _explain(err: ClientError, args: argparse.Namespace) -> str:
     return f"AWS error {code}: {message}"
 
 
+def _table_exists(table: ChatTable) -> bool:
+    """Whether the table is there, by reading a key no turn has (GetItem: a permission the redrive needs anyway)."""
+    try:
+        table.get_turn("redrive-probe", 0)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return False
+        raise
+    return True
+
+
 def _run(args: argparse.Namespace) -> int:
     session = boto3.session.Session(region_name=args.region)
     if args.stack_name and not (args.queue_url and args.table_name and args.ttl_days):
@@ -388,6 +399,11 @@ def _run(args: argparse.Namespace) -> int:
         args.ttl_days or config.TableConfig.from_env({**os.environ, config.CHAT_TABLE_NAME: args.table_name}).ttl_days
     )
     table = ChatTable(session.client("dynamodb"), args.table_name, ttl_days=ttl_days)
+    if not _table_exists(table):
+        return _fail(
+            f"table {args.table_name!r} not found in region {session.region_name}: check --table-name "
+            "(CHAT_TABLE_NAME) or STACK=, and the region (--region)"
+        )
     dlq = DeadLetterQueue(session.client("sqs"), args.queue_url)
     redrive = Redrive(
         dlq=dlq,
