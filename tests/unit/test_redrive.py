@@ -139,24 +139,103 @@ def test_redrive_is_idempotent_when_run_twice(
     assert dynamodb.scan(TableName=table_name, Select="COUNT")["Count"] == items
 
 
-def test_records_no_longer_in_the_stream_are_reported_lost_by_shard_and_range(redrive, dlq, sqs) -> None:
-    # GIVEN the sample on-failure message, whose stream no longer exists (or whose records expired)
-    body = load_sample("consumer-dlq-onfailure-message.json")
-    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(body))
+def test_records_no_longer_in_the_stream_are_reported_lost_by_shard_and_range(
+    redrive, dlq, sqs, kinesis, stream_name
+) -> None:
+    # GIVEN an on-failure message for a range the stream no longer has (before its oldest record: trimmed; moto
+    # numbers a shard's records from 1)
+    put_turn(kinesis, stream_name, turn_records("s1", 1, ["x"]))
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, "0", "0", 1))
     # WHEN the DLQ is redriven
     report = redrive.run()
     # THEN the range is reported lost by shard and sequence numbers, the message stays, and the run fails
-    info = body["KinesisBatchInfo"]
     (result,) = report.results
     (lost,) = result.lost
-    assert (lost.shard_id, lost.first, lost.last) == (SHARD, info["startSequenceNumber"], info["endSequenceNumber"])
-    assert not report.ok and "LOST shardId-000000000000 sequence numbers" in report.render()
-    assert len(queued(dlq)) == 1
-    # WHEN the operator accepts the loss
+    assert (lost.shard_id, lost.first, lost.last) == (SHARD, "0", "0")
+    assert not report.ok and "LOST shardId-000000000000 sequence numbers 0 (no longer in the stream)" in report.render()
+    assert result.status is RedriveStatus.LEFT and len(queued(dlq)) == 1
+    # WHEN the operator accepts the loss, in a dry run first
     redrive.discard_lost = True
+    dry = redrive.run(dry_run=True)
+    # THEN the dry run says the message would be discarded (not redriven)
+    assert [r.status for r in dry.results] == [RedriveStatus.WOULD_DISCARD] and len(queued(dlq)) == 1
+    # WHEN the run is made
     report = redrive.run()
-    # THEN the message is deleted, and the loss is still reported
-    assert queued(dlq) == [] and report.results[0].lost
+    # THEN the message is deleted and reported discarded, not redriven, with its loss
+    (result,) = report.results
+    assert result.status is RedriveStatus.DISCARDED and result.lost
+    assert "] discarded: " in report.render() and "summary: 1 discarded; 1 lost range(s)" in report.render()
+    assert queued(dlq) == []
+
+
+def test_a_shard_the_stream_no_longer_has_is_lost(redrive, dlq, sqs, kinesis, stream_name) -> None:
+    # GIVEN an on-failure message for a shard the stream no longer has (a shard closed by a reshard expires)
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    body = json.loads(on_failure_message(arn, "1", "2", 2))
+    body["KinesisBatchInfo"]["shardId"] = "shardId-000000000007"
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(body))
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN its range is lost
+    (result,) = report.results
+    assert [(lost.shard_id, lost.first, lost.last) for lost in result.lost] == [("shardId-000000000007", "1", "2")]
+    assert "the stream no longer has the shard" in report.render()
+
+
+def test_a_message_is_not_read_from_another_stream_than_its_own(
+    redrive, dlq, sqs, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN an on-failure message whose records are in the stream, and a redrive told another stream's name (a
+    # stale TOKEN_STREAM_NAME, a typo in --stream-name) that accepts lost records
+    session_id, turn = new_turn(chat_table)
+    sequence_numbers = put_turn(kinesis, stream_name, turn_records(session_id, turn, ["a"]))
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    sqs.send_message(
+        QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn, sequence_numbers[0], sequence_numbers[-1], 3)
+    )
+    redrive.stream_name = "chatstream-staging-TokenStream"
+    redrive.discard_lost = True
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN the message is left, not lost, saying which stream holds its records; the queue and the table keep it all
+    (result,) = report.results
+    assert result.status is RedriveStatus.LEFT and result.lost == []
+    assert f"its records are in stream '{stream_name}', not 'chatstream-staging-TokenStream'" in result.detail
+    assert f"--stream-name {stream_name}" in result.detail
+    assert not report.ok and len(queued(dlq)) == 1
+    assert chat_table.query_records(session_id, turn) == []
+
+
+def test_a_stream_that_is_not_found_is_not_a_loss(redrive, dlq, sqs, kinesis, stream_name) -> None:
+    # GIVEN an on-failure message naming a stream this account and region do not have, and a redrive that accepts
+    # lost records
+    gone = on_failure_message("arn:aws:kinesis:us-east-1:123456789012:stream/elsewhere", "1", "2", 2)
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=gone)
+    redrive.discard_lost = True
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN the message is left, not lost, saying the stream was not found and what to check
+    (result,) = report.results
+    assert result.status is RedriveStatus.LEFT and result.lost == []
+    assert "stream 'elsewhere' not found in region us-east-1" in result.detail and "check the account" in result.detail
+    assert not report.ok and len(queued(dlq)) == 1
+
+
+def test_a_message_of_another_region_is_not_read_here(redrive, dlq, sqs, kinesis, stream_name) -> None:
+    # GIVEN an on-failure message naming a stream of the same name in another region
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]["StreamARN"]
+    sqs.send_message(
+        QueueUrl=dlq.queue_url, MessageBody=on_failure_message(arn.replace("us-east-1", "eu-west-1"), "1", "2", 2)
+    )
+    redrive.discard_lost = True
+    # WHEN the DLQ is redriven in us-east-1
+    report = redrive.run()
+    # THEN the message is left, not lost, naming the region to run in
+    (result,) = report.results
+    assert result.status is RedriveStatus.LEFT and result.lost == []
+    assert "is in region eu-west-1, not us-east-1: run with --region eu-west-1" in result.detail
+    assert len(queued(dlq)) == 1
 
 
 def test_dry_run_writes_and_deletes_nothing(redrive, dlq, sqs, kinesis, stream_name, chat_table) -> None:
@@ -203,7 +282,7 @@ def test_discard_invalid_deletes_what_can_never_be_redriven_and_keeps_the_rest(
     dlq, sqs, kinesis, chat_table, table_name, capsys
 ) -> None:
     # GIVEN a poison record that is still invalid, a message that is not one of this DLQ's, an on-failure record
-    # without its stream ARN, and a lost range
+    # without its stream ARN, and an on-failure record of a stream that is not found
     poison = load_sample("consumer-dlq-poison-message.json")
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(poison))
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": 1}))

@@ -12,12 +12,18 @@ Two kinds of message (``chatstream.dlq`` builds and parses both):
   to travel in the message is re-read from the stream by its coordinates.
 - **on-failure** (the event source mapping gave up on a batch): the range is re-read with
   ``GetShardIterator AT_SEQUENCE_NUMBER`` from ``startSequenceNumber`` up to ``endSequenceNumber`` and
-  re-processed. Records that are no longer in the stream (past its retention, or the stream is gone)
-  are reported as lost, by shard and sequence range; such a message stays unless ``--discard-lost``.
+  re-processed. Records that are no longer in the stream (past its retention, or in a shard that expired)
+  are reported as lost, by shard and sequence range; such a message stays unless ``--discard-lost``, which
+  deletes it and reports it discarded.
 
-A message is deleted only after it was redriven; running twice is harmless (writes are idempotent,
-redriven messages are gone). Messages not redriven are made visible again at the end. The exit
-status is 1 when anything could not be redriven or was lost.
+A message is read from the stream its own ``streamArn`` names, never another: ``--stream-name`` is a check (a
+message of another stream, or of another region, is left with the reason), and the stream of a poison-record
+message that names none. A stream that is not found is not a loss (the name, region or account may be wrong): the
+message stays.
+
+A message is deleted only after it was redriven (or discarded as asked); running twice is harmless (writes are
+idempotent, redriven messages are gone). Messages not redriven are made visible again at the end. The exit status
+is 1 when anything could not be redriven or was lost, 2 when the run cannot start (one line on stderr).
 """
 
 from __future__ import annotations
@@ -58,6 +64,10 @@ class RedriveStatus(StrEnum):
 STACK_NAME = "CHATSTREAM_STACK_NAME"
 GET_RECORDS_LIMIT = 1000
 MAX_EMPTY_READS = 5
+
+
+class StreamRefused(ChatstreamError):
+    """A message names a stream this run must not read for it (not the one it was told to read, or elsewhere)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ class Redrive:
     dlq: DeadLetterQueue
     kinesis: KinesisClient
     materializer: Materializer
-    stream_name: str | None = None
+    stream_name: str | None = None  # the stream a message must name (a message without a stream ARN is read from it)
     discard_lost: bool = False
     discard_invalid: bool = False  # delete what can never be redriven: still invalid records, unknown messages
     visibility_timeout_s: int = 300
@@ -160,6 +170,8 @@ class Redrive:
         except InvalidDeadLetter as err:
             detail = str(err) if kind is DlqKind.UNKNOWN else f"failed: {err}"
             return self._invalid(message.message_id, kind, detail, dry_run)
+        except StreamRefused as err:
+            return MessageResult(message.message_id, kind, RedriveStatus.LEFT, f"not read: {err}")
         except (ClientError, BotoCoreError, KeyError, ValueError) as err:
             return MessageResult(message.message_id, kind, RedriveStatus.LEFT, f"failed: {type(err).__name__}: {err}")
 
@@ -199,19 +211,25 @@ class Redrive:
         records, lost = self.read_range(batch.stream_arn, batch.shard_id, batch.start, batch.end)
         size = "?" if batch.batch_size is None else batch.batch_size
         detail = f"{batch.condition}: {len(records)} of {size} records of {batch.shard_id} {batch.start}..{batch.end}"
+        unread = any(range_.unread for range_ in lost)
         if dry_run:
-            kept = any(range_.unread for range_ in lost) or (lost and not self.discard_lost)
-            status = RedriveStatus.LEFT if kept else RedriveStatus.WOULD_REDRIVE
+            if unread or (lost and not self.discard_lost):
+                status = RedriveStatus.LEFT
+            else:
+                status = RedriveStatus.WOULD_DISCARD if lost else RedriveStatus.WOULD_REDRIVE
             return MessageResult(message.message_id, DlqKind.ON_FAILURE, status, detail, len(records), lost)
         result = self._process(message, DlqKind.ON_FAILURE, records, detail)
         result.lost = lost
-        unread = any(range_.unread for range_ in lost)
         if unread and result.status is RedriveStatus.REDRIVEN:
             result.status = RedriveStatus.LEFT
             result.detail += "; kept because records were not read (a later run reads them)"
-        elif lost and result.status is RedriveStatus.REDRIVEN and not self.discard_lost:
-            result.status = RedriveStatus.LEFT
-            result.detail += "; kept because records are lost (--discard-lost deletes it)"
+        elif lost and result.status is RedriveStatus.REDRIVEN:
+            if self.discard_lost:
+                result.status = RedriveStatus.DISCARDED  # what was found is written; the message goes with the loss
+                result.detail += "; deleted with its lost records (--discard-lost)"
+            else:
+                result.status = RedriveStatus.LEFT
+                result.detail += "; kept because records are lost (--discard-lost deletes it)"
         return result
 
     def _process(
@@ -230,9 +248,13 @@ class Redrive:
     def read_range(
         self, stream_arn: str, shard_id: str, start: str, end: str | None = None
     ) -> tuple[list[StreamRecord], list[LostRange]]:
-        """The shard's records from ``start`` to ``end`` (inclusive), and what of the range is gone."""
+        """The shard's records from ``start`` to ``end`` (inclusive), and what of the range is gone.
+
+        :class:`StreamRefused` when the stream is not one to read: not the stream the run was told to read, in
+        another region, or not found (a record is lost only when its own stream says it no longer has it).
+        """
         end = end or start
-        stream_name = self.stream_name or stream_name_of(stream_arn)
+        stream_name = self._stream_to_read(stream_arn)
         try:
             iterator: str | None = self.kinesis.get_shard_iterator(
                 StreamName=stream_name,
@@ -242,8 +264,15 @@ class Redrive:
             )["ShardIterator"]
         except ClientError as err:
             code = err.response["Error"]["Code"]
-            if code in ("ResourceNotFoundException", "InvalidArgumentException"):
-                return [], [LostRange(shard_id, start, end, f"{code}: {err.response['Error'].get('Message', '')}")]
+            reason = f"{code}: {err.response['Error'].get('Message', '')}"
+            if code == "ResourceNotFoundException":
+                # The stream or the shard is not found. A shard of a stream that is there has expired (a shard
+                # closed by a reshard is kept for the stream's retention period, then its records are gone);
+                # a stream that is not there is a wrong name, region or account as much as a deleted stream.
+                self._require_stream(stream_name)
+                return [], [LostRange(shard_id, start, end, f"the stream no longer has the shard ({reason})")]
+            if code == "InvalidArgumentException":
+                return [], [LostRange(shard_id, start, end, reason)]
             raise
         found: list[StreamRecord] = []
         empty_reads = 0
@@ -267,6 +296,35 @@ class Redrive:
                     found.append(StreamRecord.from_get_records(raw, shard_id, arn))
                 reached_end = sequence_number == int(end)
         return found, _lost(shard_id, start, end, found, reached_end=reached_end)
+
+    def _stream_to_read(self, stream_arn: str) -> str:
+        """The stream named by a message's stream ARN, or for a message without one the run's ``stream_name``."""
+        if not stream_arn:
+            if self.stream_name:
+                return self.stream_name
+            raise StreamRefused("the message names no stream: pass --stream-name (or --stack-name)")
+        named = stream_name_of(stream_arn)
+        if self.stream_name and named != self.stream_name:
+            raise StreamRefused(
+                f"its records are in stream {named!r}, not {self.stream_name!r} (--stream-name, TOKEN_STREAM_NAME or "
+                f"the stack's TokenStreamName): redrive it with --stream-name {named}, or check the stack"
+            )
+        region = stream_arn.split(":")[3] if stream_arn.count(":") >= 5 else ""
+        here = self.kinesis.meta.region_name
+        if region and region != here:
+            raise StreamRefused(f"its stream {named!r} is in region {region}, not {here}: run with --region {region}")
+        return named
+
+    def _require_stream(self, stream_name: str) -> None:
+        try:
+            self.kinesis.describe_stream_summary(StreamName=stream_name)
+        except ClientError as err:
+            if err.response["Error"]["Code"] != "ResourceNotFoundException":
+                raise
+            raise StreamRefused(
+                f"stream {stream_name!r} not found in region {self.kinesis.meta.region_name} with these credentials "
+                "(check the account and region; a stream that was deleted took its records with it)"
+            ) from err
 
 
 def _lost(shard_id: str, start: str, end: str, found: list[StreamRecord], *, reached_end: bool) -> list[LostRange]:
