@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+from moto.sqs.exceptions import SQSException
+from moto.sqs.models import SQSBackend
 
 from chatstream.dlq import DeadLetterQueue
 from chatstream.kinesis import StreamRecord
@@ -356,6 +359,67 @@ def test_a_range_the_reads_stop_short_of_is_kept_not_redriven_as_whole(
     # AND --discard-lost does not delete it: its records are not known to be gone
     redrive.discard_lost = True
     assert redrive.run().results[0].status is RedriveStatus.LEFT and len(queued(dlq)) == 1
+
+
+class Clock:
+    """One clock for moto's SQS (when a received message is visible again) and the redrive, moved on by the test."""
+
+    def __init__(self) -> None:
+        self.s = time.time()
+
+    def __call__(self) -> float:
+        return self.s
+
+    def millis(self) -> float:
+        return self.s * 1000
+
+
+def expired_messages_refuse_visibility_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto's ChangeMessageVisibility as SQS answers it for a message whose visibility timeout ran out."""
+    original = SQSBackend.change_message_visibility
+
+    def change(self: SQSBackend, queue_name: str, receipt_handle: str, visibility_timeout: int) -> None:
+        queue = self.get_queue(queue_name)
+        if any(m.had_receipt_handle(receipt_handle) and m.visible for m in queue._messages):
+            raise SQSException("AWS.SimpleQueueService.MessageNotInflight", "The message is not in flight.")
+        original(self, queue_name, receipt_handle, visibility_timeout)
+
+    monkeypatch.setattr(SQSBackend, "change_message_visibility", change)
+
+
+@pytest.mark.parametrize(
+    ("seconds_per_message", "strict"),
+    [(20, False), (40, True)],
+    ids=["the-run-keeps-its-messages-hidden", "its-messages-come-back-and-are-held-again"],
+)
+def test_a_run_longer_than_the_visibility_timeout_reads_every_message(
+    redrive, dlq, sqs, monkeypatch, seconds_per_message, strict
+) -> None:
+    # GIVEN twelve messages (more than one receive hands out), a visibility timeout of 30 s, and a run that spends
+    # 20 s on each message (or 40 s, longer than the timeout, where SQS refuses to hide again a message visible
+    # again), so the first ten received outlast their visibility timeout before the last two are received
+    for i in range(12):
+        sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": i}))
+    clock = Clock()
+    monkeypatch.setattr("moto.sqs.models.unix_time_millis", clock.millis)
+    if strict:
+        expired_messages_refuse_visibility_changes(monkeypatch)
+    redrive.now, redrive.visibility_timeout_s = clock, 30
+    handle = redrive.redrive
+
+    def slow(message: Any, dry_run: bool = False) -> Any:
+        clock.s += seconds_per_message
+        return handle(message, dry_run)
+
+    monkeypatch.setattr(redrive, "redrive", slow)
+    # WHEN the DLQ is redriven
+    report = redrive.run()
+    # THEN every message is reported once, and all stay in the queue, visible again (a moment after the run)
+    assert len(report.results) == 12 and len({r.message_id for r in report.results}) == 12
+    clock.s += 1
+    attributes = sqs.get_queue_attributes(QueueUrl=dlq.queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "12"
+    assert report.unfinished is None and "not finished" not in report.render()
 
 
 def test_the_cli_stops_in_one_line_when_the_table_is_not_found(dlq, sqs, capsys) -> None:

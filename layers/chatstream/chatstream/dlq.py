@@ -50,6 +50,16 @@ TRANSIENT_SQS_CODES = frozenset(
     }
 )
 RECEIVE_MAX = 10
+# ChangeMessageVisibility's answers for a message no longer in flight under this receipt handle (the JSON protocol's
+# code, and the query protocol's, which SQS still sends to clients that ask for it).
+NOT_IN_FLIGHT_CODES = frozenset(
+    {
+        "MessageNotInflight",
+        "AWS.SimpleQueueService.MessageNotInflight",
+        "ReceiptHandleIsInvalid",
+        "InvalidParameterValue",
+    }
+)
 
 
 class DlqKind(StrEnum):
@@ -238,11 +248,30 @@ class DeadLetterQueue:
     def delete(self, message: DlqMessage) -> None:
         self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message.receipt_handle)
 
+    def hide(self, message: DlqMessage, visibility_timeout_s: int) -> bool:
+        """Keep a received message hidden for ``visibility_timeout_s`` more seconds, counted from now; False when
+        SQS no longer holds it for this receipt (its visibility timeout ran out: it is visible again, and the next
+        receive hands it out with a new receipt handle)."""
+        return self._change_visibility(message, visibility_timeout_s)
+
     def release(self, message: DlqMessage) -> None:
-        """Make a received message visible again at once (it stays in the queue)."""
-        self.client.change_message_visibility(
-            QueueUrl=self.queue_url, ReceiptHandle=message.receipt_handle, VisibilityTimeout=0
-        )
+        """Make a received message visible again at once (it stays in the queue); one whose visibility timeout
+        already ran out is visible already."""
+        self._change_visibility(message, 0)
+
+    def _change_visibility(self, message: DlqMessage, visibility_timeout_s: int) -> bool:
+        # ChangeMessageVisibility on a message whose visibility timeout ran out "might result in an error"
+        # (MessageNotInflight; SQS API reference, ChangeMessageVisibility), as does a receipt handle that a later
+        # receive replaced (ReceiptHandleIsInvalid), and, past the 12-hour maximum, InvalidParameterValue.
+        try:
+            self.client.change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=message.receipt_handle, VisibilityTimeout=visibility_timeout_s
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code", "") in NOT_IN_FLIGHT_CODES:
+                return False
+            raise
+        return True
 
 
 def _iso(moment: datetime) -> str:

@@ -22,8 +22,9 @@ message that names none. A stream that is not found is not a loss (the name, reg
 message stays.
 
 A message is deleted only after it was redriven (or discarded as asked); running twice is harmless (writes are
-idempotent, redriven messages are gone). Messages not redriven are made visible again at the end. The exit status
-is 1 when anything could not be redriven or was lost, 2 when the run cannot start (one line on stderr).
+idempotent, redriven messages are gone). Messages received are kept hidden while the run lasts, and those not
+redriven are made visible again at the end. The exit status is 1 when anything could not be redriven or was lost,
+2 when the run cannot start (one line on stderr).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -46,7 +48,7 @@ from chatstream.materialize import Materializer, decode
 from chatstream.table import ChatTable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from mypy_boto3_kinesis import KinesisClient
 
@@ -64,6 +66,7 @@ class RedriveStatus(StrEnum):
 STACK_NAME = "CHATSTREAM_STACK_NAME"
 GET_RECORDS_LIMIT = 1000
 MAX_EMPTY_READS = 5
+MAX_STALE_RECEIVES = 3
 
 
 class StreamRefused(ChatstreamError):
@@ -99,10 +102,13 @@ class MessageResult:
 class RedriveReport:
     dry_run: bool
     results: list[MessageResult] = field(default_factory=list)
+    unfinished: str | None = None  # why the run stopped before the queue had nothing more to hand out
 
     @property
     def ok(self) -> bool:
-        return all(result.status is not RedriveStatus.LEFT and not result.lost for result in self.results)
+        return self.unfinished is None and all(
+            result.status is not RedriveStatus.LEFT and not result.lost for result in self.results
+        )
 
     def render(self) -> str:
         mode = " (dry run: nothing written or deleted)" if self.dry_run else ""
@@ -116,7 +122,48 @@ class RedriveReport:
         summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "queue empty"
         lost = sum(len(result.lost) for result in self.results)
         lines.append(f"summary: {summary}; {lost} lost range(s)")
+        if self.unfinished:
+            lines.append(f"not finished: {self.unfinished}")
         return "\n".join(lines) + "\n"
+
+
+@dataclass
+class _Holds:
+    """The messages a run has received and not deleted, kept hidden from other readers while the run lasts.
+
+    Each is hidden again (ChangeMessageVisibility) once half its visibility timeout is spent, so a run longer than
+    the timeout does not see its own messages come back as if they were the queue's last ones; the latest receipt
+    handle of each is the one that deletes or releases it.
+    """
+
+    dlq: DeadLetterQueue
+    visibility_timeout_s: int
+    now: Callable[[], float]
+    messages: dict[str, tuple[DlqMessage, float]] = field(default_factory=dict)
+
+    def hold(self, message: DlqMessage) -> None:
+        """A message just received (hidden for the visibility timeout from now), or received again."""
+        self.messages[message.message_id] = (message, self.now())
+
+    def pop(self, message: DlqMessage) -> DlqMessage:
+        """The message, with its latest receipt handle, no longer held."""
+        held, _ = self.messages.pop(message.message_id, (message, 0.0))
+        return held
+
+    def renew(self) -> None:
+        if self.visibility_timeout_s <= 0:
+            return
+        for message_id, (message, hidden_at) in list(self.messages.items()):
+            if self.now() - hidden_at >= self.visibility_timeout_s / 2 and self.dlq.hide(
+                message, self.visibility_timeout_s
+            ):
+                self.messages[message_id] = (message, self.now())
+            # else: visible again already; a later receive hands it back, and ``hold`` takes its new receipt handle
+
+    def release_all(self) -> None:
+        for message, _ in self.messages.values():
+            self.dlq.release(message)
+        self.messages.clear()
 
 
 @dataclass
@@ -129,35 +176,52 @@ class Redrive:
     stream_name: str | None = None  # the stream a message must name (a message without a stream ARN is read from it)
     discard_lost: bool = False
     discard_invalid: bool = False  # delete what can never be redriven: still invalid records, unknown messages
+    # How long a received message stays hidden; the run renews it while it lasts. 0 holds nothing: the run then ends
+    # at the first receive that brings no message it has not seen (the chaos run, over a queue of a few messages).
     visibility_timeout_s: int = 300
     receive_wait_s: int = 1
+    now: Callable[[], float] = time.monotonic
 
     def run(self, max_messages: int | None = None, dry_run: bool = False) -> RedriveReport:
+        """Every message the queue hands out, until a receive brings none (or ``max_messages`` were redriven)."""
         report = RedriveReport(dry_run=dry_run)
-        held: dict[str, DlqMessage] = {}
+        holds = _Holds(self.dlq, self.visibility_timeout_s, self.now)
         seen: set[str] = set()
+        stale_receives = 0
         try:
             while max_messages is None or len(report.results) < max_messages:
+                holds.renew()
                 wanted = 10 if max_messages is None else max_messages - len(report.results)
                 batch = self.dlq.receive(min(10, wanted), self.visibility_timeout_s, self.receive_wait_s)
+                if not batch:
+                    break  # nothing visible: what the run holds is hidden, the rest was redriven or deleted
+                for message in batch:
+                    holds.hold(message)
                 fresh = [message for message in batch if message.message_id not in seen]
                 if not fresh:
-                    held.update({message.message_id: message for message in batch})
-                    break
+                    # messages this run holds came back: their visibility timeout ran out before a renewal
+                    stale_receives += 1
+                    if self.visibility_timeout_s <= 0:
+                        break
+                    if stale_receives >= MAX_STALE_RECEIVES:
+                        report.unfinished = (
+                            f"{stale_receives} receives in a row brought back only messages already handled (their "
+                            "visibility timeout ran out): messages not yet read may remain; run the redrive again"
+                        )
+                        break
+                    continue
+                stale_receives = 0
                 for message in fresh:
                     seen.add(message.message_id)
                     if max_messages is not None and len(report.results) >= max_messages:
-                        held[message.message_id] = message
-                        continue
+                        continue  # held, and released at the end
+                    holds.renew()
                     result = self.redrive(message, dry_run)
                     report.results.append(result)
                     if result.status in (RedriveStatus.REDRIVEN, RedriveStatus.DISCARDED):
-                        self.dlq.delete(message)
-                    else:
-                        held[message.message_id] = message
+                        self.dlq.delete(holds.pop(message))
         finally:
-            for message in held.values():
-                self.dlq.release(message)
+            holds.release_all()
         return report
 
     def redrive(self, message: DlqMessage, dry_run: bool = False) -> MessageResult:
