@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -433,6 +434,73 @@ def test_a_chat_completion_the_relay_has_no_time_left_for_names_its_turn_and_ask
     assert response.headers["x-should-retry"] == "false"
     assert (response.headers["X-Chatstream-Session-Id"], response.headers["X-Chatstream-Turn"]) == (session_id, "1")
     assert proxy.invocations == 1
+
+
+UNSTREAMED = [
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/responses", {"model": MODEL, "input": "hi"}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), UNSTREAMED)
+def test_an_answer_not_streamed_comes_before_the_sdks_time_the_request_out(
+    chat_table: ChatTable,
+    proxy: RecordingLambda,
+    table_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    body: dict[str, Any],
+) -> None:
+    # GIVEN a turn that starts, then generates for longer than OpenAI's SDKs wait for an answer (600 s: then they
+    # send the request again, twice, each a new generation), on a relay with all of its 900 s ahead
+    session_id = f"8e1f2a3b4c5d6e7f8091a2b3c4d5e6{len(path):02x}"
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    records = turn_records(session_id, 1, ["You said:", " hi"])
+    clock = FakeClock(deadline_s=900.0)
+    clock.at(1.0, lambda: chat_table.put_records(records[:2]))
+    settings = replace(FAST, poll_max_s=5.0)  # fewer idle polls over the long wait: the same answer, sooner
+    config = relay_config(table_name, MODEL_ID=MODEL)
+    service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=settings)  # type: ignore[arg-type]
+
+    # WHEN an SDK asks for the answer without a stream
+    response = call(service, "POST", path, body)
+
+    # THEN it is answered before the SDK's 600 s are up: 503 still_generating, naming the turn (headers, events URL,
+    # response id) and telling the SDK not to send it again; only one generation was started
+    assert clock.t < 600.0
+    error = openai_error(response, 503)
+    assert error["code"] == "still_generating" and response.headers["x-should-retry"] == "false"
+    assert (response.headers["X-Chatstream-Session-Id"], response.headers["X-Chatstream-Turn"]) == (session_id, "1")
+    assert f"/sessions/{session_id}/turns/1/events" in error["message"]
+    assert f"GET /v1/responses/resp_{session_id}_1" in error["message"]
+    assert proxy.invocations == 1
+
+
+def test_the_wait_of_an_answer_not_streamed_is_the_services_to_choose(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay whose answers not streamed wait 30 s, and a turn that starts and goes on
+    session_id = "9e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"
+    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    records = turn_records(session_id, 1, ["You said:", " hi"])
+    clock = FakeClock()
+    clock.at(1.0, lambda: chat_table.put_records(records[:2]))
+    config = relay_config(table_name, MODEL_ID=MODEL)
+    service = RelayService(
+        chat_table,
+        proxy,  # type: ignore[arg-type]
+        config,
+        clock=clock.as_clock(),
+        settings=FAST,
+        non_streamed_wait_s=30.0,
+    )
+
+    # WHEN a response is asked for without a stream
+    response = call(service, "POST", "/v1/responses", {"model": MODEL, "input": "hi"})
+
+    # THEN it says still_generating after those 30 s (and a poll), not later
+    assert openai_error(response, 503)["code"] == "still_generating"
+    assert 30.0 <= clock.t < 31.0
 
 
 def test_a_chat_completion_whose_turn_failed_names_the_turn(chat_table: ChatTable, completion_in: CompletionIn) -> None:

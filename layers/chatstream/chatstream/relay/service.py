@@ -95,6 +95,12 @@ def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
 RETRY_MS = 1000
 PROXY_UNAVAILABLE = "proxy_unavailable"
 RELAY_CLAIM = "relay"  # the turn item's generator when the relay ended a turn it could not start
+# How long an answer that is not streamed (a /v1 request without a stream) waits for its turn, from the request's
+# arrival. OpenAI's SDKs give up on a request after 600 s (openai-python's and openai-node's DEFAULT_TIMEOUT) and send
+# it again, twice (DEFAULT_MAX_RETRIES): each send would start a new generation beside the first. So such an answer
+# comes well before then, however long the turn takes: the reply, or ``503 still_generating`` (not retried) naming the
+# turn to follow. Within the invocation's own time too (``reconnect_margin_s`` before its end, as a stream's).
+NON_STREAMED_WAIT_S = 540.0
 
 
 @dataclass
@@ -106,6 +112,7 @@ class RelayService:
     config: RelayConfig
     clock: Clock = field(default_factory=Clock)
     settings: FollowSettings | None = None
+    non_streamed_wait_s: float = NON_STREAMED_WAIT_S
 
     def __post_init__(self) -> None:
         if self.settings is None:
@@ -316,24 +323,36 @@ class _Exchange:
     ) -> Follower:
         """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
         turn this request started is not read at once: the proxy has only just been invoked. ``to_the_end``: for an
-        answer that is not streamed, no idle ``reconnect`` (there is no client to resume); only the function's
-        remaining time ends it before the turn ends."""
+        answer that is not streamed, no idle ``reconnect`` (there is no client to resume); only its wait
+        (:data:`NON_STREAMED_WAIT_S`) or the function's remaining time ends it before the turn ends."""
         settings = self.service.settings
         assert settings is not None
+        clock = self.clock
         if pace is not None and pace is not settings.pace:
             settings = replace(settings, pace=pace)
         if to_the_end:
             settings = replace(settings, idle_reconnect_s=math.inf)
+            clock = replace(clock, remaining_ms=self._unstreamed_remaining_ms)
         return Follower(
             self.table,
             session_id,
             turn,
             after=after,
             settings=settings,
-            clock=self.clock,
+            clock=clock,
             stats=stats,
             first_poll_after_s=settings.poll_min_s if new_turn else 0.0,
         )
+
+    def _unstreamed_remaining_ms(self) -> int:
+        """The time an answer that is not streamed has left, as a follower reads it (it ends ``reconnect_margin_s``
+        before none is left): the invocation's, but no more than makes it end ``non_streamed_wait_s`` after the
+        request arrived."""
+        settings = self.service.settings
+        assert settings is not None
+        waited_s = self.clock.monotonic() - self.started_at
+        left_s = self.service.non_streamed_wait_s - waited_s + settings.reconnect_margin_s
+        return min(self.clock.remaining_ms(), int(left_s * 1000))
 
     def invoke_proxy(self, request: GenerateRequest) -> TokenRecord | None:
         """Start the generation; on failure end the turn in the table and return its error record.

@@ -112,7 +112,10 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
                 200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
             )
         _drain(exchange, session_id, turn_number)
-        return json_response(200, _object(exchange, _turn(exchange, session_id, turn_number)), headers)
+        turn = _turn(exchange, session_id, turn_number)
+        if not turn.finished:
+            raise _still_generating(session_id, turn_number, headers)
+        return json_response(200, _object(exchange, turn), headers)
 
 
 @openai_api
@@ -295,11 +298,7 @@ def _chat_completion(
         message = str(error.get("message") or "the generation failed")
         raise OpenAIError(failed_status(code), code, message, headers=headers)
     if not turn.finished:
-        # The relay's time ran out first. Asking again would start a second generation while this one goes on, so
-        # OpenAI's SDKs are told not to retry (they obey `x-should-retry`).
-        url = f"/sessions/{session_id}/turns/{turn_number}/events"
-        message = f"the reply is still being generated; follow it at {url}"
-        raise OpenAIError(503, "still_generating", message, headers={**headers, "x-should-retry": "false"})
+        raise _still_generating(session_id, turn_number, headers)
     body = completion_object(session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage)
     return json_response(200, body, headers)
 
@@ -329,6 +328,16 @@ def _turn_started(session_id: str, turn_number: int) -> Iterator[dict[str, str]]
         status, code = (503, "unavailable") if throttled else (500, "internal_error")
         message = f"the reply could not be read, but it is being generated: follow it at {url}"
         raise OpenAIError(status, code, message, headers={**headers, "x-should-retry": "false"}) from None
+
+
+def _still_generating(session_id: str, turn_number: int, headers: Mapping[str, str]) -> OpenAIError:
+    """The answer, not streamed, to a turn that outlived its wait: where to follow it. Asking again would start a
+    second generation while this one goes on, so OpenAI's SDKs are told not to retry (they obey ``x-should-retry``).
+    """
+    url = f"/sessions/{session_id}/turns/{turn_number}/events"
+    read = f"GET /v1/responses/{response_id(session_id, turn_number)}"
+    message = f"the reply is still being generated; follow it at {url}, or read it with {read} (?stream=true: follow)"
+    return OpenAIError(503, "still_generating", message, headers={**headers, "x-should-retry": "false"})
 
 
 def _sequence_number(value: str | None, name: str) -> int | None:
@@ -372,7 +381,9 @@ def _turn(exchange: _Exchange, session_id: str, turn_number: int) -> Turn:
 
 
 def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
-    """Follow the turn to its end (or the relay's time limit), for an answer that is not streamed."""
+    """Follow the turn to its end, for an answer that is not streamed; or until its wait is over
+    (:data:`~chatstream.relay.service.NON_STREAMED_WAIT_S`, before OpenAI's SDKs time the request out and send it
+    again) or the relay's time is."""
     follower = exchange.follower(
         session_id, turn_number, None, FollowStats(), pace=False, new_turn=True, to_the_end=True
     )
