@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
+from openai import omit
+from openai._models import construct_type_unchecked
+from openai.lib.streaming.responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
 
 from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo, assistant_text
@@ -346,6 +350,41 @@ def test_a_resume_while_the_turn_goes_on_is_exact(service: RelayService, chat_ta
     text = "".join(event["delta"] for event in had + rest if event["type"] == "response.output_text.delta")
     assert text == "One two three four five"
     assert rest[-1]["response"]["output"][0]["content"][0]["text"] == text
+
+
+def test_a_resume_after_any_number_the_stream_sent_its_error_event_included_is_exactly_the_rest(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN a response whose first records are stored, then whose model falls silent: its stream ends with an error
+    # event (the relay's idle reconnect), after the events it could send
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    records = turn_records(session_id, 1, ["One two", " three", " four five"])
+    chat_table.put_records(records[:3])
+    url = f"/v1/responses/{created['id']}?stream=true"
+    interrupted = stream_events(call(service, "GET", url))
+    error = interrupted[-1]
+    assert error["type"] == "error" and error["code"] == "stream_interrupted"
+    # AND the SDK's own stream helper takes the interrupted stream, its error included
+    state: ResponseStreamState[object] = ResponseStreamState(input_tools=omit, text_format=omit)
+    for event in interrupted:
+        state.handle_event(construct_type_unchecked(type_=ResponseStreamEvent, value=event))
+
+    # WHEN the turn ends, and the client resumes after any number it received, the error's (its last) included
+    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.put_records(records[3:])
+    whole = stream_events(call(service, "GET", url))
+
+    # THEN what the client had, then each resume, is exactly the whole stream, after the error's number too: it is
+    # the last event's before it, so resuming after it skips no event (and its message says to resume there)
+    for index, received in enumerate(interrupted):
+        had = [event for event in interrupted[: index + 1] if event["type"] != "error"]
+        resumed = stream_events(call(service, "GET", f"{url}&starting_after={received['sequence_number']}"))
+        assert had + resumed == whole, received["type"]
+    assert error["sequence_number"] == interrupted[-2]["sequence_number"]
+    assert f"starting_after={error['sequence_number']}" in error["message"]
+    text = [event["delta"] for event in whole if event["type"] == "response.output_text.delta"]
+    assert "".join(text) == "One two three four five"
 
 
 def streamed_completion(

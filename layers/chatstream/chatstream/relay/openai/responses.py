@@ -14,8 +14,10 @@ depends on that text only, so the deltas are paced like the native stream's text
 follower paced them or sent each record whole (``?pace=0``). A stream resumed after ``starting_after`` numbers the
 stored pieces the client has without sending them (:meth:`ResponseStream.resume_point`) and follows the turn from
 the position after them, inside a record if need be; so a resume, in any later request, is exact. An ``error``
-event (the stream's own failure, or the relay's time limit: resume from the last sequence number) takes the next
-number and is not replayed.
+event (the stream's own failure, or the relay's time limit) is no event of the turn's and is not replayed: it
+carries the number of the last event before it, so that a client resuming after the last sequence number it
+received, the error's, gets exactly the rest (numbered next, it would take the number of the next real event, which
+such a resume would skip).
 
 Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
 ``max_tokens`` or the model's context window (``incomplete_details.reason: max_output_tokens``) or was filtered
@@ -255,7 +257,7 @@ class ResponseStream:
                 yield self._error(event.code, event.message)
                 return
             elif isinstance(event, Reconnect):
-                resume = f"GET /v1/responses/{self._id}?stream=true&starting_after={self._number}"
+                resume = f"GET /v1/responses/{self._id}?stream=true&starting_after={self._last_number}"
                 yield self._error("stream_interrupted", f"the relay's time is up; resume with {resume}")
                 return
 
@@ -357,8 +359,14 @@ class ResponseStream:
         if self._number > self.after:
             yield sse.json_message({"type": kind, "sequence_number": self._number, **payload}, event=kind)
 
+    @property
+    def _last_number(self) -> int:
+        """The number of the last event the client has: the last this stream numbered, or the one it resumed after."""
+        return max(self._number, self.after)
+
     def _error(self, code: str, message: str) -> str:
-        number = max(self._number, self.after) + 1
+        # The last event's number, not the next: resuming after the error's number must not skip the next real event.
+        number = self._last_number
         payload = {"type": "error", "sequence_number": number, "code": code, "message": message, "param": None}
         return sse.json_message(payload, event="error")
 
