@@ -10,7 +10,7 @@ import pytest
 from openai import omit
 from openai._models import construct_type_unchecked
 from openai.lib.streaming.responses import ResponseStreamState
-from openai.types.chat import ChatCompletionMessage
+from openai.types.chat import ChatCompletionMessage, ParsedChatCompletionMessage
 from openai.types.responses import ResponseStreamEvent
 
 from chatstream.generation import CONTEXT_LENGTH_EXCEEDED
@@ -81,10 +81,13 @@ def test_chat_messages_become_a_system_prompt_a_history_and_the_turns_message() 
 
 
 def test_a_completions_own_message_passed_back_is_the_history() -> None:
-    # GIVEN an assistant message as chatstream answers it, and as the openai SDK holds it (messages.push(message))
+    # GIVEN an assistant message as chatstream answers it, as the openai SDK holds it (messages.push(message)), and
+    # as its helpers return it (.parse(), .stream()'s get_final_completion(): with "parsed": null)
     ours = completion_object("s", "model-x", 0, "hello", StopReason.END_TURN, None)["choices"][0]["message"]
     sdk = ChatCompletionMessage(role="assistant", content="hello").model_dump()
-    for message in (ours, sdk):
+    parsed = ParsedChatCompletionMessage[object](role="assistant", content="hello").model_dump()
+    assert "parsed" in parsed
+    for message in (ours, sdk, parsed):
         assert set(message) > {"role", "content"}
         # WHEN it is sent back in the conversation THEN it is history, its empty fields ignored
         request = chat({"model": "m", "messages": [{"role": "user", "content": "hi"}, message, USER_NEXT]})

@@ -301,8 +301,10 @@ def _input_item(item: object, param: str, resolve_item: ItemResolver | None) -> 
     return str(role), _parts(item.get("content"), f"{param}.content", part_types)
 
 
-# Fields of an assistant message as a chat completion returns it, accepted when null or empty.
-_EMPTY_MESSAGE_FIELDS = frozenset({"refusal", "annotations", "tool_calls", "function_call", "audio"})
+# Fields of an assistant message as a chat completion returns it, accepted when null or empty: ``parsed`` is the SDKs'
+# own (openai-python's ParsedChatCompletionMessage from .parse() and .stream()'s get_final_completion(), openai-node's
+# finalChatCompletion()), null without a response_format.
+_EMPTY_MESSAGE_FIELDS = frozenset({"refusal", "annotations", "tool_calls", "function_call", "audio", "parsed"})
 
 
 def _chat_message(item: object, param: str) -> tuple[str, str]:
