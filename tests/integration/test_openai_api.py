@@ -337,6 +337,16 @@ def test_each_error_family_raises_the_sdks_exception(client: openai.OpenAI, stac
         client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "/throttle"}])
     with pytest.raises(openai.InternalServerError):
         client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "/error-after 0"}])
+    # AND a response not streamed whose turn fails raises as a chat completion does, where a background one is failed
+    with pytest.raises(openai.RateLimitError) as throttled:
+        client.responses.create(model=ALIAS, input="/throttle")
+    assert error_body(throttled.value)["type"] == "rate_limit_error"
+    with pytest.raises(openai.InternalServerError):
+        client.responses.create(model=ALIAS, input="/error-after 0")
+    background = client.responses.create(model=ALIAS, input="/throttle", background=True)
+    assert list(client.responses.retrieve(background.id, stream=True))[-1].type == "response.failed"
+    failed = client.responses.retrieve(background.id)
+    assert failed.status == "failed" and failed.error is not None and failed.error.code == "rate_limit_exceeded"
     # AND a streamed failure raises too
     with pytest.raises(openai.APIError, match="stream"):
         list(

@@ -561,6 +561,108 @@ def test_a_chat_completion_whose_turn_failed_names_the_turn(chat_table: ChatTabl
     assert "x-should-retry" not in response.headers
 
 
+@pytest.mark.parametrize(
+    ("code", "status", "kind", "response_code"),
+    [
+        ("throttled", 429, "rate_limit_error", "rate_limit_exceeded"),
+        ("invalid_request", 400, "invalid_request_error", "invalid_prompt"),
+        ("model_unavailable", 503, "server_error", "server_error"),
+        ("model_error", 500, "server_error", "server_error"),
+    ],
+)
+def test_a_response_not_streamed_whose_turn_failed_is_the_error_a_chat_completion_is(
+    chat_table: ChatTable,
+    proxy: RecordingLambda,
+    table_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    code: str,
+    status: int,
+    kind: str,
+    response_code: str,
+) -> None:
+    failure = ErrorInfo(code, "it went wrong", code in ("throttled", "model_unavailable"))
+
+    def ask(path: str, body: dict[str, Any], session_id: str) -> Response:
+        """``body`` asked at ``path`` without a stream, whose turn (in session ``session_id``) fails after a word."""
+        monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+        records = turn_records(session_id, 1, ["You"], error=failure)
+        clock = FakeClock()
+        clock.at(
+            1.0,
+            lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records)),
+        )
+        config = relay_config(table_name, MODEL_ID=MODEL)
+        service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+        return call(service, "POST", path, body)
+
+    # GIVEN a turn that fails with `code`
+    # WHEN a response is asked for without a stream or background (and a chat completion, for the same failure)
+    suffix = f"{len(code):02x}"
+    response_session, chat_session = (
+        f"ae1f2a3b4c5d6e7f8091a2b3c4d5e6{suffix}",
+        f"be1f2a3b4c5d6e7f8091a2b3c4d5e6{suffix}",
+    )
+    response = ask("/v1/responses", {"model": MODEL, "input": "hi"}, response_session)
+    completion = ask(
+        "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}, chat_session
+    )
+
+    # THEN it is the error a chat completion answers: the status the SDK raises for it (and retries a 429, as it does
+    # for a chat completion), OpenAI's error object with the type of that status, and the turn's headers
+    error = openai_error(response, status)
+    assert (
+        error
+        == openai_error(completion, status)
+        == {
+            "message": "it went wrong",
+            "type": kind,
+            "param": None,
+            "code": code,
+        }
+    )
+    assert (response.headers["X-Chatstream-Session-Id"], response.headers["X-Chatstream-Turn"]) == (
+        response_session,
+        "1",
+    )
+    assert "x-should-retry" not in response.headers
+    # AND reading the response (as a background one is read) is still its object, failed, whose error has
+    # OpenAI's ResponseError code and the same type
+    read = call(
+        RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=FakeClock().as_clock()),  # type: ignore[arg-type]
+        "GET",
+        f"/v1/responses/resp_{response_session}_1",
+    )
+    assert read.status_code == 200
+    assert body_of(read)["status"] == "failed"
+    assert body_of(read)["error"] == {"code": response_code, "message": "it went wrong", "type": kind, "param": None}
+
+
+def test_a_continuation_not_streamed_whose_turn_failed_is_not_retried(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> None:
+    # GIVEN a finished response, and a relay on which its continuation's turn is throttled by the model
+    clock = FakeClock()
+    config = relay_config(table_name, MODEL_ID=MODEL)
+    service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    write_turn(chat_table, session_id, 1, ["Hello"])
+    records = turn_records(session_id, 2, ["You"], error=ErrorInfo("throttled", "slow down", True))
+    clock.at(
+        1.0, lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records))
+    )
+
+    # WHEN the continuation is asked for without a stream
+    body = {"model": MODEL, "input": "hi", "previous_response_id": created["id"]}
+    response = call(service, "POST", "/v1/responses", body)
+
+    # THEN it is the 429, and the SDK is told not to send it again: its previous_response_id is no longer the latest
+    # response of the conversation, so a retry could only be refused
+    assert openai_error(response, 429)["code"] == "throttled"
+    assert response.headers["x-should-retry"] == "false"
+    assert openai_error(call(service, "POST", "/v1/responses", body), 400)["param"] == "previous_response_id"
+
+
 def test_a_streamed_chat_completion_that_fails_ends_with_the_error_typed_as_without_a_stream(
     service: RelayService, chat_table: ChatTable
 ) -> None:

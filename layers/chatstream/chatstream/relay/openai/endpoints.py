@@ -113,6 +113,11 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
             )
         _drain(exchange, session_id, turn_number)
         turn = _turn(exchange, session_id, turn_number)
+        if turn.status is TurnStatus.ERROR:
+            # As a chat completion's: the SDK raises, and retries a 429 or 5xx (a new turn). Not a continuation's: its
+            # previous_response_id is no longer its conversation's latest response, and a retry would be refused 400.
+            continuation = request.previous_response_id is not None
+            raise _turn_failed(turn, {**headers, "x-should-retry": "false"} if continuation else headers)
         if not turn.finished:
             raise _still_generating(session_id, turn_number, headers)
         return json_response(200, _object(exchange, turn), headers)
@@ -291,12 +296,8 @@ def _chat_completion(
         return Response(200, {**SSE_HEADERS, **headers}, stream, info)
     _drain(exchange, session_id, turn_number)
     turn = _turn(exchange, session_id, turn_number)
-    # Errors name the turn too (its headers): it was started, and its history keeps what it produced.
     if turn.status is TurnStatus.ERROR:
-        error = dict(turn.error or {})
-        code = str(error.get("code") or "model_error")
-        message = str(error.get("message") or "the generation failed")
-        raise OpenAIError(failed_status(code), code, message, headers=headers)
+        raise _turn_failed(turn, headers)
     if not turn.finished:
         raise _still_generating(session_id, turn_number, headers)
     body = completion_object(session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage)
@@ -328,6 +329,16 @@ def _turn_started(session_id: str, turn_number: int) -> Iterator[dict[str, str]]
         status, code = (503, "unavailable") if throttled else (500, "internal_error")
         message = f"the reply could not be read, but it is being generated: follow it at {url}"
         raise OpenAIError(status, code, message, headers={**headers, "x-should-retry": "false"}) from None
+
+
+def _turn_failed(turn: Turn, headers: Mapping[str, str]) -> OpenAIError:
+    """The answer, not streamed, to a turn that failed: its error code, with the status OpenAI's SDKs raise for it
+    (:func:`~chatstream.relay.openai.errors.failed_status`). It names the turn (its headers): the turn was started,
+    and its history keeps what it produced."""
+    error = dict(turn.error or {})
+    code = str(error.get("code") or "model_error")
+    message = str(error.get("message") or "the generation failed")
+    return OpenAIError(failed_status(code), code, message, headers=headers)
 
 
 def _still_generating(session_id: str, turn_number: int, headers: Mapping[str, str]) -> OpenAIError:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.records import SESSION_ID_PATTERN, RecordType
 from chatstream.relay import sse
-from chatstream.relay.openai.errors import error_type
+from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
 from chatstream.relay.pace import Position, TextEvent, pieces
 from chatstream.status import StopReason, TurnStatus
@@ -44,6 +44,10 @@ if TYPE_CHECKING:
     from chatstream.records import TokenRecord
     from chatstream.table import ChatTable, Turn
 
+# A failed turn's status (errors.failed_status) → the code of OpenAI's ResponseError (an enum; server_error for the
+# rest). invalid_prompt is the code a request the model refused takes (OpenRouter's Responses API docs, "Error
+# Handling", map invalid_prompt to 400, rate_limit_exceeded to 429 and server_error to 500+).
+_RESPONSE_ERROR_CODES = {400: "invalid_prompt", 429: "rate_limit_exceeded"}
 _FILTERED = frozenset({StopReason.CONTENT_FILTERED, StopReason.GUARDRAIL_INTERVENED})
 # Cut short by a token limit: the turn's max_tokens, or the model's context window (Claude's
 # model_context_window_exceeded); OpenAI reads both as max_output_tokens.
@@ -177,11 +181,12 @@ def response_object(turn: Turn, model: str, output: Output, *, status: str | Non
     error = None
     if status == "failed":
         detail = dict(turn.error or {})
-        throttled = detail.get("code") == "throttled"
-        code = "rate_limit_exceeded" if throttled else "server_error"
+        status_code = failed_status(str(detail.get("code") or "model_error"))
         message = str(detail.get("message") or "the generation failed")
-        # ``type`` and ``param`` as OpenAI's own ResponseError has them (the Vercel AI SDK requires ``type``)
-        error = {"code": code, "message": message, "type": error_type(429 if throttled else 500), "param": None}
+        # ``type`` and ``param`` as OpenAI's own ResponseError has them (the Vercel AI SDK requires ``type``): the type
+        # of the error a failed response not streamed is answered with (endpoints.py), and so a chat completion
+        code = _RESPONSE_ERROR_CODES.get(status_code, "server_error")
+        error = {"code": code, "message": message, "type": error_type(status_code), "param": None}
     return {
         "id": response_id(turn.session_id, turn.turn),
         "object": "response",
