@@ -32,6 +32,7 @@ ALICE = {"accountId": "123456789012", "callerId": "AIDAALICE", "userArn": "arn:a
 BOB = {"accountId": "123456789012", "callerId": "AIDABOB", "userArn": "arn:aws:iam::123456789012:user/bob"}
 MODEL = "us.amazon.nova-lite-v1:0"
 USER_NEXT = {"role": "user", "content": "next"}
+BODY_HI = {"model": MODEL, "input": "hi"}
 
 
 class RecordingLambda:
@@ -136,6 +137,44 @@ def test_a_response_belongs_to_the_principal_that_signed_its_creation(service: R
     )
     # AND the owner reads it, in progress
     assert body_of(call(service, "GET", f"/v1/responses/{created['id']}"))["status"] == "in_progress"
+
+
+def test_a_conflict_a_retry_cannot_clear_tells_the_sdk_not_to_retry_and_speaks_of_responses(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> None:
+    # GIVEN a relay whose conversations may take 2 responses, and a conversation of 2, the second still generating
+    config = relay_config(table_name, MODEL_ID=MODEL, MAX_TURNS_PER_SESSION="2")
+    service = RelayService(chat_table, proxy, config, clock=FakeClock().as_clock(), settings=FAST)  # type: ignore[arg-type]
+    first = background(service)
+    session_id = first["id"].split("_")[1]
+    write_turn(chat_table, session_id, 1, ["Hello"])
+    second = body_of(
+        call(service, "POST", "/v1/responses", {**BODY_HI, "background": True, "previous_response_id": first["id"]})
+    )
+    follow_up = {**BODY_HI, "previous_response_id": second["id"]}
+
+    # WHEN it is continued while its response generates
+    busy = call(service, "POST", "/v1/responses", follow_up)
+    # THEN 409 turn_in_progress in the Responses API's words, which the SDK may retry: the response may end meanwhile
+    error = openai_error(busy, 409)
+    assert (error["code"], error["param"]) == ("turn_in_progress", "previous_response_id")
+    assert second["id"] in error["message"] and "session" not in error["message"]
+    assert "x-should-retry" not in busy.headers
+
+    # WHEN it ends, and is continued past the limit
+    write_turn(chat_table, session_id, 2, ["Hi"])
+    full = call(service, "POST", "/v1/responses", follow_up)
+    # THEN 409 turn_limit, saying to start a new conversation, and the SDK is told not to retry: it never clears
+    error = openai_error(full, 409)
+    assert (error["code"], error["param"]) == ("turn_limit", "previous_response_id")
+    assert "start a new conversation" in error["message"] and "session" not in error["message"]
+    assert full.headers["x-should-retry"] == "false"
+
+    # AND cancelling a response that ended is 409 response_finished, not retried either: it stays ended
+    finished = call(service, "POST", f"/v1/responses/{second['id']}/cancel")
+    assert openai_error(finished, 409)["code"] == "response_finished"
+    assert finished.headers["x-should-retry"] == "false"
+    assert proxy.invocations == 2
 
 
 @pytest.mark.parametrize(

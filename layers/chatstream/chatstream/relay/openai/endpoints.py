@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from itertools import chain
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import Throttled, TurnFinished, TurnNotFound
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 MODEL_ALIAS = "chatstream"
 SESSION_HEADER = "X-Chatstream-Session-Id"
 TURN_HEADER = "X-Chatstream-Turn"
+# OpenAI's SDKs retry a 409, 429 or 5xx unless the answer says otherwise (openai-python's _should_retry)
+_NOT_RETRIED: Mapping[str, str] = MappingProxyType({"x-should-retry": "false"})
 CANCEL_WAIT_S = 10.0  # how long a cancel waits for the turn to end before answering
 _CANCEL_POLL_S = 0.1
 
@@ -95,13 +98,18 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     session_id = None
     if request.previous_response_id is not None:
         session_id = _previous(exchange, request.previous_response_id)
-    session_id, turn_number = exchange.begin_turn(
-        session_id,
-        request.message,
-        max_tokens=request.max_tokens,
-        temperature=request.temperature,
-        options=request.options,
-    )
+    try:
+        session_id, turn_number = exchange.begin_turn(
+            session_id,
+            request.message,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            options=request.options,
+        )
+    except HttpError as err:
+        if request.previous_response_id is None or err.code not in ("turn_in_progress", "turn_limit"):
+            raise
+        raise _conversation_conflict(exchange, err.code, request.previous_response_id) from None
     with _turn_started(session_id, turn_number) as headers:
         exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
         turn = _turn(exchange, session_id, turn_number)
@@ -117,7 +125,7 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
             # As a chat completion's: the SDK raises, and retries a 429 or 5xx (a new turn). Not a continuation's: its
             # previous_response_id is no longer its conversation's latest response, and a retry would be refused 400.
             continuation = request.previous_response_id is not None
-            raise _turn_failed(turn, {**headers, "x-should-retry": "false"} if continuation else headers)
+            raise _turn_failed(turn, {**headers, **_NOT_RETRIED} if continuation else headers)
         if not turn.finished:
             raise _still_generating(session_id, turn_number, headers)
         return json_response(200, _object(exchange, turn), headers)
@@ -151,7 +159,10 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
         if ended.status is TurnStatus.CANCELLED:
             return json_response(200, _object(exchange, ended))
         raise OpenAIError(
-            409, "response_finished", f"response {params['response_id']} already ended; there is nothing to cancel"
+            409,
+            "response_finished",
+            f"response {params['response_id']} already ended; there is nothing to cancel",
+            headers=_NOT_RETRIED,  # it stays ended: OpenAI's SDKs would send it again twice for nothing
         ) from None
     clock = exchange.clock
     deadline = clock.monotonic() + CANCEL_WAIT_S
@@ -217,6 +228,26 @@ def _previous(exchange: _Exchange, previous: str) -> str:
             "previous_response_id",
         )
     return session_id
+
+
+def _conversation_conflict(exchange: _Exchange, code: str, previous: str) -> OpenAIError:
+    """A continuation the conversation cannot take now (``409``), in the Responses API's words.
+
+    ``turn_limit`` never clears, so OpenAI's SDKs, which retry every ``409`` unless told not to (``x-should-retry``),
+    are told not to. ``turn_in_progress`` may: nothing was started, and the response in progress may end during the
+    SDK's retries (about a second or two), when a retry goes on from it."""
+    if code == "turn_limit":
+        limit = exchange.config.max_turns_per_session
+        message = (
+            f"the conversation of {previous} has taken its limit of {limit} responses; start a new conversation "
+            "(no previous_response_id; its messages in input)"
+        )
+        return OpenAIError(409, code, message, "previous_response_id", _NOT_RETRIED)
+    message = (
+        f"the conversation of {previous} has a response still in progress; wait for it to end (or cancel it), "
+        "then send again"
+    )
+    return OpenAIError(409, code, message, "previous_response_id")
 
 
 def _owned_response(exchange: _Exchange, value: str) -> Turn:
@@ -328,7 +359,7 @@ def _turn_started(session_id: str, turn_number: int) -> Iterator[dict[str, str]]
         url = f"/sessions/{session_id}/turns/{turn_number}/events"
         status, code = (503, "unavailable") if throttled else (500, "internal_error")
         message = f"the reply could not be read, but it is being generated: follow it at {url}"
-        raise OpenAIError(status, code, message, headers={**headers, "x-should-retry": "false"}) from None
+        raise OpenAIError(status, code, message, headers={**headers, **_NOT_RETRIED}) from None
 
 
 def _turn_failed(turn: Turn, headers: Mapping[str, str]) -> OpenAIError:
@@ -348,7 +379,7 @@ def _still_generating(session_id: str, turn_number: int, headers: Mapping[str, s
     url = f"/sessions/{session_id}/turns/{turn_number}/events"
     read = f"GET /v1/responses/{response_id(session_id, turn_number)}"
     message = f"the reply is still being generated; follow it at {url}, or read it with {read} (?stream=true: follow)"
-    return OpenAIError(503, "still_generating", message, headers={**headers, "x-should-retry": "false"})
+    return OpenAIError(503, "still_generating", message, headers={**headers, **_NOT_RETRIED})
 
 
 def _sequence_number(value: str | None, name: str) -> int | None:
