@@ -183,6 +183,7 @@ def test_a_conflict_a_retry_cannot_clear_tells_the_sdk_not_to_retry_and_speaks_o
         ("POST", "/v1/responses/input_tokens", "counting a request's input tokens"),
         ("POST", "/v1/responses/compact", "compacting a conversation"),
         ("GET", "/v1/responses/resp_abc_1/input_items", "listing a response's input items"),
+        ("DELETE", "/v1/responses/resp_abc_1", "deleting responses is not supported"),
         ("POST", "/v1/embeddings", None),
     ],
 )

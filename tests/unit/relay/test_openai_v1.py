@@ -122,6 +122,39 @@ def test_a_responses_input_string_is_the_message_and_instructions_the_system_pro
     assert request.options.history == () and not request.stream and not request.background
 
 
+@pytest.mark.parametrize(
+    ("messages", "param", "said"),
+    [
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "input_text", "text": "a"}]},
+            ],
+            "input[1].content[0].type",
+            "an assistant message's content must be output_text parts",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "output_text", "text": "hi"}]}],
+            "input[0].content[0].type",
+            "a user, system or developer message's content must be input_text parts",
+        ),
+    ],
+)
+def test_a_text_part_of_the_other_side_says_which_part_the_message_takes(
+    messages: list[dict[str, Any]], param: str, said: str
+) -> None:
+    # GIVEN a response's input whose assistant message has input_text parts, or whose user message output_text
+    # WHEN it is parsed THEN a 400 names the part and says which parts the message takes
+    with pytest.raises(HttpError) as caught:
+        responses({"model": "m", "input": [*messages, USER_NEXT]})
+    assert (caught.value.status, caught.value.code, getattr(caught.value, "param", None)) == (
+        400,
+        "invalid_request",
+        param,
+    )
+    assert said in caught.value.message
+
+
 def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
     # GIVEN max_output_tokens 3.0 (JSON has one number type; the OpenAPI document's integer accepts it) THEN it is 3
     assert responses({"model": "m", "input": "hi", "max_output_tokens": 3.0}).max_tokens == 3

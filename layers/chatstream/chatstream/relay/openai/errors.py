@@ -94,12 +94,13 @@ SERVED = (
     "POST /v1/chat/completions"
 )
 
-# OpenAI endpoints chatstream does not serve (HTTP_API.md, "/v1"), named in the answer: the first two would
-# otherwise read as a response id ("405: use GET").
+# OpenAI endpoints chatstream does not serve (HTTP_API.md, "/v1"), named in the answer: the first two and the last
+# would otherwise read as a response id ("405: use GET"; client.responses.delete(id) is the last).
 _NOT_SERVED = (
     ("POST", re.compile(r"/v1/responses/input_tokens/?"), "counting a request's input tokens"),
     ("POST", re.compile(r"/v1/responses/compact/?"), "compacting a conversation"),
     ("GET", re.compile(r"/v1/responses/[^/]+/input_items/?"), "listing a response's input items"),
+    ("DELETE", re.compile(r"/v1/responses/[^/]+/?"), "deleting responses is not supported"),
 )
 
 

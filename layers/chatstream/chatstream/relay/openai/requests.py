@@ -252,6 +252,14 @@ def _text(value: object, param: str) -> str:
     return value
 
 
+# A Responses text part in a message of the other side (OpenAI refuses it too): what to send instead.
+_MISPLACED_TEXT = {
+    "input_text": "an assistant message's content must be output_text parts (as a response's output has them), "
+    "not input_text",
+    "output_text": "a user, system or developer message's content must be input_text parts, not output_text",
+}
+
+
 def _parts(content: object, param: str, part_types: tuple[str, ...]) -> str:
     """A message's text: a string, or a list of text parts (joined); any other part is unsupported."""
     if isinstance(content, str):
@@ -264,6 +272,8 @@ def _parts(content: object, param: str, part_types: tuple[str, ...]) -> str:
         if not isinstance(part, dict):
             raise invalid(f"{where} must be a content part object", where)
         kind = part.get("type")
+        if kind in _MISPLACED_TEXT and kind not in part_types:
+            raise invalid(_MISPLACED_TEXT[kind], f"{where}.type")
         if kind not in part_types:
             raise unsupported(f"{where}.type", f"{kind!r} parts; only text is")
         for key in part:
