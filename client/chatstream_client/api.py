@@ -18,8 +18,10 @@ with ``status`` 0 unless an answer's status says more, under these codes:
   without ``meta``) where the client cannot look for the turn it may have started (a new session), or the look
   itself failed. ``session_id`` names the session when there is one; sending again is the caller's choice.
 - ``resume_limit``: ``max_resumes`` resumes in a row that nobody planned brought nothing new.
-- ``resume_failed``: a resume's connection failed (could not be made, or broke before its answer) as often as the
-  retry policy allows (httpx's error is ``__cause__``); the turn goes on, and ``events_url`` names it.
+- ``resume_failed``: the relay could not be reached to resume a turn for ``outage_s`` (the resume's connection
+  could not be made, broke before its answer, or was answered ``429``/``5xx``, round after round: httpx's error or
+  the last answer's :class:`ApiError` is ``__cause__``); the turn goes on, and ``events_url`` names it. The first
+  GET of :meth:`ChatClient.follow` is not patient: it fails as soon as the retry policy's attempts are spent.
 - ``no_meta``: a ``200`` stream began without its ``meta`` event, and no turn was found after it as often as the
   sends allow (in a new session it is the cause of a ``turn_outcome_unknown`` instead).
 - ``bad_event``: an event whose data is not JSON (a relay of another protocol, or a line reader that splits where
@@ -192,6 +194,8 @@ class ChatClient:
       byte before a stream counts as broken (the relay sends a keep-alive every 10 s);
     - ``max_resumes``: unplanned resumes in a row (the stream broke or ended early) that bring no new event before
       the client gives up (``resume_limit``); the relay's planned ``reconnect``s never count;
+    - ``outage_s``: how long a resume keeps trying while the relay cannot be reached (a network outage) before the
+      client gives up (``resume_failed``): each round is the retry policy's attempts, then a backoff wait;
     - ``retry``: the :class:`~chatstream_client.retry.RetryPolicy` (attempts per request, backoff);
     - ``clock`` and ``sleep``: the monotonic clock of :attr:`TurnResult.token_times`, and the waits (tests pass
       their own);
@@ -210,6 +214,7 @@ class ChatClient:
         timeout: float = 30.0,
         read_timeout: float = 60.0,  # the relay sends a keep-alive every 10 s: a silent minute is a dead stream
         max_resumes: int = 20,  # unplanned resumes in a row that bring no new event before the client gives up
+        outage_s: float = 300.0,  # how long a resume keeps trying to reach the relay before the client gives up
         retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -218,6 +223,7 @@ class ChatClient:
         self.base_url = base_url.rstrip("/")
         self.pace = pace
         self.max_resumes = max_resumes
+        self.outage_s = outage_s
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._sleep = sleep
@@ -281,16 +287,19 @@ class ChatClient:
         *,
         on_token: Callable[[str], None] | None = None,
         on_reasoning: Callable[[str], None] | None = None,
+        on_meta: Callable[[TurnResult], None] | None = None,
     ) -> TurnResult:
         """Attach to a turn (from the event id ``after``, or its start) and follow it to its end.
 
         The result's ``session_id`` and ``turn`` are read from ``events_url`` (empty and 0 for a URL of another
-        shape).
+        shape); ``on_meta`` gets the result before the first request when they could be read.
         """
         listener = _Listener(on_token, on_reasoning)
         result = TurnResult(events_url=events_url, last_event_id="0" if after is None else str(after))
         if coordinates := _EVENTS_PATH.search(events_url):
             result.session_id, result.turn = coordinates["session_id"], int(coordinates["turn"])
+            if on_meta is not None:
+                on_meta(result)
         started = self._clock()
         headers = SSE if after is None else {**SSE, "Last-Event-ID": str(after)}
         try:
@@ -428,8 +437,38 @@ class ChatClient:
                 self._sleep(self.retry.delay(stalled))
             result.resumes += 1
             opened = self._clock()
-            ending = self._resume(result, started, listener, {**SSE, "Last-Event-ID": result.last_event_id})
+            ending = self._resume_patiently(result, started, listener)
         return result
+
+    def _resume_patiently(self, result: TurnResult, started: float, listener: _Listener) -> str:
+        """Resume from the last event id. While the relay cannot be reached (each round spends the retry policy's
+        attempts on a connection that fails, or on ``429``/``5xx``), wait and try again, for up to ``outage_s``: a
+        network outage is no reason to drop a turn that goes on without the client (HTTP_API.md, "Retries")."""
+        since = self._clock()
+        rounds = 0
+        while True:
+            try:
+                return self._resume(result, started, listener, {**SSE, "Last-Event-ID": result.last_event_id})
+            except ApiError as err:
+                if err.code != "resume_failed" and err.status not in RETRYABLE:
+                    raise  # the relay answered, and the answer is final (a 404, a 403, an event that is not JSON)
+                cause: Exception = err
+                if err.code == "resume_failed" and isinstance(err.__cause__, Exception):
+                    cause = err.__cause__  # httpx's error
+                waited = self._clock() - since
+                if waited >= self.outage_s:
+                    raise ApiError(
+                        0,
+                        "resume_failed",
+                        f"{_describe(cause)} resuming {result.events_url} after id {result.last_event_id}, "
+                        f"for {waited:.0f} s",
+                        result=result,
+                    ) from cause
+            rounds += 1
+            result.resumes += 1
+            result.unplanned_resumes += 1
+            result.incidents.append(f"resume after id {result.last_event_id} failed: {_describe(cause)}")
+            self._sleep(self.retry.delay(rounds))
 
     def _resume(self, result: TurnResult, started: float, listener: _Listener, headers: Mapping[str, str]) -> str:
         """One GET of the turn's events: how its stream ended. A connection that fails as often as the retries

@@ -2,15 +2,18 @@
 
 Interactive by default: type a message, watch the reply stream in; the session carries across
 turns. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
-prompt, or twice, quits. A dropped connection resumes from the last event id; a busy relay (429, 503)
-is asked again after a short random wait. After a failure that may have started the turn (a 500, 502
-or 504, a connection that broke), the client looks in the session's history: it follows the turn if it
-started and sends the message again if not; on a message that starts a session it cannot look, so it
-says so and leaves sending again to you. It never starts a second turn (docs/HTTP_API.md, "Retries").
+prompt, or twice, quits. A dropped connection resumes from the last event id, and keeps trying through an
+outage of up to 5 minutes; a busy relay (429, 503) is asked again after a short random wait. After a failure
+that may have started the turn (a 500, 502 or 504, a connection that broke), the client looks in the session's
+history: it follows the turn if it started and sends the message again if not; on a message that starts a
+session it cannot look, so it says so and leaves sending again to you. It never starts a second turn
+(docs/HTTP_API.md, "Retries").
 
 ``--message TEXT`` is one-shot: prints the reply and exits 0, or 1 on an ``error`` event, 2 when
-the relay answers with an error or cannot be reached. ``--url`` points it at a deployed Function
-URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws`` hosts unless ``--no-iam``) signs requests
+the relay answers with an error or cannot be reached. ``--follow EVENTS_URL [--after ID]`` prints a turn that
+is already under way (from event id ``ID``, or its start) and exits the same way: the line the client prints
+when it lost a reply for good (the relay out of reach for 5 minutes) names both. ``--url`` points it at a
+deployed Function URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws`` hosts unless ``--no-iam``) signs requests
 with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
 
 A reasoning model's reasoning is printed as it streams, before (or between) the reply's words: dimmed (ANSI
@@ -59,7 +62,12 @@ _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chatstream_client.cli", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("CHATSTREAM_URL", DEFAULT_URL), help="relay URL")
-    parser.add_argument("--message", "-m", help="one-shot: send this message, print the reply, exit")
+    one_shot = parser.add_mutually_exclusive_group()
+    one_shot.add_argument("--message", "-m", help="one-shot: send this message, print the reply, exit")
+    one_shot.add_argument(
+        "--follow", metavar="EVENTS_URL", help="one-shot: print a turn under way (its events URL), exit"
+    )
+    parser.add_argument("--after", metavar="ID", help="with --follow: from this event id on (default: the start)")
     parser.add_argument("--session", help="continue this session id")
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument("--temperature", type=float)
@@ -103,10 +111,14 @@ def explain(error: Exception, url: str, signed: bool) -> str:
 def _explain_answer(error: ApiError, url: str, signed: bool) -> str:
     """One line for an error answer, or for a failure the client gave up on."""
     if error.code == "resume_failed" and isinstance(error.__cause__, Exception):
-        return (
-            f"{explain(error.__cause__, url, signed)}; the reply goes on: follow {error.events_url} "
-            f"after id {error.last_event_id}"
-        )
+        # The turn started, so the URL was right: the network or the stack went away mid-reply.
+        cause = error.__cause__
+        if isinstance(cause, httpx.ConnectError) and httpx.URL(url).host in _LOOPBACK_HOSTS:
+            lost = explain(cause, url, signed)  # the local stack stopped: say how to start it
+        else:
+            why = f"{type(cause).__name__}: {cause}"
+            lost = f"lost the connection to {url} mid-reply, and could not get it back ({why})"
+        return f"{lost}; the reply goes on: pick it up with --follow {error.events_url} --after {error.last_event_id}"
     if error.status == 403:
         if signed:
             return (
@@ -192,11 +204,16 @@ class _Printer:
 
 
 def _stream_turn(
-    client: ChatClient, message: str, session_id: str | None, args: argparse.Namespace, out: TextIO, err: TextIO
+    client: ChatClient, message: str | None, session_id: str | None, args: argparse.Namespace, out: TextIO, err: TextIO
 ) -> TurnResult:
+    """Send ``message`` and print its reply; with ``message`` None, print the turn ``--follow`` names."""
     printer = _Printer(out, err)
     current: list[TurnResult] = []
     try:
+        if message is None:
+            return client.follow(
+                args.follow, args.after, on_token=printer.token, on_reasoning=printer.thought, on_meta=current.append
+            )
         return client.chat(
             message,
             session_id,
@@ -241,11 +258,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     err = err or sys.stderr
     if signal.getsignal(signal.SIGINT) is _quit_quietly:  # Ctrl-C is KeyboardInterrupt again from here on
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.after is not None and args.follow is None:
+        parser.error("--after goes with --follow")
     signed = args.iam if args.iam is not None else is_function_url(args.url)
     try:
         with _client(args.url, signed, args.region) as client:
-            if args.message is not None:
+            if args.message is not None or args.follow is not None:
                 result = _stream_turn(client, args.message, args.session, args, out, err)
                 return _report_end(result, out, err)
             client.health()  # one clear line now, rather than a failure after the first message

@@ -662,12 +662,78 @@ def test_a_resume_that_cannot_connect_carries_the_turn_so_far(relay: FakeRelay, 
         opening = json.dumps({"session_id": SESSION, "turn": 1, "events_url": gone})
         relay.script("POST /chat", stream(f"event: meta\ndata: {opening}\n\n", token(1, "a"), cut=True))
 
-        # WHEN the client tries to resume THEN the failure names where to pick the turn up
-        with ChatClient(relay.url, sleep=waits.append) as client, pytest.raises(ApiError) as raised:
+        # WHEN the client tries to resume, with no patience for an outage, THEN the failure names where to pick the
+        # turn up
+        with ChatClient(relay.url, sleep=waits.append, outage_s=0) as client, pytest.raises(ApiError) as raised:
             client.chat("hi")
     error = raised.value
     assert (error.code, error.events_url, error.last_event_id, error.turn) == ("resume_failed", gone, "1", 1)
     assert isinstance(error.__cause__, httpx.ConnectError)
+
+
+class Clock:
+    """Time that passes only when the client waits: an outage of minutes takes no time in a test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def test_a_resume_keeps_trying_through_an_outage_and_finishes_the_turn(relay: FakeRelay) -> None:
+    # GIVEN a stream cut after token 1, then a relay out of reach for 12 resume attempts (more than two rounds of
+    # the retry policy's 5), then busy once, then back
+    relay.script("POST /chat", stream(meta(), token(1, "a"), cut=True))
+    relay.script(f"GET {EVENTS}", *[DROPPED] * 12, error(503), stream(token(2, "b"), done(3)))
+    clock = Clock()
+
+    # WHEN the client follows the turn
+    with ChatClient(relay.url, sleep=clock.sleep, clock=lambda: clock.now) as client:
+        result = client.chat("hi")
+
+    # THEN it resumed until the relay was back, and the reply is whole; each failed round is an unplanned resume
+    assert (result.text, result.done) == ("ab", {"stop_reason": "end_turn"})
+    assert len(relay.requests(f"GET {EVENTS}")) == 14
+    assert result.unplanned_resumes == 1 + 2 and sum("failed" in line for line in result.incidents) == 2
+
+
+def test_a_resume_gives_up_once_the_relay_was_out_of_reach_for_outage_s(relay: FakeRelay) -> None:
+    # GIVEN a stream cut after token 1, and a relay that is never reached again
+    relay.script("POST /chat", stream(meta(), token(1, "a"), cut=True))
+    relay.script(f"GET {EVENTS}", DROPPED)
+    clock = Clock()
+
+    # WHEN the client follows the turn, with a minute's patience
+    with (
+        ChatClient(relay.url, sleep=clock.sleep, clock=lambda: clock.now, outage_s=60) as client,
+        pytest.raises(ApiError) as raised,
+    ):
+        client.chat("hi")
+
+    # THEN it tried round after round, each wait capped by the retry policy, for a minute, then gave up naming the
+    # turn and where it stopped
+    assert clock.now >= 60 and max(clock.waits) <= RetryPolicy().cap_s
+    assert len(relay.requests(f"GET {EVENTS}")) > RetryPolicy().attempts
+    error = raised.value
+    assert (error.code, error.events_url, error.last_event_id) == ("resume_failed", EVENTS, "1")
+    assert isinstance(error.__cause__, httpx.TransportError)
+
+
+def test_the_cli_follows_a_turn_under_way_from_an_event_id(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a turn under way
+    relay.script(f"GET {EVENTS}", stream(token(3, " c"), done(4)))
+
+    # WHEN the terminal client is asked to follow it after id 2
+    status = main(["--url", relay.url, "--follow", EVENTS, "--after", "2", "--no-iam"])
+
+    # THEN it asked for the events after that id and printed the rest of the reply
+    assert (status, capsys.readouterr().out) == (0, " c\n")
+    assert [seen.headers.get("last-event-id") for seen in relay.requests(f"GET {EVENTS}")] == ["2"]
 
 
 def test_an_unknown_outcome_in_a_new_session_names_no_session(relay: FakeRelay, client: ChatClient) -> None:

@@ -58,7 +58,20 @@ def test_a_resume_that_failed_is_explained_by_its_cause_and_names_the_turn() -> 
     error.__cause__ = httpx.ConnectError("refused")
     # WHEN it is explained THEN the line says what to do about the connection, and where the reply goes on
     line = explain(error, LOCAL, False)
-    assert "make local" in line and f"follow {events_url} after id 7" in line and "\n" not in line
+    assert "make local" in line and f"--follow {events_url} --after 7" in line and "\n" not in line
+
+
+def test_a_reply_lost_to_an_outage_names_no_url_to_check_and_how_to_pick_it_up() -> None:
+    # GIVEN a turn that started, whose resumes then failed to reach a deployed relay for 5 minutes
+    events_url = "/sessions/s/turns/2/events"
+    message = f"ReadError: reset resuming {events_url} after id 8.24, for 300 s"
+    error = ApiError(0, "resume_failed", message, result=TurnResult("s", 2, events_url, last_event_id="8.24"))
+    error.__cause__ = httpx.ReadError("reset")
+    # WHEN it is explained
+    line = explain(error, DEPLOYED, True)
+    # THEN it does not send the user to check a URL that worked, and says which options pick the reply up
+    assert "check the URL" not in line and "\n" not in line
+    assert "lost the connection" in line and f"--follow {events_url} --after 8.24" in line
 
 
 def test_a_url_that_is_not_http_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
