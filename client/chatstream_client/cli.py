@@ -314,8 +314,11 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
             err.write("\n")
             return EXIT_INTERRUPTED
         except (ApiError, httpx.TransportError) as error:
-            err.write(f"\nerror: {explain(error, args.url, signed)}\n")
-            if isinstance(error, ApiError) and error.code == "turn_limit":  # this session can take no more turns
+            err.write(shown(f"\nerror: {explain(error, args.url, signed)}\n", err))
+            # A failed message may still have started the session (a resume that failed, an unknown outcome): keep it.
+            session_id = getattr(error, "session_id", None) or session_id
+            # A session that can take no more turns, or that is gone (expired, another owner's, a mistyped --session).
+            if isinstance(error, ApiError) and error.code in ("turn_limit", "session_not_found"):
                 session_id = None
                 err.write("[the next message starts a new session]\n")
             continue

@@ -7,6 +7,7 @@ checks both what the client reported and what reached the server. The client's w
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import pickle
@@ -161,6 +162,11 @@ class _Handler(QuietHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         self.wfile.write(b"0\r\n\r\n")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
 
 @pytest.fixture
@@ -431,14 +437,9 @@ def test_the_cli_streams_a_reply_after_a_503(relay: FakeRelay, capsys: pytest.Ca
     assert len(relay.requests("POST /chat")) == 2
 
 
-def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
-    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a relay whose session takes one turn: the second message is refused 409 turn_limit
-    relay.script("GET /health", Answer(body={"status": "ok"}))
-    reply = stream(meta(), token(1, "hello"), done(2))
-    relay.script("POST /chat", reply, error(409, "turn_limit"), reply)
-    typed = iter(["one", "two", "three"])
+def _typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
+    """The prompt reads ``lines``, then end of input."""
+    typed = iter(lines)
 
     def prompt(_: str) -> str:
         try:
@@ -447,6 +448,16 @@ def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
             raise EOFError from None
 
     monkeypatch.setattr("builtins.input", prompt)
+
+
+def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay whose session takes one turn: the second message is refused 409 turn_limit
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    reply = stream(meta(), token(1, "hello"), done(2))
+    relay.script("POST /chat", reply, error(409, "turn_limit"), reply)
+    _typed(monkeypatch, "one", "two", "three")
 
     # WHEN a person types three messages
     status = main(["--url", relay.url, "--no-iam"])
@@ -457,6 +468,61 @@ def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
     assert "[the next message starts a new session]" in capsys.readouterr().err
     sent = [json.loads(seen.body) for seen in relay.requests("POST /chat")]
     assert [body.get("session_id") for body in sent] == [None, SESSION, None]
+
+
+def test_the_interactive_cli_keeps_the_session_a_failed_message_started(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay whose first reply, in a new session, breaks on an event that is not JSON
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    broken = stream(meta(), token(1, "hel"), "id: 2\nevent: token\ndata: {not json\n\n")
+    relay.script("POST /chat", broken, stream(meta(2), token(1, "again"), done(2)))
+    _typed(monkeypatch, "one", "two")
+
+    # WHEN a person types two messages
+    status = main(["--url", relay.url, "--no-iam"])
+
+    # THEN the first fails with the relay's reason, and the second goes on in the session the first one started
+    assert status == 0 and "bad_event" in capsys.readouterr().err
+    sent = [json.loads(seen.body) for seen in relay.requests("POST /chat")]
+    assert [body.get("session_id") for body in sent] == [None, SESSION]
+
+
+def test_the_interactive_cli_starts_a_new_session_when_its_session_is_gone(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay that knows no session "gone" (expired, mistyped, another caller's)
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    relay.script("GET /sessions/gone", error(404, "session_not_found"))
+    relay.script("POST /chat", stream(meta(), token(1, "hello"), done(2)))
+    _typed(monkeypatch, "one", "two")
+
+    # WHEN a person continues that session and types two messages
+    status = main(["--url", relay.url, "--no-iam", "--session", "gone"])
+
+    # THEN the first is refused with the relay's reason, the client says the next starts a new session, and the
+    # second is sent without the gone session's id
+    err = capsys.readouterr().err
+    assert status == 0 and "session_not_found" in err and "[the next message starts a new session]" in err
+    sent = [json.loads(seen.body) for seen in relay.requests("POST /chat")]
+    assert [body.get("session_id") for body in sent] == [None]
+    assert len(relay.requests("GET /sessions/gone")) == 1
+
+
+def test_the_interactive_cli_shows_control_characters_in_an_error_as_symbols(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay whose refusal carries a terminal escape, and stderr a terminal
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    relay.script("POST /chat", error(400, "invalid_request\x1b]0;PWNED\x07"))
+    _typed(monkeypatch, "one")
+    terminal = _Terminal()
+
+    # WHEN a person types a message
+    status = main(["--url", relay.url, "--no-iam"], out=io.StringIO(), err=terminal)
+
+    # THEN the error line shows the escape as symbols, never obeys it
+    assert status == 0 and "\x1b" not in terminal.getvalue() and "invalid_request\u241b]0;PWNED" in terminal.getvalue()
 
 
 # ------------------------------------------------------------------ requests that change nothing twice
