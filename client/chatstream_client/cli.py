@@ -18,7 +18,8 @@ with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
 
 A reasoning model's reasoning is printed as it streams, before (or between) the reply's words: dimmed (ANSI
 faint) on a terminal, and on stderr when stdout is not a terminal, so that a script reading stdout gets exactly
-the reply, and no escape codes land in a file.
+the reply, and no escape codes land in a file. With ``NO_COLOR`` set (no-color.org) or ``TERM=dumb`` the client
+writes no escape codes at all: on a terminal the reasoning starts with ``thinking:`` on a line of its own.
 
 Whatever fails, the client says so in one line on stderr, with what to do about it.
 """
@@ -50,17 +51,23 @@ from chatstream_client.api import DEFAULT_URL, ApiError, ChatClient, TurnResult
 from chatstream_client.auth import SigV4Auth, is_function_url
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
 EXIT_ERROR_EVENT = 1  # the turn ended with an `error` event
 EXIT_FAILED = 2  # the relay answered with an error, or could not be reached
 EXIT_INTERRUPTED = 130
 DIM, UNDIM = "\x1b[2m", "\x1b[22m"  # ANSI faint on, and back to normal intensity
+THINKING = "thinking: "  # what marks the reasoning on a terminal without colour
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chatstream_client.cli", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m chatstream_client.cli",
+        description=__doc__.split("\n\n")[0],
+        epilog="CHATSTREAM_URL sets the default --url. With NO_COLOR set (no-color.org) or TERM=dumb no escape codes "
+        "are written: a terminal shows the reasoning after 'thinking:', not dimmed.",
+    )
     parser.add_argument("--url", default=os.environ.get("CHATSTREAM_URL", DEFAULT_URL), help="relay URL")
     one_shot = parser.add_mutually_exclusive_group()
     one_shot.add_argument("--message", "-m", help="one-shot: send this message, print the reply, exit")
@@ -163,14 +170,22 @@ def shown(text: str, stream: TextIO) -> str:
     return _CONTROL.sub(_visible, text) if stream.isatty() else text
 
 
-class _Printer:
-    """A turn as it streams: the reply on ``out``; the reasoning dimmed on ``out`` when it is a terminal, else on
-    ``err``; a line break wherever the model goes from reasoning to its reply. On a terminal, control characters
-    in the text are shown as symbols, never obeyed; piped, the text is written exactly."""
+def wants_color(environ: Mapping[str, str]) -> bool:
+    """Whether the terminal may be sent ANSI escapes: not with ``NO_COLOR`` set to anything but the empty string
+    (https://no-color.org), nor on a ``TERM=dumb`` terminal, which has none."""
+    return not environ.get("NO_COLOR") and environ.get("TERM") != "dumb"
 
-    def __init__(self, out: TextIO, err: TextIO) -> None:
+
+class _Printer:
+    """A turn as it streams: the reply on ``out``; the reasoning on ``out`` when it is a terminal (dimmed, or with
+    ``color`` off after :data:`THINKING` on a line of its own), else on ``err``; a line break wherever the model
+    goes from reasoning to its reply. On a terminal, control characters in the text are shown as symbols, never
+    obeyed; piped, the text is written exactly."""
+
+    def __init__(self, out: TextIO, err: TextIO, color: bool = True) -> None:
         self.out = out
         self.tty = out.isatty()
+        self.color = color
         self.reasoning_to = out if self.tty else err
         self.reasoning = False  # the last text printed was reasoning
         self.line_start = True  # the reasoning's stream (where notices go too) is at the start of a line
@@ -181,14 +196,17 @@ class _Printer:
 
     def thought(self, text: str) -> None:
         if not self.reasoning and self.tty:
-            self.out.write(DIM)
+            if self.color:
+                self.out.write(DIM)
+            else:
+                self._write(self.out, ("" if self.line_start else "\n") + THINKING)
         self.reasoning = True
         self._write(self.reasoning_to, text)  # piped stdout: stderr, often a terminal
 
     def end_reasoning(self) -> None:
         if self.reasoning:
             self.reasoning = False
-            self.reasoning_to.write(UNDIM if self.tty else "")
+            self.reasoning_to.write(UNDIM if self.tty and self.color else "")
             self._write(self.reasoning_to, "\n")
 
     def notice(self, text: str) -> None:
@@ -204,10 +222,9 @@ class _Printer:
 
 
 def _stream_turn(
-    client: ChatClient, message: str | None, session_id: str | None, args: argparse.Namespace, out: TextIO, err: TextIO
+    client: ChatClient, message: str | None, session_id: str | None, args: argparse.Namespace, printer: _Printer
 ) -> TurnResult:
     """Send ``message`` and print its reply; with ``message`` None, print the turn ``--follow`` names."""
-    printer = _Printer(out, err)
     current: list[TurnResult] = []
     try:
         if message is None:
@@ -262,11 +279,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     args = parser.parse_args(argv)
     if args.after is not None and args.follow is None:
         parser.error("--after goes with --follow")
+    args.color = wants_color(os.environ)
     signed = args.iam if args.iam is not None else is_function_url(args.url)
     try:
         with _client(args.url, signed, args.region) as client:
             if args.message is not None or args.follow is not None:
-                result = _stream_turn(client, args.message, args.session, args, out, err)
+                result = _stream_turn(client, args.message, args.session, args, _Printer(out, err, args.color))
                 return _report_end(result, out, err)
             client.health()  # one clear line now, rather than a failure after the first message
             return _interactive(client, args, signed, out, err)
@@ -309,7 +327,7 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
         if prompted:
             out.write("assistant> ")
         try:
-            result = _stream_turn(client, message, session_id, args, out, err)
+            result = _stream_turn(client, message, session_id, args, _Printer(out, err, args.color))
         except KeyboardInterrupt:
             err.write("\n")
             return EXIT_INTERRUPTED

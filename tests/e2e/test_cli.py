@@ -103,7 +103,9 @@ def _session_of(stack: LocalStack) -> str:
 
 
 def _cli(url: str, *args: str, stdout: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
+    # A terminal with colour, whatever the environment the tests run in (NO_COLOR, a CI's TERM=dumb)
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    env.update(PYTHONPATH="client:local:layers/chatstream:layers/streaming-runtime", TERM="xterm")
     command = [sys.executable, "-u", "-m", "chatstream_client.cli", "--url", url, *args]
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE)
 

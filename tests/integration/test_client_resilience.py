@@ -525,6 +525,19 @@ def test_the_interactive_cli_shows_control_characters_in_an_error_as_symbols(
     assert status == 0 and "\x1b" not in terminal.getvalue() and "invalid_request\u241b]0;PWNED" in terminal.getvalue()
 
 
+def test_the_cli_writes_no_escape_codes_with_no_color_set(relay: FakeRelay, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a reply with reasoning, and NO_COLOR set in the environment
+    relay.script("POST /chat", stream(meta(), reasoning(1, "r1"), token(2, "hello"), done(3)))
+    monkeypatch.setenv("NO_COLOR", "1")
+    terminal = _Terminal()
+
+    # WHEN the one-shot client prints it to a terminal
+    status = main(["--url", relay.url, "--message", "hi", "--no-iam"], out=terminal, err=io.StringIO())
+
+    # THEN the reasoning is marked in plain text instead of dimmed
+    assert (status, terminal.getvalue()) == (0, "thinking: r1\nhello\n")
+
+
 # ------------------------------------------------------------------ requests that change nothing twice
 
 

@@ -11,7 +11,7 @@ from botocore.exceptions import NoCredentialsError
 from httpx_sse import SSEError
 
 from chatstream_client.api import ApiError, TurnResult
-from chatstream_client.cli import DIM, UNDIM, _Printer, explain, main
+from chatstream_client.cli import DIM, THINKING, UNDIM, _Printer, explain, main, wants_color
 
 LOCAL = "http://127.0.0.1:3000"
 DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
@@ -137,3 +137,29 @@ def test_a_notice_after_reasoning_or_reply_starts_its_own_line_without_a_blank_o
         assert replied.getvalue() == "You said\n[cancelling …]\n"
     else:
         assert (replied.getvalue(), notices.getvalue()) == ("You said", "[cancelling …]\n")
+
+
+@pytest.mark.parametrize(
+    ("environ", "color"),
+    [
+        ({"TERM": "xterm-256color"}, True),
+        ({"TERM": "xterm-256color", "NO_COLOR": ""}, True),  # no-color.org: an empty NO_COLOR is not set
+        ({"TERM": "xterm-256color", "NO_COLOR": "1"}, False),
+        ({"TERM": "xterm-256color", "NO_COLOR": "false"}, False),  # any value at all
+        ({"TERM": "dumb"}, False),
+    ],
+)
+def test_no_color_and_a_dumb_terminal_turn_escape_codes_off(environ: dict[str, str], color: bool) -> None:
+    assert wants_color(environ) is color
+
+
+def test_reasoning_on_a_terminal_without_color_is_marked_in_plain_text() -> None:
+    # GIVEN a terminal that must get no escape codes
+    out = _Terminal()
+    printer = _Printer(out, io.StringIO(), color=False)
+    # WHEN a reply comes, then reasoning mid-line, then the rest of the reply
+    printer.token("Sure.")
+    printer.thought("r1 r2")
+    printer.token("Done")
+    # THEN the reasoning is on a line of its own after a plain-text mark, and no escape code was written
+    assert out.getvalue() == f"Sure.\n{THINKING}r1 r2\nDone" and "\x1b" not in out.getvalue()
