@@ -1,7 +1,8 @@
 """chatstream's terminal client: ``python -m chatstream_client.cli`` (``make chat``).
 
 Interactive by default: type a message, watch the reply stream in; the session carries across
-turns. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
+turns. A line that ends in a backslash goes on on the next line: the message is both lines, with a line break
+where the backslash was. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
 prompt, or twice, quits. A dropped connection resumes from the last event id, and keeps trying through an
 outage of up to 5 minutes; a busy relay (429, 503) is asked again after a short random wait. After a failure
 that may have started the turn (a 500, 502 or 504, a connection that broke), the client looks in the session's
@@ -9,12 +10,12 @@ history: it follows the turn if it started and sends the message again if not; o
 session it cannot look, so it says so and leaves sending again to you. It never starts a second turn
 (docs/HTTP_API.md, "Retries").
 
-``--message TEXT`` is one-shot: prints the reply and exits 0, or 1 on an ``error`` event, 2 when
-the relay answers with an error or cannot be reached. ``--follow EVENTS_URL [--after ID]`` prints a turn that
-is already under way (from event id ``ID``, or its start) and exits the same way: the line the client prints
-when it lost a reply for good (the relay out of reach for 5 minutes) names both. ``--url`` points it at a
-deployed Function URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws`` hosts unless ``--no-iam``) signs requests
-with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
+``--message TEXT`` is one-shot (``--message -`` reads the message from stdin, all of it): prints the reply and
+exits 0, or 1 on an ``error`` event, 2 when the relay answers with an error or cannot be reached. ``--follow
+EVENTS_URL [--after ID]`` prints a turn that is already under way (from event id ``ID``, or its start) and exits
+the same way: the line the client prints when it lost a reply for good (the relay out of reach for 5 minutes)
+names both. ``--url`` points it at a deployed Function URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws``
+hosts unless ``--no-iam``) signs requests with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
 
 A reasoning model's reasoning is printed as it streams, before (or between) the reply's words: dimmed (ANSI
 faint) on a terminal, and on stderr when stdout is not a terminal, so that a script reading stdout gets exactly
@@ -65,12 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m chatstream_client.cli",
         description=__doc__.split("\n\n")[0],
-        epilog="CHATSTREAM_URL sets the default --url. With NO_COLOR set (no-color.org) or TERM=dumb no escape codes "
-        "are written: a terminal shows the reasoning after 'thinking:', not dimmed.",
+        epilog="Interactive unless --message or --follow: type a message, Enter sends it; a line that ends in a "
+        "backslash goes on on the next line (one message of several lines). Ctrl-C cancels a reply; at the prompt "
+        "it quits. CHATSTREAM_URL sets the default --url. With NO_COLOR set (no-color.org) or TERM=dumb no escape "
+        "codes are written: a terminal shows the reasoning after 'thinking:', not dimmed.",
     )
     parser.add_argument("--url", default=os.environ.get("CHATSTREAM_URL", DEFAULT_URL), help="relay URL")
     one_shot = parser.add_mutually_exclusive_group()
-    one_shot.add_argument("--message", "-m", help="one-shot: send this message, print the reply, exit")
+    one_shot.add_argument(
+        "--message", "-m", help="one-shot: send this message ('-': all of stdin, lines and all), print the reply, exit"
+    )
     one_shot.add_argument(
         "--follow", metavar="EVENTS_URL", help="one-shot: print a turn under way (its events URL), exit"
     )
@@ -280,6 +285,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     if args.after is not None and args.follow is None:
         parser.error("--after goes with --follow")
     args.color = wants_color(os.environ)
+    if args.message == "-":
+        args.message = sys.stdin.read().rstrip("\n")
     signed = args.iam if args.iam is not None else is_function_url(args.url)
     try:
         with _client(args.url, signed, args.region) as client:
@@ -305,14 +312,22 @@ def _client(url: str, signed: bool, region: str | None) -> ChatClient:
 
 
 def _messages(err: TextIO, prompted: bool) -> Iterator[str]:
-    """The user's messages from the prompt (shown when ``prompted``), until end of input or Ctrl-C."""
+    """The user's messages from the prompt (shown when ``prompted``), until end of input or Ctrl-C. A line that
+    ends in a backslash goes on on the next line: the message holds both, a line break where the backslash was."""
     while True:
+        lines: list[str] = []
         try:
-            message = input("you> " if prompted else "")
-        except (EOFError, KeyboardInterrupt):
+            line = input("you> " if prompted else "")
+            while line.endswith("\\"):
+                lines.append(line[:-1])
+                line = input("...> " if prompted else "")
+        except (EOFError, KeyboardInterrupt) as end:
             if prompted:
                 err.write("\n")
+            if isinstance(end, EOFError) and "".join(lines).strip():
+                yield "\n".join(lines)  # the input ended where the message was to go on: send what there is
             return
+        message = "\n".join([*lines, line])
         if message.strip():
             yield message
 

@@ -525,6 +525,24 @@ def test_the_interactive_cli_shows_control_characters_in_an_error_as_symbols(
     assert status == 0 and "\x1b" not in terminal.getvalue() and "invalid_request\u241b]0;PWNED" in terminal.getvalue()
 
 
+def test_a_message_of_several_lines_is_one_turn(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay that answers every message
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    relay.script("POST /chat", stream(meta(), token(1, "ok"), done(2)))
+    # WHEN a person types a message over two lines (the first ends in a backslash), then a message of one line
+    _typed(monkeypatch, "line one\\", "line two", "three")
+    assert main(["--url", relay.url, "--no-iam"]) == 0
+    # AND a script pipes a message of several lines to the one-shot client
+    monkeypatch.setattr("sys.stdin", io.StringIO("first\n\nsecond\n"))
+    assert main(["--url", relay.url, "--no-iam", "--message", "-"]) == 0
+
+    # THEN each message was sent once, with its line breaks
+    sent = [json.loads(seen.body)["message"] for seen in relay.requests("POST /chat")]
+    assert sent == ["line one\nline two", "three", "first\n\nsecond"]
+
+
 def test_the_cli_writes_no_escape_codes_with_no_color_set(relay: FakeRelay, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a reply with reasoning, and NO_COLOR set in the environment
     relay.script("POST /chat", stream(meta(), reasoning(1, "r1"), token(2, "hello"), done(3)))
