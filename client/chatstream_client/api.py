@@ -187,7 +187,8 @@ class _Budget:
 
 
 class ChatClient:
-    """The relay's HTTP API at ``base_url``: ``chat``, ``follow``, ``cancel``, ``history``, ``health``.
+    """The relay's HTTP API at ``base_url``: ``chat``, ``follow``, ``cancel``, ``history``, ``health``, and
+    ``find_turn`` (the turn a ``chat`` that ended before its ``meta`` started).
 
     - ``auth``: an ``httpx.Auth`` for every request (``SigV4Auth()`` for an ``AWS_IAM`` Function URL);
     - ``timeout``: seconds to connect, write and wait for a pool connection; ``read_timeout``: seconds without a
@@ -314,6 +315,14 @@ class ChatClient:
         """Stop a turn; sent again like a GET (a second cancel is 202 again, or 409 turn_finished)."""
         return self._json("POST", f"/sessions/{session_id}/turns/{turn}/cancel")
 
+    def find_turn(self, session_id: str, message: str) -> int | None:
+        """The turn a ``chat`` of ``message`` into ``session_id`` started, when that call ended before the turn's
+        ``meta`` (interrupted, or failed): a turn in the session's history newer than any this client has seen,
+        with this message. ``None`` when there is none, or when this client has seen no turn of the session (it
+        cannot tell a new turn from an old one)."""
+        known = self._latest_turns.get(session_id)
+        return None if known is None else self._newer_turn(session_id, known, message)
+
     def history(self, session_id: str) -> dict[str, Any]:
         """The session's turns; this client then knows its newest turn."""
         history = self._json("GET", f"/sessions/{session_id}")
@@ -384,17 +393,22 @@ class ChatClient:
         if session_id is None or known is None:
             raise _outcome_unknown(failure, session_id, "") from failure
         try:
-            turns = self.history(session_id).get("turns", [])
+            turn = self._newer_turn(session_id, known, body["message"])
         except (ApiError, httpx.TransportError) as err:
             raise _outcome_unknown(failure, session_id, f" (looking for it failed: {_describe(err)})") from err
-        mine = [t for t in turns if t.get("turn", 0) > known and t.get("user") == body["message"]]
-        if not mine:
+        if turn is None:
             return False
-        result.session_id, result.turn = session_id, int(mine[0]["turn"])
+        result.session_id, result.turn = session_id, turn
         result.events_url = f"/sessions/{session_id}/turns/{result.turn}/events"
         result.retries += 1
         result.incidents.append(f"POST /chat: {_describe(failure)}; its turn {result.turn} was found in the history")
         return True
+
+    def _newer_turn(self, session_id: str, known: int, message: str) -> int | None:
+        """The first turn in the session's history after turn ``known`` whose user message is ``message``."""
+        turns = self.history(session_id).get("turns", [])
+        mine = [t for t in turns if t.get("turn", 0) > known and t.get("user") == message]
+        return int(mine[0]["turn"]) if mine else None
 
     def _attach_found(
         self,

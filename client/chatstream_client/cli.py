@@ -1,14 +1,14 @@
 """chatstream's terminal client: ``python -m chatstream_client.cli`` (``make chat``).
 
-Interactive by default: type a message, watch the reply stream in; the session carries across
-turns. A line that ends in a backslash goes on on the next line: the message is both lines, with a line break
-where the backslash was. Ctrl-C while a reply streams cancels that turn (the cancel endpoint); Ctrl-C at the
-prompt, or twice, quits. A dropped connection resumes from the last event id, and keeps trying through an
-outage of up to 5 minutes; a busy relay (429, 503) is asked again after a short random wait. After a failure
-that may have started the turn (a 500, 502 or 504, a connection that broke), the client looks in the session's
-history: it follows the turn if it started and sends the message again if not; on a message that starts a
-session it cannot look, so it says so and leaves sending again to you. It never starts a second turn
-(docs/HTTP_API.md, "Retries").
+Interactive by default: type a message, watch the reply stream in; the session carries across turns. A line that
+ends in a backslash goes on on the next line: the message is both lines, with a line break where the backslash was.
+Ctrl-C while a reply streams cancels that turn (the cancel endpoint), even before its first word: in a session it
+knows, the client finds the turn in the history (a new session's turn it cannot name, so that one goes on); Ctrl-C
+at the prompt, or twice, quits. A dropped connection resumes from the last event id, and keeps trying through an
+outage of up to 5 minutes; a busy relay (429, 503) is asked again after a short random wait. After a failure that
+may have started the turn (a 500, 502 or 504, a connection that broke), the client looks in the session's history:
+it follows the turn if it started and sends the message again if not; on a message that starts a session it cannot
+look, so it says so and leaves sending again to you. It never starts a second turn (docs/HTTP_API.md, "Retries").
 
 ``--message TEXT`` is one-shot (``--message -`` reads the message from stdin, all of it): prints the reply and
 exits 0, or 1 on an ``error`` event, 2 when the relay answers with an error or cannot be reached. ``--follow
@@ -185,21 +185,27 @@ class _Printer:
     """A turn as it streams: the reply on ``out``; the reasoning on ``out`` when it is a terminal (dimmed, or with
     ``color`` off after :data:`THINKING` on a line of its own), else on ``err``; a line break wherever the model
     goes from reasoning to its reply. On a terminal, control characters in the text are shown as symbols, never
-    obeyed; piped, the text is written exactly."""
+    obeyed; piped, the text is written exactly. ``label`` (the prompt's ``assistant> ``) starts the turn."""
 
-    def __init__(self, out: TextIO, err: TextIO, color: bool = True) -> None:
+    def __init__(self, out: TextIO, err: TextIO, color: bool = True, label: str = "") -> None:
         self.out = out
         self.tty = out.isatty()
         self.color = color
         self.reasoning_to = out if self.tty else err
         self.reasoning = False  # the last text printed was reasoning
         self.line_start = True  # the reasoning's stream (where notices go too) is at the start of a line
+        self.after_notice = False  # a notice just ended a line of the reply, on the reply's own stream
+        if label:
+            self._write(out, label)
 
     def token(self, text: str) -> None:
         self.end_reasoning()
-        self._write(self.out, text)
+        if text := self._resumed_line(text):
+            self._write(self.out, text)
 
     def thought(self, text: str) -> None:
+        if not (text := self._resumed_line(text)):
+            return
         if not self.reasoning and self.tty:
             if self.color:
                 self.out.write(DIM)
@@ -218,6 +224,15 @@ class _Printer:
         """``text`` on a line of its own, where the reasoning goes (piped, stdout holds the reply alone)."""
         self.end_reasoning()
         self._write(self.reasoning_to, ("" if self.line_start else "\n") + text + "\n")
+        self.after_notice = self.tty
+
+    def _resumed_line(self, text: str) -> str:
+        """``text`` as it goes on after a notice on the reply's stream: the line the notice ended began with a
+        word, so the new one does too (the space between two words is not carried over to the next line)."""
+        if self.after_notice:
+            text = text.lstrip(" ")
+            self.after_notice = not text
+        return text
 
     def _write(self, stream: TextIO, text: str) -> None:
         stream.write(shown(text, stream))
@@ -247,9 +262,9 @@ def _stream_turn(
         )
     except KeyboardInterrupt:
         printer.end_reasoning()
-        if not current or not current[0].events_url:
+        turn = current[0] if current and current[0].events_url else _turn_started(client, message, session_id)
+        if turn is None:
             raise
-        turn = current[0]
         printer.notice("[cancelling …]")
         try:
             client.cancel(turn.session_id, turn.turn)
@@ -263,6 +278,18 @@ def _stream_turn(
         return rest
     finally:
         printer.end_reasoning()
+
+
+def _turn_started(client: ChatClient, message: str | None, session_id: str | None) -> TurnResult | None:
+    """After Ctrl-C before the turn's ``meta``: the turn the message started anyway, from the session's history.
+    A new session cannot be looked in (its id never arrived): a turn it started goes on, uncancelled."""
+    if message is None or session_id is None:
+        return None
+    try:
+        turn = client.find_turn(session_id, message)
+    except (ApiError, httpx.TransportError):
+        return None
+    return None if turn is None else TurnResult(session_id, turn, f"/sessions/{session_id}/turns/{turn}/events")
 
 
 def _report_end(result: TurnResult, out: TextIO, err: TextIO) -> int:
@@ -339,10 +366,9 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
     if prompted:
         err.write(f"chatstream at {args.url} — Ctrl-C cancels a reply, Ctrl-C at the prompt quits.\n")
     for message in _messages(err, prompted):
-        if prompted:
-            out.write("assistant> ")
         try:
-            result = _stream_turn(client, message, session_id, args, _Printer(out, err, args.color))
+            printer = _Printer(out, err, args.color, label="assistant> " if prompted else "")
+            result = _stream_turn(client, message, session_id, args, printer)
         except KeyboardInterrupt:
             err.write("\n")
             return EXIT_INTERRUPTED

@@ -525,6 +525,35 @@ def test_the_interactive_cli_shows_control_characters_in_an_error_as_symbols(
     assert status == 0 and "\x1b" not in terminal.getvalue() and "invalid_request\u241b]0;PWNED" in terminal.getvalue()
 
 
+def test_ctrl_c_before_the_turns_meta_cancels_the_turn_the_message_started(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a session with one turn, whose second message's POST /chat is slow to answer (a 503 then a wait, in
+    # which the person presses Ctrl-C), while the history already shows the turn it started
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    relay.script("POST /chat", stream(meta(), token(1, "hello"), done(2)), error(503))
+    relay.script(f"GET /sessions/{SESSION}", history((1, "one"), (2, "two")))
+    relay.script(f"POST /sessions/{SESSION}/turns/2/cancel", Answer(status=202, body={"status": "cancelling"}))
+    events = f"/sessions/{SESSION}/turns/2/events"
+    relay.script(f"GET {events}", stream(token(1, "part"), 'id: 2\nevent: done\ndata: {"stop_reason":"cancelled"}\n\n'))
+    _typed(monkeypatch, "one", "two")
+
+    def interrupted(_: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(
+        "chatstream_client.cli._client", lambda url, *_: ChatClient(url, sleep=interrupted, timeout=10, read_timeout=10)
+    )
+
+    # WHEN the person types the two messages, pressing Ctrl-C before the second one's reply began
+    status = main(["--url", relay.url, "--no-iam"])
+
+    # THEN the client found the turn in the history, cancelled it, and showed its reply up to the cancel
+    captured = capsys.readouterr()
+    assert status == 0 and len(relay.requests(f"POST /sessions/{SESSION}/turns/2/cancel")) == 1
+    assert captured.out == "hello\npart\n" and "[cancelled]" in captured.err
+
+
 def test_a_message_of_several_lines_is_one_turn(
     relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -163,3 +163,18 @@ def test_reasoning_on_a_terminal_without_color_is_marked_in_plain_text() -> None
     printer.token("Done")
     # THEN the reasoning is on a line of its own after a plain-text mark, and no escape code was written
     assert out.getvalue() == f"Sure.\n{THINKING}r1 r2\nDone" and "\x1b" not in out.getvalue()
+
+
+def test_a_notice_after_the_label_starts_its_own_line_and_the_reply_goes_on_without_a_stray_space() -> None:
+    # GIVEN a terminal turn that starts with the prompt's label
+    out = _Terminal()
+    printer = _Printer(out, io.StringIO(), label="assistant> ")
+    # WHEN a notice comes before any text, then the reply's words, a second notice mid-reply, and the rest
+    printer.notice("[cancelling …]")
+    printer.token("w1")
+    printer.token(" w2")
+    printer.notice("[cancelling …]")
+    printer.token(" ")
+    printer.token(" w3")
+    # THEN each notice is on a line of its own, and each line of the reply starts with a word
+    assert out.getvalue() == "assistant> \n[cancelling …]\nw1 w2\n[cancelling …]\nw3"
