@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 EXIT_ERROR_EVENT = 1  # the turn ended with an `error` event
 EXIT_FAILED = 2  # the relay answered with an error, or could not be reached
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # as a process SIGPIPE ended (128 + 13), which Python's SIGPIPE handling replaces
 DIM, UNDIM = "\x1b[2m", "\x1b[22m"  # ANSI faint on, and back to normal intensity
 THINKING = "thinking: "  # what marks the reasoning on a terminal without colour
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -331,6 +332,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     except KeyboardInterrupt:
         err.write("\n")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as `cat` does
+        if out is sys.stdout:  # what is still buffered for it goes nowhere, not to a traceback at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def _client(url: str, signed: bool, region: str | None) -> ChatClient:

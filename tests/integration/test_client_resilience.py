@@ -437,6 +437,24 @@ def test_the_cli_streams_a_reply_after_a_503(relay: FakeRelay, capsys: pytest.Ca
     assert len(relay.requests("POST /chat")) == 2
 
 
+class _LeftReader(io.StringIO):
+    """A stdout whose reader left after the first words (`make chat … | head -c 5`)."""
+
+    def write(self, text: str) -> int:
+        if self.tell() >= 5:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_the_cli_stops_quietly_when_its_reader_leaves(relay: FakeRelay, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a reply of several words, and a stdout whose reader leaves after the first
+    relay.script("POST /chat", stream(meta(), token(1, "hello"), token(2, " there"), token(3, " friend"), done(4)))
+    # WHEN the terminal client prints the reply
+    status = main(["--url", relay.url, "--message", "hi", "--no-iam"], out=_LeftReader())
+    # THEN it stops with 141, as a command SIGPIPE ends, and says nothing (no traceback)
+    assert status == 141 and capsys.readouterr().err == ""
+
+
 def _typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
     """The prompt reads ``lines``, then end of input."""
     typed = iter(lines)
