@@ -223,6 +223,42 @@ def test_a_reply_streams_in_and_the_text_grows(chat: ChatPage, tmp_path: Path) -
     expect(chat.page.locator("#stop")).to_be_hidden()
 
 
+# Every write to the status line (a polite live region: each one may be read out), as the words it left.
+WATCH_STATUS = """
+() => {
+  window.statusWrites = [];
+  const status = document.getElementById("status");
+  new MutationObserver((records) => {
+    for (const record of records) {
+      const added = record.type === "childList" ? Array.from(record.addedNodes, (node) => node.textContent) : [];
+      window.statusWrites.push(record.type === "childList" ? added.join("") : record.target.data);
+    }
+  }).observe(status, { childList: true, characterData: true, subtree: true });
+}
+"""
+
+
+def test_the_status_line_is_written_only_when_its_words_change(chat: ChatPage) -> None:
+    # GIVEN the page, its status line watched
+    chat.open()
+    chat.page.evaluate(WATCH_STATUS)
+    # WHEN a reply of 40 words streams in, then one that reasons first
+    chat.send("/long 40")
+    assert chat.wait_status("complete") == long_reply(40)
+    chat.send("/think 20 hi")
+    assert chat.wait_status("complete") == "You said: hi"
+    # THEN the status line was written once for each thing it said, never again for each token
+    assert chat.page.evaluate("window.statusWrites") == [
+        "Sending…",
+        "Receiving…",
+        "Reply complete.",
+        "Sending…",
+        "Thinking…",
+        "Receiving…",
+        "Reply complete.",
+    ]
+
+
 def test_stop_ends_the_turn_as_cancelled(chat: ChatPage) -> None:
     # GIVEN a reply that would take minutes, streaming
     chat.open()

@@ -98,8 +98,10 @@
 
   // ------------------------------------------------------------------------------- the view
 
+  // The status line is a polite live region: written only when its words change, so a screen reader is not
+  // handed "Receiving…" again with every token.
   function setStatus(text) {
-    el.status.textContent = text;
+    if (el.status.textContent !== text) el.status.textContent = text;
   }
 
   function showError(text) {
