@@ -606,6 +606,31 @@ def test_a_code_block_shows_as_code_while_its_fence_is_open(chat: ChatPage) -> N
     assert reply["code"] == [["\n".join(lines) + "\n", "sh", ""]]
 
 
+# Each code block of a reply: its class, and the style of its bottom border (dashed: in progress).
+CODE_BLOCKS_LOOK = """
+(text) => Array.from(text.querySelectorAll("pre"), (pre) => [pre.className, getComputedStyle(pre).borderBottomStyle])
+"""
+
+
+def test_a_reply_that_ends_inside_a_code_block_no_longer_shows_it_in_progress(chat: ChatPage) -> None:
+    # GIVEN a reply that is a long code block, streaming, its fence open
+    lines = [f"line{i}" for i in range(1, CODE_LINES + 1)]
+    chat.open()
+    chat.send("code:\n```sh\n" + "\n".join(lines) + "\n```")
+    expect(chat.reply().locator(".text pre.open code")).to_contain_text("line5")
+    assert chat.reply().locator(".text").evaluate(CODE_BLOCKS_LOOK) == [["open", "dashed"]]
+    # WHEN the user stops it before the fence closes
+    chat.page.get_by_role("button", name="Stop").click()
+    text = chat.wait_status("cancelled")
+    # THEN the code so far is a plain code block: nothing marks it in progress any more, as it streamed or after a
+    # reload (from the history)
+    assert text.startswith("You said: code:line1\nline2")
+    for shown in ("as it streamed", "from the history"):
+        assert chat.reply().locator(".text").evaluate(CODE_BLOCKS_LOOK) == [["", "solid"]], shown
+        chat.page.reload()
+        chat.wait_status("cancelled")
+
+
 # The page's renderer fed a reply as it streams, one character more each time: what each prefix draws.
 FENCE_PREFIXES = r"""
 (source) => {

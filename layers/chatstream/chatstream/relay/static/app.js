@@ -248,7 +248,7 @@
       },
       // A turn that ends shows all its text at once, before its status says so.
       setStatus(status, detail) {
-        if (status !== "streaming") answer.flush();
+        if (status !== "streaming") answer.end();
         if (status !== "streaming" && reasoning) reasoning.settle();
         reply.box.dataset.status = status;
         reply.box.setAttribute("aria-busy", status === "streaming" ? "true" : "false");

@@ -7,7 +7,8 @@
 // Links open in a new tab without an opener or a referrer, and only for http, https and mailto; any other
 // link stays the text it was written as. Images are not loaded (another origin, and the policy forbids it):
 // `![alt](url)` shows as its alt text, a link to the image. A code fence still open (its closing ``` not
-// received yet) is a code block marked `open` until it closes, as CommonMark reads a fence that runs to the end.
+// received yet) is a code block, as CommonMark reads a fence that runs to the end, marked `open` while the reply
+// streams: a reply that ended inside one (cut at its token limit, stopped) shows it as a plain code block.
 //
 // StreamingMarkdown keeps one element's source text and draws all of it again as it grows: at most once an
 // animation frame, and less often when drawing is slow (a very long reply), so drawing never takes more than
@@ -146,20 +147,20 @@
     if (node && !["BR", "HR"].includes(node.tagName)) node.classList.add("tail");
   }
 
-  // `source` as elements in a fragment.
-  function renderFragment(source) {
+  // `source` as elements in a fragment; `streaming`: the text is still growing (a fence it ends in is open).
+  function renderFragment(source, streaming = true) {
     const text = source.replace(/\r\n?/g, "\n"); // as markdown-it reads lines
     const tokens = md.parse(text, {});
     const fragment = document.createDocumentFragment();
     const lines = text.replace(/\n$/, "").split("\n");
-    build(tokens, fragment, openFence(tokens, lines));
+    build(tokens, fragment, streaming ? openFence(tokens, lines) : null);
     markTail(fragment);
     return fragment;
   }
 
   // Draw `source` into `element`, keeping each top-level block that is unchanged.
-  function renderInto(element, source) {
-    const fresh = Array.from(renderFragment(source).children);
+  function renderInto(element, source, streaming) {
+    const fresh = Array.from(renderFragment(source, streaming).children);
     const old = Array.from(element.children);
     fresh.forEach((node, i) => {
       if (i < old.length && old[i].isEqualNode(node)) return;
@@ -169,13 +170,14 @@
     for (let i = fresh.length; i < old.length; i++) old[i].remove();
   }
 
-  // One element showing Markdown that grows: append() as text arrives, set() for a whole text at once.
-  // `around(draw)`, if given, runs each drawing (to keep the page scrolled to the end, say).
+  // One element showing Markdown that grows: append() as text arrives, end() when no more will, set() for a whole
+  // text at once. `around(draw)`, if given, runs each drawing (to keep the page scrolled to the end, say).
   class StreamingMarkdown {
     constructor(element, around = (draw) => draw()) {
       this.element = element;
       this.around = around;
       this.source = "";
+      this.streaming = false;
       this.frame = 0;
       this.timer = 0;
       this.readyAt = 0; // performance.now() before which the next drawing waits
@@ -183,11 +185,18 @@
 
     append(text) {
       this.source += text;
+      this.streaming = true;
       this.schedule();
     }
 
     set(text) {
       this.source = text;
+      this.end();
+    }
+
+    // The text is whole (the turn ended): draw it now, a fence it ends in no longer open.
+    end() {
+      this.streaming = false;
       this.flush();
     }
 
@@ -210,7 +219,7 @@
       clearTimeout(this.timer);
       this.frame = this.timer = 0;
       const started = performance.now();
-      this.around(() => renderInto(this.element, this.source));
+      this.around(() => renderInto(this.element, this.source, this.streaming));
       const now = performance.now();
       this.readyAt = now + 2 * (now - started);
     }
