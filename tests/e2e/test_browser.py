@@ -304,6 +304,28 @@ def test_a_reload_shows_the_history_and_new_chat_starts_over(chat: ChatPage) -> 
     assert chat.session_id() != first_session and len(chat.history()["turns"]) == 1
 
 
+def test_back_returns_from_a_new_chat_to_the_conversation_before_it(chat: ChatPage) -> None:
+    # GIVEN a conversation, then a new chat with a conversation of its own
+    chat.open()
+    chat.send("conversation A")
+    chat.wait_status("complete")
+    first = chat.session_id()
+    chat.page.get_by_role("button", name="New chat").click()
+    expect(chat.turns()).to_have_count(0)
+    chat.send("conversation B")
+    chat.wait_status("complete")
+    second = chat.session_id()
+    # WHEN the user goes Back
+    chat.page.go_back()
+    # THEN the first conversation is shown again, and the URL names it
+    expect(chat.turns().locator(".user .text")).to_have_text(["conversation A"])
+    assert chat.session_id() == first
+    # AND Forward returns to the second
+    chat.page.go_forward()
+    expect(chat.turns().locator(".user .text")).to_have_text(["conversation B"])
+    assert chat.session_id() == second != first
+
+
 def test_a_turn_still_generating_is_followed_after_a_reload(chat: ChatPage) -> None:
     # GIVEN a long reply streaming
     chat.open()

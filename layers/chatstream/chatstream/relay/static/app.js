@@ -45,10 +45,16 @@
     return id && /^[A-Za-z0-9_-]{1,128}$/.test(id) ? id : null;
   }
 
-  function rememberSession(id) {
+  // Name the session in the URL. Leaving a conversation for another (New chat, a full session) is a new entry
+  // in the browser's history, so Back returns to it; naming the session a new chat started, or forgetting one
+  // that is not stored (`replace`), changes the current entry.
+  function rememberSession(id, replace = false) {
     sessionId = id;
     const hash = id ? "#session=" + encodeURIComponent(id) : "";
-    if (location.hash !== hash) history.replaceState(null, "", location.pathname + location.search + hash);
+    if (location.hash === hash) return;
+    const url = location.pathname + location.search + hash;
+    if (sessionFromUrl() !== null && !replace) history.pushState(null, "", url);
+    else history.replaceState(null, "", url);
   }
 
   // ---------------------------------------------------------------------------- HTTP helpers
@@ -489,7 +495,7 @@
       // A session that is gone, or has taken all its turns: the next message starts a new one.
       if (answer.error.code === "turn_limit" || answer.error.code === "session_not_found") {
         dividerAfter(answer.error.code === "turn_limit" ? sessionId : null); // the next message starts a new one
-        rememberSession(null);
+        rememberSession(null, answer.error.code === "session_not_found");
       }
       rejected(r, message, answer.error.message);
       return;
@@ -632,7 +638,7 @@
       if (mine !== generation) return;
       setStatus("");
       if (err instanceof ApiError && err.code === "session_not_found") {
-        rememberSession(null);
+        rememberSession(null, true);
         showError("That conversation was not found (it may have expired). This is a new chat.");
       } else {
         showError("Could not load the conversation: " + err.message);
