@@ -898,6 +898,30 @@ def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
     assert chat.counts("retries", "resumes", "repeated") == {"retries": 2, "resumes": 1, "repeated": 0}
 
 
+def test_a_cancel_answered_503_is_sent_again(chat: ChatPage) -> None:
+    # GIVEN a relay that answers the first cancel 503 unavailable, Retry-After: 1 (the table throttled it)
+    cancels: list[str] = []
+
+    def busy_once(route: Route) -> None:
+        cancels.append(route.request.method)
+        if len(cancels) == 1:
+            json_answer(route, 503, BUSY, retry_after="1")
+        else:
+            route.continue_()
+
+    chat.page.route("**/sessions/*/turns/*/cancel", busy_once)
+    chat.open()
+    chat.send("/long 5000")
+    expect(chat.reply().locator(".text")).to_contain_text("w5")
+    # WHEN the user presses Stop
+    chat.page.get_by_role("button", name="Stop").click()
+    # THEN the page sends the cancel again, and the turn ends as cancelled, with no error shown
+    text = chat.wait_status("cancelled")
+    assert cancels == ["POST", "POST"] and chat.counts("retries") == {"retries": 1}
+    assert chat.history()["turns"][-1]["status"] == "cancelled" and long_reply(5000).startswith(text)
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
 RETRY_CASES = r"""
 (() => {
   const R = window.ChatstreamRetry;

@@ -587,6 +587,8 @@
     el.message.focus();
   }
 
+  // Stop: POST …/cancel, sent again as a read is (HTTP_API.md, "Retries": a second cancel is 202 again, or 409
+  // turn_finished) until the turn's stream ends.
   async function stop() {
     const r = run;
     if (!r || r.turn === null || r.stopping) return;
@@ -594,17 +596,27 @@
     el.stop.disabled = true;
     setStatus("Stopping…");
     const url = `/sessions/${encodeURIComponent(sessionId)}/turns/${r.turn}/cancel`;
-    try {
-      const response = await fetch(url, { method: "POST" });
-      // 202: the stream ends with done (cancelled). 409 turn_finished: it ended anyway.
-      if (!response.ok && response.status !== 409) {
-        const error = await apiError(response);
-        showError("Could not stop the reply: " + error.message);
-        r.stopping = false;
-        el.stop.disabled = false;
+    let why = null; // why the cancel failed, once it has for good
+    for (let attempt = 1; ; attempt++) {
+      let retryAfter = null;
+      try {
+        const response = await fetch(url, { method: "POST" });
+        // 202: the stream ends with done (cancelled). 409 turn_finished: it ended anyway.
+        if (response.ok || response.status === 409) break;
+        why = (await apiError(response)).message;
+        retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
+        if (!Retry.RETRYABLE.includes(response.status) || !Retry.honours(retryAfter)) break;
+      } catch (err) {
+        why = err.message;
       }
-    } catch (err) {
-      showError("Could not stop the reply: " + err.message);
+      if (r.ended || attempt >= Retry.ATTEMPTS) break;
+      r.view.count("retries");
+      await pause(Retry.delayMs(attempt, retryAfter), r.controller.signal);
+      if (r.ended || r.controller.signal.aborted) return;
+      why = null;
+    }
+    if (why !== null && !r.ended) {
+      showError("Could not stop the reply: " + why);
       r.stopping = false;
       el.stop.disabled = false;
     }
