@@ -922,6 +922,66 @@ def test_a_cancel_answered_503_is_sent_again(chat: ChatPage) -> None:
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 
+def test_a_history_answered_503_is_read_again(chat: ChatPage) -> None:
+    # GIVEN a conversation, and a relay that answers the first read of its history 503 (the table throttled it)
+    chat.open()
+    chat.send("remember me")
+    chat.wait_status("complete")
+    reads: list[str] = []
+
+    def busy_once(route: Route) -> None:
+        reads.append(route.request.method)
+        if len(reads) == 1:
+            json_answer(route, 503, BUSY, retry_after="0")
+        else:
+            route.continue_()
+
+    chat.page.route("**/sessions/*", busy_once)
+    # WHEN the page is reloaded
+    chat.page.reload()
+    # THEN it reads the history again, and shows the conversation
+    expect(chat.turns().locator(".assistant .text")).to_have_text(["You said: remember me"])
+    assert reads == ["GET", "GET"]
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_history_that_cannot_be_read_offers_to_try_again_and_takes_no_message(chat: ChatPage) -> None:
+    # GIVEN a conversation, and a relay that answers every read of its history 503
+    chat.open()
+    chat.send("remember me")
+    chat.wait_status("complete")
+    reads: list[str] = []
+    posts: list[str] = []
+
+    def busy(route: Route) -> None:
+        reads.append(route.request.method)
+        json_answer(route, 503, BUSY, retry_after="0")
+
+    chat.page.route("**/sessions/*", busy)
+    chat.page.route("**/chat", lambda route: (posts.append(route.request.method), route.continue_()))
+    # WHEN the page is reloaded
+    chat.page.reload()
+    # THEN after five reads it says the conversation did not load, and offers to try again
+    alert = chat.page.get_by_role("alert")
+    expect(alert).to_contain_text("Could not load the conversation")
+    assert len(reads) == 5
+    expect(chat.turns()).to_have_count(0)
+    # AND a message is not sent meanwhile (it would go on with a conversation the page does not show): it stays typed
+    expect(chat.page.locator("#send")).to_be_disabled()
+    chat.send("go on")
+    expect(alert).to_contain_text("has not loaded")
+    assert posts == [] and chat.page.locator("#message").input_value() == "go on"
+    # WHEN the relay recovers and the user presses Try again
+    chat.page.unroute("**/sessions/*")
+    alert.get_by_role("button", name="Try again").click()
+    # THEN the conversation is shown, and the message can be sent in it
+    expect(chat.turns().locator(".assistant .text")).to_have_text(["You said: remember me"])
+    expect(alert).to_be_hidden()
+    chat.send("go on")
+    assert chat.wait_status("complete") == "You said: go on"
+    assert [t["user"] for t in chat.history()["turns"]] == ["remember me", "go on"]
+
+
 RETRY_CASES = r"""
 (() => {
   const R = window.ChatstreamRetry;

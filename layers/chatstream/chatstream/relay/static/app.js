@@ -37,6 +37,8 @@
   let sessionId = sessionFromUrl();
   let run = null; // the turn being followed: {view, turn, eventsUrl, lastId, retryMs, controller, ...}
   let generation = 0; // bumped by "new chat" and session loads, so a stale load cannot draw
+  let loading = null; // the AbortController of the history being read, while it is
+  let unloaded = false; // the URL names a session whose history could not be read
 
   // ------------------------------------------------------------------------------ the session
 
@@ -96,10 +98,25 @@
     return new ApiError(response.status, "http_" + response.status, `HTTP ${response.status}${detail ? ": " + detail : ""}`);
   }
 
-  async function getJson(path) {
-    const response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
-    if (!response.ok) throw await apiError(response);
-    return response.json();
+  // GET a JSON document, sent again after a 429/5xx or a failed connection (a body cut short included) as
+  // HTTP_API.md's "Retries" says; throws what failed last. `signal` ends it, waits included.
+  async function getJson(path, signal = null) {
+    for (let attempt = 1; ; attempt++) {
+      let failure;
+      let final = false;
+      let retryAfter = null;
+      try {
+        const response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", signal });
+        if (response.ok) return await response.json();
+        failure = await apiError(response);
+        retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
+        final = !Retry.RETRYABLE.includes(response.status) || !Retry.honours(retryAfter);
+      } catch (err) {
+        failure = err;
+      }
+      if (final || attempt >= Retry.ATTEMPTS || (signal && signal.aborted)) throw failure;
+      await pause(Retry.delayMs(attempt, retryAfter), signal);
+    }
   }
 
   // ------------------------------------------------------------------------------- the view
@@ -110,8 +127,17 @@
     if (el.status.textContent !== text) el.status.textContent = text;
   }
 
-  function showError(text) {
+  // Say what failed; `action` ({label, run}) adds a button that does something about it (try again).
+  function showError(text, action = null) {
     el.error.textContent = text;
+    if (text && action) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "secondary";
+      button.textContent = action.label;
+      button.addEventListener("click", () => action.run(), { once: true });
+      el.error.append(" ", button);
+    }
     el.error.hidden = !text;
   }
 
@@ -376,13 +402,15 @@
     }
   }
 
-  function pause(ms, signal) {
+  function pause(ms, signal = null) {
     return new Promise((resolve) => {
       const timer = setTimeout(resolve, ms);
-      signal.addEventListener("abort", () => {
-        clearTimeout(timer);
-        resolve();
-      });
+      if (signal) {
+        signal.addEventListener("abort", () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      }
     });
   }
 
@@ -540,7 +568,7 @@
   async function findTurn(r, message, known) {
     let history;
     try {
-      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`);
+      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`, r.controller.signal);
     } catch (err) {
       return "unknown";
     }
@@ -626,6 +654,9 @@
   // --------------------------------------------------------------------------- the history
 
   function clearConversation() {
+    if (loading) loading.abort();
+    loading = null;
+    unloaded = false;
     if (run) {
       run.controller.abort(); // closing is not cancelling: the reply is still saved in its session
       run = null;
@@ -643,9 +674,10 @@
     sessionId = sessionFromUrl();
     if (!sessionId) return;
     setStatus("Loading the conversation…");
+    loading = new AbortController();
     let history;
     try {
-      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`);
+      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`, loading.signal);
     } catch (err) {
       if (mine !== generation) return;
       setStatus("");
@@ -653,11 +685,15 @@
         rememberSession(null, true);
         showError("That conversation was not found (it may have expired). This is a new chat.");
       } else {
-        showError("Could not load the conversation: " + err.message);
+        // A message now would go on with a conversation the page does not show: not until it has loaded.
+        unloaded = true;
+        el.send.disabled = true;
+        showError("Could not load the conversation: " + err.message, TRY_AGAIN);
       }
       return;
     }
     if (mine !== generation) return;
+    loading = null;
     setStatus("");
     const turns = Array.isArray(history.turns) ? history.turns : [];
     for (const turn of turns) {
@@ -682,6 +718,8 @@
     keepScrolled(true);
   }
 
+  const TRY_AGAIN = { label: "Try again", run: () => loadSession() };
+
   // ------------------------------------------------------------------------------ controls
 
   el.composer.addEventListener("submit", (event) => {
@@ -690,6 +728,10 @@
     if (!message.trim()) {
       showError("Type a message first.");
       el.message.focus();
+      return;
+    }
+    if (unloaded) {
+      showError("The conversation has not loaded yet: try again, or start a new chat.", TRY_AGAIN);
       return;
     }
     if (run) return;
