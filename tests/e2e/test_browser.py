@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from playwright.sync_api import expect, sync_playwright
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Route
 
@@ -865,17 +866,111 @@ def test_a_502_on_a_new_session_gives_the_message_back(chat: ChatPage) -> None:
     expect(chat.turns()).to_have_count(0)
 
 
-def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
-    # GIVEN a stream cut after its first token, and a relay that answers the first two resumes 503 and 502
-    cut: dict[str, str] = {}
+def cut_after_first_token(cut: dict[str, str], then: Callable[[], None] = lambda: None) -> Callable[[Route], None]:
+    """A route for POST /chat that lets the whole stream arrive, then hands the page its beginning up to the first
+    token (the connection broke there), after doing ``then``; ``cut`` gets that token's id."""
 
-    def cut_after_first_token(route: Route) -> None:
+    def handle(route: Route) -> None:
         response = route.fetch()
         events = response.text().split("\n\n")
         first_token = next(i for i, event in enumerate(events) if "event: token" in event)
-        cut["last_id"] = events[first_token].split("id: ", 1)[1].split("\n", 1)[0]
+        cut["last_id"] = event_id(events[first_token])
+        then()
         route.fulfill(response=response, body="\n\n".join(events[: first_token + 1]) + "\n\n")
 
+    return handle
+
+
+OLD_RESUME_BUDGET = 5  # the resumes in a row after which the page once gave a reply up (about 4 s of waiting)
+
+
+def test_a_reply_resumes_through_an_outage_and_at_once_when_the_browser_is_back_online(chat: ChatPage) -> None:
+    # GIVEN a page whose clock stands still but when the test moves it, and a stream that breaks after its first
+    # token as the browser goes offline, every resume failing meanwhile
+    context = chat.page.context
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    chat.page.clock.install(time=start)
+    chat.page.clock.pause_at(start + timedelta(seconds=1))
+    cut: dict[str, str] = {}
+    resumes: list[str | None] = []
+
+    def count(route: Route) -> None:
+        resumes.append(route.request.headers.get("last-event-id"))
+        route.continue_()
+
+    chat.page.route("**/chat", cut_after_first_token(cut, then=lambda: context.set_offline(True)))
+    chat.page.route("**/sessions/*/turns/*/events*", count)
+    chat.open()
+    # WHEN a reply is streamed through it, and the outage outlasts more resumes than the page once tried (each step
+    # past every wait the backoff allows)
+    chat.send("/long 30")
+    for _ in range(100):
+        if len(resumes) > OLD_RESUME_BUDGET:
+            break
+        chat.page.clock.run_for(16_000)
+        chat.page.wait_for_timeout(50)
+    # THEN the page keeps trying, calmly: the reply is not marked failed, Stop stays, no error is shown
+    assert len(resumes) > OLD_RESUME_BUDGET
+    expect(chat.page.locator("#status")).to_have_text("Connection lost; reconnecting…")
+    expect(chat.reply()).to_have_attribute("data-status", "streaming")
+    expect(chat.page.locator("#stop")).to_be_visible()
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+    # WHEN the browser is back online, the page waiting out a backoff its clock will not end
+    tried = len(resumes)
+    context.set_offline(False)
+    # THEN the page resumes at once (the `online` event ends the wait) from the last id it saw, and shows every
+    # word once
+    assert chat.wait_status("complete") == long_reply(30)
+    assert len(resumes) == tried + 1 and set(resumes) == {cut["last_id"]}
+    assert chat.counts("resumes", "repeated") == {"resumes": 1, "repeated": 0}
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_reply_given_up_after_minutes_offers_to_resume_and_is_not_marked_failed(chat: ChatPage) -> None:
+    # GIVEN a page whose clock the test moves, and a stream that breaks after its first token, every resume failing
+    chat.page.clock.install()
+    cut: dict[str, str] = {}
+    blocked = {"resumes": 0}
+
+    def refuse_while_blocked(route: Route) -> None:
+        if blocked["resumes"] >= 0:
+            blocked["resumes"] += 1
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+    chat.page.route("**/chat", cut_after_first_token(cut))
+    chat.page.route("**/sessions/*/turns/*/events*", refuse_while_blocked)
+    chat.open()
+    chat.send("/long 30")
+    expect(chat.page.locator("#status")).to_have_text("Connection lost; reconnecting…")
+    # WHEN no resume gets through for more than five minutes (each step past every wait the backoff allows)
+    resume = chat.page.get_by_role("alert").get_by_role("button", name="Resume")
+    for _ in range(60):
+        if resume.is_visible():
+            break
+        chat.page.clock.run_for(16_000)
+    # THEN the page stops trying and offers to resume: the reply keeps its text and is not marked failed, and Stop
+    # stays (the turn goes on, and a new message would be refused while it does)
+    expect(resume).to_be_visible()
+    expect(chat.reply()).to_have_attribute("data-status", "interrupted")
+    assert chat.reply().locator(".text").text_content() == "w1"
+    expect(chat.page.locator("#stop")).to_be_visible()
+    expect(chat.page.locator("#send")).to_be_disabled()
+    tried = blocked["resumes"]
+    assert tried > OLD_RESUME_BUDGET
+    # WHEN the connection is back and the user presses Resume
+    blocked["resumes"] = -1
+    resume.click()
+    # THEN the reply completes, every word once
+    assert chat.wait_status("complete") == long_reply(30)
+    assert chat.counts("repeated") == {"repeated": 0}
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
+    # GIVEN a stream cut after its first token, and a relay that answers the first two resumes 503 and 502
+    cut: dict[str, str] = {}
     resumes: list[str | None] = []
 
     def fail_twice(route: Route) -> None:
@@ -887,7 +982,7 @@ def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
         else:
             route.continue_()
 
-    chat.page.route("**/chat", cut_after_first_token)
+    chat.page.route("**/chat", cut_after_first_token(cut))
     chat.page.route("**/sessions/*/turns/*/events*", fail_twice)
     chat.open()
     # WHEN a reply is streamed through them
@@ -988,6 +1083,9 @@ RETRY_CASES = r"""
   const top = () => 0.999999;
   return {
     caps: [1, 2, 3, 4, 5, 6].map((n) => Math.round(R.delayMs(n, null, top))),
+    resumeCaps: [1, 5, 6, 7, 8, 100].map((n) => Math.round(R.resumeDelayMs(n, null, top))),
+    resumeFloor: R.resumeDelayMs(1, 3000, () => 0),
+    resumeGiveUp: R.RESUME_GIVE_UP_MS,
     floor: R.delayMs(1, 3000, () => 0),
     seconds: R.retryAfterMs("2"),
     date: R.retryAfterMs("Wed, 21 Oct 2015 07:28:30 GMT", Date.parse("2015-10-21T07:28:00Z")),
@@ -1012,6 +1110,10 @@ def test_the_pages_retry_rules_match_the_python_clients(chat: ChatPage) -> None:
     assert rules["unreadable"] == [None, None, None, None]
     assert rules["honours"] == [True, True, False]
     assert (rules["attempts"], rules["notStarted"]) == (5, [429, 503])
+    # AND a resume after a drop (not a retry) waits the same way under a cap of 15 s, and is given up only after
+    # five minutes that brought nothing
+    assert rules["resumeCaps"] == [250, 4000, 8000, 15000, 15000, 15000]
+    assert (rules["resumeFloor"], rules["resumeGiveUp"]) == (3000, 300_000)
 
 
 # ---------------------------------------------------------------------------------- errors

@@ -7,8 +7,8 @@
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
 // "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
 // turn may exist, so in a session whose turns the page shows it reads the history and follows the turn
-// if it is there, and sends the message again only if it is not; resumes after 429/5xx or a drop. Each
-// turn's element counts what happened (data-retries, data-resumes, data-repeated).
+// if it is there, and sends the message again only if it is not; resumes after 429/5xx or a drop, for as long as
+// an outage may last (follow). Each turn's element counts what happened (data-retries, data-resumes, data-repeated).
 //
 // The reply's text is Markdown, drawn as it grows by markdown.js (elements built from markdown-it's tokens,
 // text in text nodes); the user's message is shown as typed. A reasoning model's reasoning (`reasoning`
@@ -278,10 +278,13 @@
       appendReasoning(text) {
         thinking().append(text);
       },
-      // A turn that ends shows all its text at once, before its status says so.
+      // A turn that ends shows all its text at once, before its status says so. One "interrupted" (the page
+      // stopped resuming it) shows what arrived, and has not ended.
       setStatus(status, detail) {
-        if (status !== "streaming") answer.end();
-        if (status !== "streaming" && reasoning) reasoning.settle();
+        const over = status !== "streaming" && status !== "interrupted";
+        if (over) answer.end();
+        else if (status === "interrupted") answer.flush();
+        if (over && reasoning) reasoning.settle();
         reply.box.dataset.status = status;
         reply.box.setAttribute("aria-busy", status === "streaming" ? "true" : "false");
         note.textContent = detail || "";
@@ -402,15 +405,29 @@
     }
   }
 
-  function pause(ms, signal = null) {
+  // Whatever may bring the connection back (the browser is online again, the page is shown again) ends every
+  // wakeable wait at once: a resume waiting out its backoff, or one waiting for the user.
+  const wakers = new Set();
+  function wake() {
+    for (const waker of Array.from(wakers)) waker();
+  }
+  window.addEventListener("online", wake);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") wake();
+  });
+
+  // Wait `ms` (null: with no end of its own), or until `signal` aborts, or (`wakeable`) until wake().
+  function pause(ms, signal = null, wakeable = false) {
     return new Promise((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      if (signal) {
-        signal.addEventListener("abort", () => {
-          clearTimeout(timer);
-          resolve();
-        });
-      }
+      let timer = 0;
+      const done = () => {
+        clearTimeout(timer);
+        wakers.delete(done);
+        resolve();
+      };
+      if (ms !== null) timer = setTimeout(done, ms);
+      if (wakeable) wakers.add(done);
+      if (signal) signal.addEventListener("abort", done, { once: true });
     });
   }
 
@@ -419,9 +436,14 @@
   // (attaching to a turn still generating after a reload, or found in the history after a failed send).
   // Returns "no_meta" when the first response ended before `meta` named the turn: the turn may have started
   // all the same, and only the caller can look (HTTP_API.md, "Retries").
+  //
+  // A resume is not a retry (HTTP_API.md, "Retries"): through an outage the page resumes with a backoff capped at
+  // Retry.RESUME_CAP_MS, at once when the browser is back online, and gives up only after Retry.RESUME_GIVE_UP_MS
+  // in which no resume brought anything; then it waits for the user (Resume) or the network, the turn unfinished.
   async function follow(r, firstResponse) {
     let response = firstResponse;
     let failures = 0; // attempts in a row that failed or brought nothing new
+    let progressAt = Date.now(); // when a response last brought something new (or the relay planned a resume)
     for (;;) {
       if (response === null) response = await resume(r);
       if (r.ended || r.controller.signal.aborted) return;
@@ -431,8 +453,10 @@
         if (outcome === "ended" || r.ended || r.controller.signal.aborted) return;
         if (outcome === "reconnect") {
           failures = 0;
+          progressAt = Date.now();
         } else {
           if (r.eventsUrl) r.view.count("resumes");
+          if (r.lastId !== shown) progressAt = Date.now();
           failures = r.lastId !== shown ? 1 : failures + 1;
         }
       } else {
@@ -440,17 +464,33 @@
       }
       response = null;
       if (!r.eventsUrl) return "no_meta";
-      if (failures >= Retry.ATTEMPTS) {
-        finish(r, "error", "Error: the connection dropped and could not be resumed.");
-        showError("The connection dropped and could not be resumed. Reload the page to see what was saved.");
-        return;
+      if (failures === 0) continue;
+      if (Date.now() - progressAt >= Retry.RESUME_GIVE_UP_MS) {
+        await interrupted(r);
+        if (r.ended || r.controller.signal.aborted) return;
+        failures = 0;
+        progressAt = Date.now();
+        continue;
       }
-      if (failures > 0) {
-        setStatus("Connection lost; resuming…");
-        await pause(Retry.delayMs(failures, r.retryAfter), r.controller.signal);
-        r.retryAfter = null;
-      }
+      setStatus("Connection lost; reconnecting…");
+      // A wait the relay asked for (Retry-After) is kept; a wait for the network ends when it is back.
+      await pause(Retry.resumeDelayMs(failures, r.retryAfter), r.controller.signal, r.retryAfter === null);
+      r.retryAfter = null;
     }
+  }
+
+  // The page stopped resuming: it says so, and waits for Resume, or for the network to come back. The turn is not
+  // over (it goes on generating, and is saved), so it is not marked failed, and Stop still cancels it.
+  async function interrupted(r) {
+    r.view.setStatus("interrupted", "Connection lost.");
+    setStatus("");
+    const why = "The connection was lost, and the page stopped trying to resume the reply (it is still being written).";
+    showError(why, { label: "Resume", run: wake });
+    await pause(null, r.controller.signal, true);
+    if (r.ended || r.controller.signal.aborted) return;
+    showError("");
+    r.view.setStatus("streaming");
+    setStatus("Reconnecting…");
   }
 
   // One resume request; null when it should be tried again (after a 429/5xx it is counted as a retry).
@@ -629,8 +669,12 @@
       let retryAfter = null;
       try {
         const response = await fetch(url, { method: "POST" });
-        // 202: the stream ends with done (cancelled). 409 turn_finished: it ended anyway.
-        if (response.ok || response.status === 409) break;
+        // 202: the stream ends with done (cancelled). 409 turn_finished: it ended anyway. Either way, a resume
+        // the page stopped trying (interrupted) is made now, to read that end.
+        if (response.ok || response.status === 409) {
+          wake();
+          break;
+        }
         why = (await apiError(response)).message;
         retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
         if (!Retry.RETRYABLE.includes(response.status) || !Retry.honours(retryAfter)) break;

@@ -2,6 +2,10 @@
 // Python client (client/chatstream_client/retry.py and api.py; docs/HTTP_API.md, "Retries"). The wait before
 // retry n is uniform in [0, min(4 s, 0.25 s * 2^(n-1))] ("full jitter"), never shorter than a Retry-After the
 // answer carried; five attempts in all; an answer asking for more than 30 s ends the retries instead.
+//
+// A resume after a dropped stream is not a retry (HTTP_API.md, "Retries"): the page resumes for as long as a
+// network outage may last, waiting uniform in [0, min(15 s, 0.25 s * 2^(n-1))] before resume n, and gives up
+// (offering to resume by hand) only after five minutes in which no resume brought anything.
 "use strict";
 
 (function (global) {
@@ -9,6 +13,8 @@
   const BASE_MS = 250;
   const CAP_MS = 4000;
   const MAX_RETRY_AFTER_MS = 30000;
+  const RESUME_CAP_MS = 15000;
+  const RESUME_GIVE_UP_MS = 5 * 60 * 1000;
   // Answered before any turn was allocated: POST /chat may be sent again.
   const NOT_STARTED = Object.freeze([429, 503]);
   // The request did not take effect, or may have: an idempotent request (GET) may be sent again.
@@ -28,9 +34,14 @@
   }
 
   // Milliseconds to wait before retry number `retry` (1 for the first), at least `retryAfter` when given.
-  function delayMs(retry, retryAfter = null, random = Math.random) {
-    const jittered = random() * Math.min(CAP_MS, BASE_MS * 2 ** (Math.max(retry, 1) - 1));
+  function delayMs(retry, retryAfter = null, random = Math.random, cap = CAP_MS) {
+    const jittered = random() * Math.min(cap, BASE_MS * 2 ** (Math.max(retry, 1) - 1));
     return retryAfter === null ? jittered : Math.max(jittered, retryAfter);
+  }
+
+  // Milliseconds to wait before resume number `resume` after a drop: as delayMs, under a higher cap.
+  function resumeDelayMs(resume, retryAfter = null, random = Math.random) {
+    return delayMs(resume, retryAfter, random, RESUME_CAP_MS);
   }
 
   // Whether a retry may wait what the answer asked for (null: it asked for nothing).
@@ -43,11 +54,14 @@
     BASE_MS,
     CAP_MS,
     MAX_RETRY_AFTER_MS,
+    RESUME_CAP_MS,
+    RESUME_GIVE_UP_MS,
     NOT_STARTED,
     RETRYABLE,
     OUTCOME_UNKNOWN,
     retryAfterMs,
     delayMs,
+    resumeDelayMs,
     honours,
   });
 })(window);
