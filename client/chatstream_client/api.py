@@ -108,6 +108,7 @@ class ApiError(Exception):
         self.message = message
         self.result = result
         self._session_id = session_id
+        self.retry_after_s: float | None = None  # the answer's Retry-After, when it had one
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (self.__class__, (self.status, self.code, self.message), self.__dict__)
@@ -467,6 +468,7 @@ class ChatClient:
                 if err.code != "resume_failed" and err.status not in RETRYABLE:
                     raise  # the relay answered, and the answer is final (a 404, a 403, an event that is not JSON)
                 cause: Exception = err
+                asked = err.retry_after_s  # a busy relay's Retry-After, kept however long (within the outage)
                 if err.code == "resume_failed" and isinstance(err.__cause__, Exception):
                     cause = err.__cause__  # httpx's error
                 waited = self._clock() - since
@@ -482,7 +484,7 @@ class ChatClient:
             result.resumes += 1
             result.unplanned_resumes += 1
             result.incidents.append(f"resume after id {result.last_event_id} failed: {_describe(cause)}")
-            self._sleep(self.retry.delay(rounds))
+            self._sleep(self.retry.delay(rounds, asked))
 
     def _resume(self, result: TurnResult, started: float, listener: _Listener, headers: Mapping[str, str]) -> str:
         """One GET of the turn's events: how its stream ended. A connection that fails as often as the retries
@@ -684,6 +686,8 @@ def _raise_for_error(response: httpx.Response) -> None:
     response.read()
     try:
         error = response.json()["error"]
-        raise ApiError(response.status_code, str(error["code"]), str(error["message"]))
+        failure = ApiError(response.status_code, str(error["code"]), str(error["message"]))
     except (ValueError, KeyError, TypeError):
-        raise ApiError(response.status_code, "http_error", response.text[:200]) from None
+        failure = ApiError(response.status_code, "http_error", response.text[:200])
+    failure.retry_after_s = retry_after_s(response.headers.get("retry-after"))
+    raise failure

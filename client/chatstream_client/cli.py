@@ -22,7 +22,8 @@ faint) on a terminal, and on stderr when stdout is not a terminal, so that a scr
 the reply, and no escape codes land in a file. With ``NO_COLOR`` set (no-color.org) or ``TERM=dumb`` the client
 writes no escape codes at all: on a terminal the reasoning starts with ``thinking:`` on a line of its own.
 
-Whatever fails, the client says so in one line on stderr, with what to do about it.
+Whatever fails, the client says so in one line on stderr, with what to do about it. Ctrl-C that quits exits 130;
+a reader that left (``… | head``) ends it quietly with 141, as SIGPIPE would.
 """
 
 # ruff: noqa: E402 (the imports after the Ctrl-C guard below are meant to come after it)

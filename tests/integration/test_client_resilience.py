@@ -844,6 +844,20 @@ def test_a_resume_keeps_trying_through_an_outage_and_finishes_the_turn(relay: Fa
     assert result.unplanned_resumes == 1 + 2 and sum("failed" in line for line in result.incidents) == 2
 
 
+def test_a_resume_through_an_outage_waits_what_a_busy_relay_asks(relay: FakeRelay) -> None:
+    # GIVEN a stream cut after token 1, then a relay busy for a while: it asks for 45 s, more than a retry waits
+    relay.script("POST /chat", stream(meta(), token(1, "a"), cut=True))
+    relay.script(f"GET {EVENTS}", error(503, retry_after="45"), stream(token(2, "b"), done(3)))
+    clock = Clock()
+
+    # WHEN the client follows the turn
+    with ChatClient(relay.url, sleep=clock.sleep, clock=lambda: clock.now) as client:
+        result = client.chat("hi")
+
+    # THEN it waited what the relay asked before resuming again (not its own few seconds), and the reply is whole
+    assert result.text == "ab" and 45 in clock.waits
+
+
 def test_a_resume_gives_up_once_the_relay_was_out_of_reach_for_outage_s(relay: FakeRelay) -> None:
     # GIVEN a stream cut after token 1, and a relay that is never reached again
     relay.script("POST /chat", stream(meta(), token(1, "a"), cut=True))
