@@ -22,7 +22,9 @@ PACKAGE = "chatstream"
 
 def function_logger() -> Logger:
     """The function's Logger, its format and level also the package's loggers' (the module docstring says why)."""
-    logger = Logger()
+    # Every line names its logger (`name`: the module, or the function's service for the handler's own lines). Given
+    # here, the key is the Logger's own: Powertools' helper adds it with append_keys, which clear_state=True wipes.
+    logger = Logger(name="%(name)s")
     logging.getLogger(PACKAGE)  # registered, so the helper below finds it
     copy_config_to_registered_loggers(source_logger=logger, include={PACKAGE})
     return logger

@@ -61,6 +61,7 @@ from chatstream_local.account import ACCOUNT_ID
 from chatstream_local.event_sources.unemulated import warn_unemulated
 from chatstream_local.lambda_.exceptions import FunctionThrottled
 from chatstream_local.moto import WAIT_HEADER
+from chatstream_local.template import TemplateError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -165,7 +166,9 @@ class MappingSettings:
         destination = properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
         starting_position = str(properties.get("StartingPosition", "LATEST"))
         if starting_position not in ("TRIM_HORIZON", "LATEST"):
-            raise ValueError(f"StartingPosition {starting_position!r}: the local mapping reads TRIM_HORIZON or LATEST")
+            raise TemplateError(
+                f"StartingPosition {starting_position!r}: the local mapping reads TRIM_HORIZON or LATEST"
+            )
         return cls(
             batch_size=int(properties.get("BatchSize", 100)),
             starting_position=starting_position,
