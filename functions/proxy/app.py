@@ -29,7 +29,7 @@ with collector_paused():
     from chatstream.aws import create_client
     from chatstream.config import ProxyConfig
     from chatstream.errors import TurnClaimed, TurnFinished
-    from chatstream.generation import SETUP_ERRORS, Generation, GenerationSettings, turn_to_generate
+    from chatstream.generation import REQUEST_ERRORS, SETUP_ERRORS, Generation, GenerationSettings, turn_to_generate
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.logs import function_logger
     from chatstream.proxy_event import GenerateRequest
@@ -91,6 +91,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="TimeToFirstToken", unit=MetricUnit.Milliseconds, value=result.ttft_ms)
     if terminal.error is not None:
         metrics.add_metric(name="GenerationErrors", unit=MetricUnit.Count, value=1)
+        if terminal.error.code not in REQUEST_ERRORS:  # the service's failure, not what the request asked for
+            metrics.add_metric(name="ServiceFailures", unit=MetricUnit.Count, value=1)
         if terminal.error.code in SETUP_ERRORS:
             metrics.add_metric(name="ModelAccessErrors", unit=MetricUnit.Count, value=1)
     logger.info(

@@ -63,17 +63,22 @@ with collector_paused():
 @handler_traced
 def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
     request = Request.from_event(event)
+    failed_invokes = SERVICE.proxy_invoke_failures
     response = SERVICE.handle(request, remaining_ms=context.get_remaining_time_in_millis)
     logger.info(
         "request answered", extra={"method": request.method, "path": request.path, "status": response.status_code}
     )
-    if response.unexpected:  # the relay answered 500 itself: Lambda's Errors metric does not see it
-        metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=1)
-        metrics.flush_metrics()
+    # The relay's own failures: a 500 it answered itself, a turn it could not start (invoking the proxy failed). Its
+    # invocation succeeds either way, so Lambda's Errors metric does not see them (RelayInternalErrorsAlarm does).
+    internal_errors = int(response.unexpected) + SERVICE.proxy_invoke_failures - failed_invokes
+    if internal_errors:
+        metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=internal_errors)
     body: Iterable[str] = response.body
     if response.stream is not None:
         logger.append_keys(session_id=response.stream.session_id, turn=response.stream.turn)
         body = _measured(response.body, response.stream)
+    elif internal_errors:
+        metrics.flush_metrics()
     return StreamingResponse(status_code=response.status_code, headers=dict(response.headers), body=body)
 
 

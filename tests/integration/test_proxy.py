@@ -409,22 +409,30 @@ def _metrics_emitted(output: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("code", "setup"),
-    [("AccessDeniedException", True), ("ResourceNotFoundException", True), ("ValidationException", False)],
+    ("code", "setup", "service"),
+    [
+        ("AccessDeniedException", True, True),
+        ("ResourceNotFoundException", True, True),
+        ("ThrottlingException", False, True),
+        ("ValidationException", False, False),  # the request's: what it asked of the model
+    ],
 )
-def test_a_turn_failed_by_the_deployments_setup_is_counted_for_its_alarm(
-    monkeypatch, proxy_app, kinesis, stream_name, chat_table, capsys, code: str, setup: bool
+def test_a_failed_turn_is_counted_for_the_alarm_of_its_cause(
+    monkeypatch, proxy_app, kinesis, stream_name, chat_table, capsys, code: str, setup: bool, service: bool
 ) -> None:
-    # GIVEN Bedrock refusing the model (access not granted, or an id wrong for the region), or refusing one request
+    # GIVEN Bedrock refusing the model (access not granted, or an id wrong for the region), throttling, or refusing
+    # one request
     start_sample_turn(monkeypatch, chat_table, "hello")
     monkeypatch.setattr(proxy_app, "BEDROCK", _RefusingBedrock(code))
     # WHEN the proxy handles the turn
     result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction"))
     # THEN the turn ends in error, the invocation succeeds, and ModelAccessErrors (ProxyModelAccessAlarm's metric)
-    # counts it only when the deployment's setup is the cause
+    # counts it only when the deployment's setup is the cause, ServiceFailures (ProxyGenerationErrorRateAlarm's)
+    # whenever the request is not
     assert result["type"] == "error"
     emitted = _metrics_emitted(capsys.readouterr().out)
     assert "GenerationErrors" in emitted and ("ModelAccessErrors" in emitted) is setup
+    assert ("ServiceFailures" in emitted) is service
 
 
 def test_the_libraries_log_lines_are_the_functions_json_lines_with_their_fields(
@@ -445,6 +453,7 @@ def test_the_libraries_log_lines_are_the_functions_json_lines_with_their_fields(
     assert len(refused) == 1
     assert refused[0]["error_code"] == "AccessDeniedException" and refused[0]["error_message"] == "refused"
     assert refused[0]["service"] == "chatstream-proxy" and refused[0]["session_id"] == SAMPLE["session_id"]
+    assert refused[0]["name"] == "chatstream.generation"  # which module said it, at every invocation
     # AND it reaches no other handler (the runtime's, on Lambda): one line, not two
     assert not logging.getLogger("chatstream").propagate
 

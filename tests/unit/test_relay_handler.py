@@ -242,6 +242,39 @@ def test_a_500_the_relay_answers_itself_is_counted_for_its_alarm(
     assert emf_metrics(capsys.readouterr().out)["InternalErrors"] == [1.0]
 
 
+def test_a_500_after_a_v1_turn_started_is_counted_for_its_alarm(
+    app: ModuleType, proxy: Stubber, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a chat completion whose turn started (the proxy invoked), then the relay failing to read it
+    proxy.add_response(
+        "invoke", {"StatusCode": 202}, {"FunctionName": PROXY_FUNCTION, "InvocationType": "Event", "Payload": ANY}
+    )
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app.SERVICE.table, "get_turn", broken)
+    # WHEN the request is answered
+    response = run(app, "relay-v1-chat-completions.json")
+    # THEN it is a 500 internal_error the SDKs do not retry, and counted as the relay's own failure
+    assert response.status_code == 500 and body_json(response)["error"]["code"] == "internal_error"
+    assert emf_metrics(capsys.readouterr().out)["InternalErrors"] == [1.0]
+
+
+@pytest.mark.parametrize("sample", ["relay-chat.json", "relay-v1-chat-completions.json"])
+def test_a_turn_the_relay_could_not_start_is_counted_for_its_alarm(
+    app: ModuleType, proxy: Stubber, capsys: pytest.CaptureFixture[str], sample: str
+) -> None:
+    # GIVEN Lambda refusing the relay's invocation of the proxy (a permission lost, the proxy deleted)
+    proxy.add_client_error("invoke", "AccessDeniedException", "not authorized", 403)
+    # WHEN a chat starts, on the native API (a stream) or /v1 (not streamed)
+    response = run(app, sample)
+    "".join(str(chunk) for chunk in response.body)  # the stream runs to its end, as the runtime sends it
+    # THEN the turn ended proxy_unavailable, and InternalErrors counts it: every chat would fail so, each invocation
+    # succeeding
+    assert emf_metrics(capsys.readouterr().out)["InternalErrors"] == [1.0]
+
+
 def test_history_sample(app: ModuleType, chat_table: ChatTable, sample_session: str) -> None:
     # GIVEN the samples' turn finished WHEN the history sample is handled THEN the turn is listed
     write_turn(chat_table, sample_session, 1, ["Hi"])

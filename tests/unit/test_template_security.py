@@ -60,7 +60,7 @@ WATCHED = {
     ("AWS/Lambda", "Errors", "RelayFunction"),
     ("Chatstream", "ModelAccessErrors", "chatstream-proxy"),  # every generation fails on the deployment's setup
     ("Chatstream", "UnrecognizedMessages", "chatstream-reaper"),  # a failure record naming no turn
-    ("Chatstream", "GenerationErrors", "chatstream-proxy"),  # most replies end in error (throttled, model errors)
+    ("Chatstream", "ServiceFailures", "chatstream-proxy"),  # most replies end in error (throttled, model errors)
     ("Chatstream", "InternalErrors", "chatstream-relay"),  # the relay answers 500 itself, its invocations succeed
 }
 # What deleting (or replacing) the stack does to what holds data: only the conversations are kept.

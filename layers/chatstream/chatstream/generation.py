@@ -87,6 +87,9 @@ _CONTEXT_EXCEEDED = re.compile(
     r"input is too long|prompt is too long|too many input tokens|context (?:window|length)", re.IGNORECASE
 )
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's code for it, so /v1 clients know it too
+# Errors the request itself caused (what it asked of the model, the length of its conversation), not the service:
+# the proxy's ServiceFailures metric, and so ProxyGenerationErrorRateAlarm, leaves them out.
+REQUEST_ERRORS = frozenset({"invalid_request", CONTEXT_LENGTH_EXCEEDED})
 
 # Turns whose text goes back to the model as history.
 _REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})

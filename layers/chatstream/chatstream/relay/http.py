@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -133,15 +133,24 @@ class Response:
 class HttpError(Exception):
     """An error answered before any stream starts: ``{"error": {"code", "message"}}``."""
 
-    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        unexpected: bool = False,  # the relay's own unexpected failure (Response.unexpected)
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers: Mapping[str, str] = headers or {}
+        self.unexpected = unexpected
 
     def response(self) -> Response:
-        return error_response(self.status, self.code, self.message, self.headers)
+        return replace(error_response(self.status, self.code, self.message, self.headers), unexpected=self.unexpected)
 
 
 class RouteError(HttpError):

@@ -113,6 +113,9 @@ class RelayService:
     clock: Clock = field(default_factory=Clock)
     settings: FollowSettings | None = None
     non_streamed_wait_s: float = NON_STREAMED_WAIT_S
+    # Proxy invocations that failed (the turn ended proxy_unavailable) so far in this environment: the function counts
+    # each request's for its alarm, as a turn the relay could not start is its own failure, not a model's.
+    proxy_invoke_failures: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.settings is None:
@@ -372,6 +375,7 @@ class _Exchange:
             if status != 202:
                 raise _InvokeRefused(f"the invoke answered status {status}")
         except (ClientError, BotoCoreError, _InvokeRefused) as err:
+            self.service.proxy_invoke_failures += 1
             logger.error(
                 "invoking the proxy failed",
                 extra={"session_id": request.session_id, "turn": request.turn, "error": str(err)},

@@ -359,7 +359,9 @@ def _turn_started(session_id: str, turn_number: int) -> Iterator[dict[str, str]]
         url = f"/sessions/{session_id}/turns/{turn_number}/events"
         status, code = (503, "unavailable") if throttled else (500, "internal_error")
         message = f"the reply could not be read, but it is being generated: follow it at {url}"
-        raise OpenAIError(status, code, message, headers={**headers, **_NOT_RETRIED}) from None
+        raise OpenAIError(
+            status, code, message, headers={**headers, **_NOT_RETRIED}, unexpected=not throttled
+        ) from None
 
 
 def _turn_failed(turn: Turn, headers: Mapping[str, str]) -> OpenAIError:

@@ -62,9 +62,16 @@ class OpenAIError(HttpError):
     """An :class:`HttpError` that also names the request field at fault (OpenAI's ``param``)."""
 
     def __init__(
-        self, status: int, code: str, message: str, param: str | None = None, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        unexpected: bool = False,
     ) -> None:
-        super().__init__(status, code, message, headers)
+        super().__init__(status, code, message, headers, unexpected=unexpected)
         self.param = param
 
 
@@ -86,7 +93,7 @@ def error_response(err: HttpError) -> Response:
             "code": err.code,
         }
     }
-    return json_response(err.status, body, err.headers)
+    return replace(json_response(err.status, body, err.headers), unexpected=err.unexpected)
 
 
 SERVED = (
@@ -144,7 +151,7 @@ def openai_api(handler: Callable[[_C, Mapping[str, str]], Response]) -> Callable
             return error_response(busy)
         except Exception:
             logger.exception("unexpected failure before the response")
-            failed = error_response(OpenAIError(500, "internal_error", "the request failed unexpectedly; try again"))
-            return replace(failed, unexpected=True)
+            failure = OpenAIError(500, "internal_error", "the request failed unexpectedly; try again", unexpected=True)
+            return error_response(failure)
 
     return wrapped
