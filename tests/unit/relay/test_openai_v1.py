@@ -155,6 +155,16 @@ def test_a_text_part_of_the_other_side_says_which_part_the_message_takes(
     assert said in caught.value.message
 
 
+@pytest.mark.parametrize("kind", [{}, [], None, 3])
+def test_a_content_part_whose_type_is_not_a_string_is_a_400(kind: Any) -> None:
+    # GIVEN a message part whose type is an object, a list, null or a number (the fuzzer's find: it was a 500)
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": kind, "text": "0"}]}]}
+    # THEN both APIs answer 400 naming the field
+    assert error_of(chat, body)[1:] == ("invalid_request", "messages[0].content[0].type")
+    body = {"model": "m", "input": [{"role": "user", "content": [{"type": kind, "text": "0"}]}]}
+    assert error_of(responses, body)[1:] == ("invalid_request", "input[0].content[0].type")
+
+
 def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
     # GIVEN max_output_tokens 3.0 (JSON has one number type; the OpenAPI document's integer accepts it) THEN it is 3
     assert responses({"model": "m", "input": "hi", "max_output_tokens": 3.0}).max_tokens == 3

@@ -272,6 +272,8 @@ def _parts(content: object, param: str, part_types: tuple[str, ...]) -> str:
         if not isinstance(part, dict):
             raise invalid(f"{where} must be a content part object", where)
         kind = part.get("type")
+        if not isinstance(kind, str):
+            raise invalid(f"{where}.type must be a string", f"{where}.type")
         if kind in _MISPLACED_TEXT and kind not in part_types:
             raise invalid(_MISPLACED_TEXT[kind], f"{where}.type")
         if kind not in part_types:
