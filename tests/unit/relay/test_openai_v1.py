@@ -487,3 +487,13 @@ def test_a_history_too_long_for_the_model_is_the_requests_fault_on_v1() -> None:
     status = failed_status(CONTEXT_LENGTH_EXCEEDED)
     # THEN a non-streamed answer is a 400 invalid_request_error, which the SDKs raise as BadRequestError, not retry
     assert (status, error_type(status)) == (400, "invalid_request_error")
+
+
+@pytest.mark.parametrize("field", ["user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention"])
+def test_a_field_that_only_tells_openai_about_the_caller_is_accepted_and_not_used(field: str) -> None:
+    # GIVEN an app that names its user (or a cache key) on every request, as many do
+    message = [{"role": "user", "content": "hi"}]
+    # THEN both APIs take the request as if the field were not there; a value that is not a string is still a 400
+    assert chat({"model": "m", "messages": message, field: "user-1234"}) == chat({"model": "m", "messages": message})
+    assert responses({"model": "m", "input": "hi", field: "user-1234"}) == responses({"model": "m", "input": "hi"})
+    assert error_of(chat, {"model": "m", "messages": message, field: {}})[1:] == ("unsupported_parameter", field)

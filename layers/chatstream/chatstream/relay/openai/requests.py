@@ -38,6 +38,14 @@ MAX_RESOLVED_CHARS = 64 * 1024
 # predicate of accepted values; None: no value is accepted).
 _NEUTRAL = object()
 
+
+def _hint(value: object) -> bool:
+    """A field that only tells OpenAI about the caller (``user``, ``safety_identifier``) or its cache
+    (``prompt_cache_key``): nothing to do here, so any string is accepted and not used. Apps set ``user`` on every
+    request; refusing it would refuse them."""
+    return isinstance(value, str) or value is None
+
+
 _RESPONSES_FIELDS = frozenset(
     {
         "model",
@@ -62,14 +70,14 @@ _RESPONSES_UNSUPPORTED: dict[str, Any] = {
     "include": lambda value: value in ([], None),
     "reasoning": None,
     "top_logprobs": lambda value: value in (0, None),
-    "user": None,
+    "user": _hint,
     "service_tier": lambda value: value in ("auto", "default", None),
     "prompt": None,
     "conversation": None,
     "max_tool_calls": None,
-    "safety_identifier": None,
-    "prompt_cache_key": None,
-    "prompt_cache_retention": None,
+    "safety_identifier": _hint,
+    "prompt_cache_key": _hint,
+    "prompt_cache_retention": _hint,
     "stream_options": None,
     "context_management": None,
 }
@@ -92,7 +100,7 @@ _CHAT_UNSUPPORTED: dict[str, Any] = {
     "function_call": None,
     "seed": None,
     "logit_bias": None,
-    "user": None,
+    "user": _hint,
     "audio": None,
     "modalities": lambda value: value in (["text"], None),
     "prediction": None,
@@ -102,9 +110,9 @@ _CHAT_UNSUPPORTED: dict[str, Any] = {
     "store": lambda value: value in (False, None),
     "web_search_options": None,
     "verbosity": None,
-    "safety_identifier": None,
-    "prompt_cache_key": None,
-    "prompt_cache_retention": None,
+    "safety_identifier": _hint,
+    "prompt_cache_key": _hint,
+    "prompt_cache_retention": _hint,
 }
 
 
