@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,12 +26,15 @@ from chaos.checks import (
 from chaos.client import StreamSeen
 from chaos.plan import ChatPlan
 from chatstream.dlq import DlqKind
-from chatstream.records import ErrorInfo
+from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.redrive import LostRange, MessageResult, RedriveReport, RedriveStatus
-from chatstream.status import TurnStatus
+from chatstream.status import StopReason, TurnStatus
 from chatstream.table import Turn
 from chatstream_local.bedrock.model import split_deltas
 from tests.builders import opening_records, turn_records
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 SESSION = "s-chaos"
 LONG = ChatPlan(index=3, message="/long 5", drop_after=None)  # the reply " w1 w2 w3 w4 w5" in five deltas
@@ -101,6 +105,20 @@ def test_a_token_event_seen_twice_is_a_duplicated_token_and_not_exact() -> None:
     )
 
 
+def test_a_token_id_seen_twice_with_the_reply_still_exact_is_a_duplicated_token() -> None:
+    # GIVEN a stream whose text is the whole reply, but two of its token events carried the same id
+    seen = streamed(LONG, ids=[1, 2, 2, 3, 4])
+
+    counts = check_chat(LONG, seen, stored(LONG), killed=False)
+
+    # THEN the repeated id alone makes it not exact: one duplicated token, nothing lost
+    assert (counts.exact_streams, counts.lost_tokens, counts.duplicated_tokens) == (0, 0, 1)
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): stream not exact "
+        "(lost 0, duplicated 1, end {'stop_reason': 'end_turn'})",
+    )
+
+
 def test_a_stream_missing_the_end_of_the_reply_loses_those_tokens() -> None:
     # GIVEN a stream that got three of five deltas and then done
     counts = check_chat(LONG, streamed(LONG, 3), stored(LONG), killed=False)
@@ -124,6 +142,45 @@ def test_table_text_that_differs_from_the_reply_counts_lost_tokens() -> None:
 
     assert counts.lost_tokens == 1
     assert any("table text differs (lost 1, duplicated 0)" in problem for problem in counts.problems)
+
+
+def _twice_terminal(records: tuple[TokenRecord, ...]) -> tuple[TokenRecord, ...]:
+    return (*records, TokenRecord.stop(SESSION, 1, len(records), StopReason.END_TURN, Usage(1, 5), 99))
+
+
+def _seq_skipped(records: tuple[TokenRecord, ...]) -> tuple[TokenRecord, ...]:
+    return (*records[:-1], dataclasses.replace(records[-1], seq=records[-1].seq + 1))
+
+
+def _record_after_terminal(records: tuple[TokenRecord, ...]) -> tuple[TokenRecord, ...]:
+    return (*records, TokenRecord.reasoning(SESSION, 1, len(records), "late", 99))
+
+
+@pytest.mark.parametrize(
+    ("spoil", "shape"),
+    [
+        pytest.param(_twice_terminal, (True, 2, True), id="a second terminal record"),
+        pytest.param(_seq_skipped, (False, 1, True), id="a seq missing before the terminal record"),
+        pytest.param(_record_after_terminal, (True, 1, False), id="a record after the terminal record"),
+    ],
+)
+def test_a_finished_turn_stored_with_its_records_out_of_shape_is_a_problem(
+    spoil: Callable[[tuple[TokenRecord, ...]], tuple[TokenRecord, ...]], shape: tuple[bool, int, bool]
+) -> None:
+    # GIVEN a finished turn whose text is the whole reply, but whose records break one rule only: contiguous,
+    # one terminal record, the terminal record last
+    whole = stored(LONG)
+    spoiled = StoredTurn(whole.turn, spoil(whole.records))
+    assert spoiled.text == whole.text
+    assert (spoiled.contiguous, spoiled.terminals, spoiled.ends_in_terminal) == shape
+
+    counts = check_chat(LONG, streamed(LONG), spoiled, killed=False)
+
+    # THEN the table is a problem, though its text is the reply and the stream is exact
+    assert (counts.exact_streams, counts.lost_tokens, counts.duplicated_tokens) == (1, 0, 0)
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): records not contiguous with one terminal record",
+    )
 
 
 def test_a_token_lost_by_the_table_and_by_the_stream_counts_once() -> None:
@@ -210,6 +267,37 @@ def test_a_lost_generation_whose_stream_is_not_a_prefix_is_a_problem() -> None:
     )
 
 
+def test_a_lost_generation_whose_records_skip_a_seq_is_a_problem() -> None:
+    # GIVEN a lost generation whose text is a clean prefix and which ends in one terminal record, but whose
+    # error record came at seq 4 after the deltas' seq 2 (seq 3 missing)
+    turn = stored(LONG, 2, status=TurnStatus.ERROR, code="generation_failed")
+    skipped = StoredTurn(turn.turn, (*turn.records[:-1], dataclasses.replace(turn.records[-1], seq=4)))
+    assert (skipped.terminals, skipped.ends_in_terminal, skipped.contiguous) == (1, True, False)
+
+    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed"), skipped, killed=True)
+
+    # THEN its records are not a clean prefix, though the stream is
+    assert counts.killed_generations == 1
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): a lost generation's records are not a clean prefix",
+    )
+
+
+def test_a_lost_generation_whose_stream_repeated_an_id_is_a_problem() -> None:
+    # GIVEN a lost generation whose stream's text is a clean prefix ending in its error, but whose two token events
+    # carried the same id
+    turn = stored(LONG, 2, status=TurnStatus.ERROR, code="generation_failed")
+
+    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed", ids=[1, 1]), turn, killed=True)
+
+    # THEN its stream is a problem
+    assert counts.killed_generations == 1
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): a lost generation's stream is not a prefix ending in its error "
+        "(end {'code': 'generation_failed', 'retryable': True})",
+    )
+
+
 def test_a_model_error_where_the_plan_says_so_is_exact_and_counted() -> None:
     # GIVEN a chat planned to fail after two deltas, dropped once and resumed
     seen = streamed(FAILING, end="model_stream_error")
@@ -242,6 +330,19 @@ def test_a_model_error_ending_with_another_code_is_not_exact() -> None:
     )
 
     assert (counts.model_errors, counts.exact_streams) == (1, 0)
+
+
+def test_a_planned_model_error_the_client_never_saw_is_not_counted() -> None:
+    # GIVEN a chat planned to fail whose client gave up before the error event (the table has the model's error)
+    seen = streamed(FAILING, end="")
+    seen.failure = "GET events 502: bad gateway"
+
+    counts = check_chat(
+        FAILING, seen, stored(FAILING, status=TurnStatus.ERROR, code="model_stream_error"), killed=False
+    )
+
+    # THEN no model error is counted, and the stream is not exact
+    assert (counts.model_errors, counts.exact_streams) == (0, 0)
 
 
 def test_a_client_that_got_no_stream_is_a_failed_chat_not_lost_tokens() -> None:
