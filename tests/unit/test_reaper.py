@@ -82,17 +82,18 @@ def test_other_messages_are_invalid_events(body: str) -> None:
 
 
 def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(chat_table: ChatTable) -> None:
-    # GIVEN a turn whose proxy wrote two deltas and died
+    # GIVEN a turn whose proxy wrote its reasoning and two deltas and died
     session_id = chat_table.create_session(OWNER)
     chat_table.start_turn(session_id, OWNER, "hello")
-    chat_table.put_records(opening_records(session_id, 1, ["Hel", "lo"]))
+    chat_table.put_records(opening_records(session_id, 1, ["Hel", "lo"], reasoning=["I", " greet"]))
     # WHEN its failure reaches the reaper
     ended = end_abandoned_turn(
         chat_table, FailedGeneration.from_destination_record(destination_record(session_id)), lambda: 9
     )
-    # THEN the turn is an error with the partial text, and the session takes a new turn
+    # THEN the turn is an error with the partial text and its reasoning apart, and the session takes a new turn
     turn = chat_table.get_turn(session_id, 1)
-    assert ended is Reaping.ENDED and turn is not None and turn.status is TurnStatus.ERROR and turn.assistant == "Hello"
+    assert ended is Reaping.ENDED and turn is not None and turn.status is TurnStatus.ERROR
+    assert (turn.assistant, turn.reasoning) == ("Hello", "I greet")
     assert turn.error is not None and turn.error["code"] == "generation_failed"
     assert chat_table.start_turn(session_id, OWNER, "again") == 2
 
@@ -118,6 +119,9 @@ def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
         ("EventAgeExceeded", "first-delivery", Reaping.LEFT_TO_CLAIMANT),
         # the failed delivery never ran, and no delivery claimed the turn: no one will end it; ended
         ("EventAgeExceeded", None, Reaping.ENDED),
+        # the failed delivery never ran, and a delivery with its request id (the event delivered twice) claimed the
+        # turn: that one ran and may be generating; left to it
+        ("EventAgeExceeded", "failed-delivery", Reaping.LEFT_TO_CLAIMANT),
         # the failed delivery ran, claimed the turn and died: ended
         ("RetriesExhausted", "failed-delivery", Reaping.ENDED),
         # the failed delivery ran and failed (its claim, or before it), while another one claimed the turn: left to it
