@@ -416,11 +416,15 @@ def test_an_alarm_on_a_chatstream_metric_watches_the_service_that_emits_it(deplo
         for variables in [resource["Properties"].get("Environment", {}).get("Variables", {})]
     }
     # THEN every alarm on the Chatstream namespace names one of them (a typo would watch a metric nobody emits)
+    checked = set()
     for name, alarm in deployment.of_type("AWS::CloudWatch::Alarm").items():
         for metric in _watched_metrics(alarm):
             if metric["Namespace"] == "Chatstream":
                 (dimension,) = metric["Dimensions"]
                 assert dimension["Name"] == "service" and dimension["Value"] in services, name
+                checked.add(name)
+    # AND there are such alarms to check (a namespace spelt otherwise would leave none, and this test would hold)
+    assert checked
 
 
 def test_alarms_notify_the_topic_exactly_when_an_email_is_set(deployment: Deployment) -> None:
