@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,11 +12,40 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from types import ModuleType
 
+    import pytest
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS = REPO_ROOT / "events"
 SAMPLES = REPO_ROOT / "docs" / "samples"  # messages no function is invoked with (what ConsumerDLQ holds)
 FUNCTIONS = REPO_ROOT / "functions"
+
+
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+# What else botocore takes from the environment that would send a test's requests past moto, or name a profile
+# the empty config does not have: every AWS_ENDPOINT_URL* variable besides these.
+_AWS_ENV_AWAY = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")
+
+
+def isolate_aws(patch: pytest.MonkeyPatch, directory: Path) -> None:
+    """Fake credentials and a region, and none of the developer's AWS configuration: botocore reads empty config
+    and credentials files made in ``directory`` instead of ~/.aws (where ``use_fips_endpoint`` or ``endpoint_url``
+    would send requests away from moto, or to a real account), and no variable that picks a profile, an endpoint
+    or an endpoint variant."""
+    for name in ("config", "credentials"):
+        (directory / f"aws-{name}").touch()
+    patch.setenv("AWS_CONFIG_FILE", str(directory / "aws-config"))
+    patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(directory / "aws-credentials"))
+    for name, value in AWS_ENV.items():
+        patch.setenv(name, value)
+    for name in [*_AWS_ENV_AWAY, *(name for name in os.environ if name.startswith("AWS_ENDPOINT_URL"))]:
+        patch.delenv(name, raising=False)
 
 
 def load_event(name: str) -> Any:

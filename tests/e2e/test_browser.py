@@ -25,6 +25,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from chatstream_local.stack import LocalStack, StackSettings
+from tests.support import isolate_aws
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -47,13 +48,6 @@ CHROMIUM_ARGS = [
 ]
 MODEL_DELAY_MS = 30  # the local model's pace: slow enough to see a reply grow
 WAIT_MS = 30_000  # how long a condition may take on a busy machine before the test fails
-ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
 
 
 def long_reply(words: int) -> str:
@@ -76,13 +70,10 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """One local stack for the module (a few seconds to start); every test uses sessions of its own."""
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in ENV.items():
-            patch.setenv(name, value)
-        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB"):
-            patch.delenv(name, raising=False)
+        isolate_aws(patch, tmp_path_factory.mktemp("aws"))
         local = LocalStack(StackSettings(port=0, model_delay_ms=MODEL_DELAY_MS))
         try:
             yield local.start()

@@ -18,6 +18,7 @@ from moto import mock_aws
 from chatstream.table import ChatTable
 from chatstream_local.resources import create_table
 from chatstream_local.template import Template
+from tests.support import isolate_aws
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,18 +33,9 @@ class SharedTable:
 
 
 @pytest.fixture(scope="module")
-def shared_table() -> Iterator[SharedTable]:
+def shared_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedTable]:
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_SESSION_TOKEN": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_REGION": REGION,
-        }.items():
-            patch.setenv(name, value)
-        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
-            patch.delenv(name, raising=False)
+        isolate_aws(patch, tmp_path_factory.mktemp("aws"))
         with mock_aws():
             client = boto3.client("dynamodb", region_name=REGION)
             name = create_table(client, Template.load(region=REGION))
