@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -71,13 +72,14 @@ class RunningStack:
         self.output = output
 
 
-@pytest.fixture(scope="module")
-def make_local() -> Iterator[RunningStack]:
-    """`make local` on a free port, with a fast model; waits for the ready line."""
+def start_make_local() -> RunningStack:
+    """`make local` on a free port, with a fast model; waits for the ready line. ``-o .venv/.installed``: the
+    stack runs from the venv the suite runs in, never reinstalled (a clone's requirements files can be newer than
+    the stamp, and installing needs the network)."""
     port = free_port()
     env = {**os.environ, "CHATSTREAM_PORT": str(port), "CHATSTREAM_LOCAL_MODEL_DELAY_MS": "5"}
     process = subprocess.Popen(
-        ["make", "-s", "local"],
+        ["make", "-s", "-o", ".venv/.installed", "local"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -97,14 +99,30 @@ def make_local() -> Iterator[RunningStack]:
 
     threading.Thread(target=pump, daemon=True).start()
     if not ready.wait(timeout=120):
-        process.kill()
+        kill_tree(process)
         pytest.fail("make local printed no ready line:\n" + "\n".join(output[-30:]))
     url = next(line for line in output if line.startswith(READY))[len(READY) :]
-    yield RunningStack(process, url, output)
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-        for pid in descendants(process.pid):
+    return RunningStack(process, url, output)
+
+
+def kill_tree(process: subprocess.Popen[str]) -> None:
+    """SIGKILL ``process`` and every process below it, if it is still running."""
+    if process.poll() is not None:
+        return
+    tree = descendants(process.pid)
+    os.killpg(process.pid, signal.SIGKILL)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def make_local() -> Iterator[RunningStack]:
+    """One `make local` for the module's tests, which use sessions of their own."""
+    stack = start_make_local()
+    yield stack
+    kill_tree(stack.process)
 
 
 def curl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -280,22 +298,27 @@ def test_cli_one_shot(make_local: RunningStack) -> None:
     assert failed.returncode == 1 and failed.stdout.strip() == "w1" and "model_stream_error" in failed.stderr
 
 
-def test_sigterm_stops_everything_within_five_seconds(make_local: RunningStack) -> None:
-    # GIVEN the running tree (make, the stack, moto, every execution environment)
-    tree = descendants(make_local.process.pid) | {make_local.process.pid}
-    assert len(tree) >= 4
-    # WHEN make is sent SIGTERM
-    make_local.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(alive(pid) for pid in tree):
-        time.sleep(0.1)
-    make_local.process.wait(timeout=5)
-    # THEN no process of the tree is left and the port is free again
-    assert [pid for pid in tree if alive(pid)] == []
-    port = int(make_local.url.rsplit(":", 1)[1])
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+def test_sigterm_stops_everything_within_five_seconds() -> None:
+    # GIVEN a `make local` of its own (the module's stack stays up for the other tests, whatever their order) and
+    # its running tree (make, the stack, moto, every execution environment)
+    stack = start_make_local()
+    try:
+        tree = descendants(stack.process.pid) | {stack.process.pid}
+        assert len(tree) >= 4
+        # WHEN make is sent SIGTERM
+        stack.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in tree):
+            time.sleep(0.1)
+        stack.process.wait(timeout=5)
+        # THEN no process of the tree is left and the port is free again
+        assert [pid for pid in tree if alive(pid)] == []
+        port = int(stack.url.rsplit(":", 1)[1])
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+    finally:
+        kill_tree(stack.process)
 
 
 @pytest.mark.parametrize("round_", range(4))  # a signal lands inside the shutdown's first steps about half the time
