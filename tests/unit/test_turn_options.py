@@ -60,12 +60,14 @@ def test_the_options_go_through_the_turn_item_to_converse_stream(chat_table: Cha
     ]
 
 
-def test_a_turn_without_options_sends_none(chat_table: ChatTable) -> None:
+def test_a_turn_without_options_sends_none_but_the_deployments_cap(chat_table: ChatTable) -> None:
     session_id = chat_table.start_session("me", "hello")
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.options == TurnOptions()
     params = converse_params(chat_table, session_id, 1)
-    assert "system" not in params and "inferenceConfig" not in params
+    # no system prompt, no sampling options: only maxTokens, the deployment's MaxTokensLimit (4096 by default), so
+    # Bedrock does not allow the model's own maximum
+    assert "system" not in params and params["inferenceConfig"] == {"maxTokens": 4096}
     assert params["messages"] == [{"role": "user", "content": [{"text": "hello"}]}]
 
 
