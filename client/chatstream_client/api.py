@@ -65,6 +65,10 @@ SSE = {"Accept": "text/event-stream"}
 OUTCOME_UNKNOWN = frozenset({500, 502, 504})
 # A turn's events URL, absolute or not: its session and turn.
 _EVENTS_PATH = re.compile(r"/sessions/(?P<session_id>[^/?#]+)/turns/(?P<turn>\d+)/events(?:[?#]|$)")
+# The only events URL a relay names (meta, reconnect): a path on the relay itself. The client signs its requests
+# (SigV4, for an AWS_IAM URL), so it must never follow one elsewhere: an absolute URL (httpx would send it, and the
+# signature, to that host) or another path is a bad event.
+_RELAY_EVENTS_PATH = re.compile(r"/sessions/[A-Za-z0-9_-]{1,128}/turns/[0-9]{1,9}/events")
 # A `reconnect` that brings nothing sooner than this after its stream opened is not one the relay plans (its idle
 # reconnect comes after IDLE_RECONNECT_S, at least a second, without anything to send): it counts as a stall.
 QUICK_RECONNECT_S = 1.0
@@ -297,6 +301,7 @@ class ChatClient:
         shape); ``on_meta`` gets the result before the first request when they could be read.
         """
         listener = _Listener(on_token, on_reasoning)
+        events_url = self._own_url(events_url)
         result = TurnResult(events_url=events_url, last_event_id="0" if after is None else str(after))
         if coordinates := _EVENTS_PATH.search(events_url):
             result.session_id, result.turn = coordinates["session_id"], int(coordinates["turn"])
@@ -311,6 +316,18 @@ class ChatClient:
             if err.result is None:
                 err.result = result
             raise
+
+    def _own_url(self, url: str) -> str:
+        """``url`` as a path on this client's relay: a path as it is, an absolute URL only on the relay's own origin
+        (its requests are signed for it; following another host would hand it the signature)."""
+        if url.startswith("/") and not url.startswith("//"):
+            return url
+        given, own = httpx.URL(url), httpx.URL(self.base_url)
+        if (given.scheme, given.host, given.port) != (own.scheme, own.host, own.port):
+            raise ApiError(
+                0, "bad_url", f"{url[:200]} is not on the relay at {self.base_url}: name that relay with --url"
+            )
+        return given.raw_path.decode("ascii")
 
     def cancel(self, session_id: str, turn: int) -> dict[str, Any]:
         """Stop a turn; sent again like a GET (a second cancel is 202 again, or 409 turn_finished)."""
@@ -538,7 +555,7 @@ class ChatClient:
             if event.event == "meta":
                 result.session_id = data["session_id"]
                 result.turn = int(data["turn"])
-                result.events_url = data["events_url"]
+                result.events_url = _relay_events_path(data["events_url"], result)
                 self._saw_turn(result.session_id, result.turn)
                 if on_meta is not None:
                     on_meta(result)
@@ -555,7 +572,7 @@ class ChatClient:
                 result.error = data
                 return FINISHED
             elif event.event == RECONNECT:
-                result.events_url = data.get("events_url", result.events_url)
+                result.events_url = _relay_events_path(data.get("events_url", result.events_url), result)
                 return RECONNECT
         return ENDED_EARLY
 
@@ -678,6 +695,16 @@ def _describe(err: Exception) -> str:
     if isinstance(err, ApiError):
         return f"{err.status} {err.code}"
     return f"{type(err).__name__}: {err}"
+
+
+def _relay_events_path(url: object, result: TurnResult) -> str:
+    """An events URL the relay named, if it is one of its own paths; else a ``bad_event`` (see _RELAY_EVENTS_PATH)."""
+    if isinstance(url, str) and _RELAY_EVENTS_PATH.fullmatch(url):
+        return url
+    shown = repr(url)[:200]
+    raise ApiError(
+        0, "bad_event", f"the relay named an events URL that is not its own path ({shown}): not followed", result=result
+    )
 
 
 def _raise_for_error(response: httpx.Response) -> None:

@@ -43,6 +43,7 @@ if __name__ == "__main__":  # Ctrl-C while the imports below load (~0.2 s) quits
 
 import argparse
 import re
+import shlex
 from typing import TYPE_CHECKING, TextIO
 
 import httpx
@@ -132,7 +133,8 @@ def _explain_answer(error: ApiError, url: str, signed: bool) -> str:
         else:
             why = f"{type(cause).__name__}: {cause}"
             lost = f"lost the connection to {url} mid-reply, and could not get it back ({why})"
-        return f"{lost}; the reply goes on: pick it up with --follow {error.events_url} --after {error.last_event_id}"
+        follow = f"--follow {shlex.quote(error.events_url or '')} --after {shlex.quote(str(error.last_event_id))}"
+        return f"{lost}; the reply goes on: pick it up with {follow}"
     if error.status == 403:
         if signed:
             return (

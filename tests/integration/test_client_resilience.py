@@ -799,20 +799,17 @@ def test_a_resume_limit_carries_the_turn_so_far(relay: FakeRelay, waits: list[fl
 
 
 def test_a_resume_that_cannot_connect_carries_the_turn_so_far(relay: FakeRelay, waits: list[float]) -> None:
-    # GIVEN a turn whose events URL names a port where nothing listens, and a stream cut after token 1
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        gone = f"http://127.0.0.1:{probe.getsockname()[1]}{EVENTS}"
-        opening = json.dumps({"session_id": SESSION, "turn": 1, "events_url": gone})
-        relay.script("POST /chat", stream(f"event: meta\ndata: {opening}\n\n", token(1, "a"), cut=True))
+    # GIVEN a stream cut after token 1, and a relay that then drops every connection
+    relay.script("POST /chat", stream(meta(), token(1, "a"), cut=True))
+    relay.script(f"GET {EVENTS}", DROPPED)
 
-        # WHEN the client tries to resume, with no patience for an outage, THEN the failure names where to pick the
-        # turn up
-        with ChatClient(relay.url, sleep=waits.append, outage_s=0) as client, pytest.raises(ApiError) as raised:
-            client.chat("hi")
+    # WHEN the client tries to resume, with no patience for an outage, THEN the failure names where to pick the turn
+    # up
+    with ChatClient(relay.url, sleep=waits.append, outage_s=0) as client, pytest.raises(ApiError) as raised:
+        client.chat("hi")
     error = raised.value
-    assert (error.code, error.events_url, error.last_event_id, error.turn) == ("resume_failed", gone, "1", 1)
-    assert isinstance(error.__cause__, httpx.ConnectError)
+    assert (error.code, error.events_url, error.last_event_id, error.turn) == ("resume_failed", EVENTS, "1", 1)
+    assert isinstance(error.__cause__, httpx.TransportError)
 
 
 class Clock:
@@ -892,6 +889,37 @@ def test_the_cli_follows_a_turn_under_way_from_an_event_id(
     # THEN it asked for the events after that id and printed the rest of the reply
     assert (status, capsys.readouterr().out) == (0, " c\n")
     assert [seen.headers.get("last-event-id") for seen in relay.requests(f"GET {EVENTS}")] == ["2"]
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    ["http://127.0.0.1:9/sessions/s/turns/1/events", "//127.0.0.1:9/sessions/s/turns/1/events", "/health"],
+)
+@pytest.mark.parametrize("where", ["meta", "reconnect"])
+def test_an_events_url_a_relay_names_elsewhere_is_never_followed(
+    relay: FakeRelay, client: ChatClient, where: str, elsewhere: str
+) -> None:
+    # GIVEN a relay (or whatever answers in its place) naming an events URL on another host, or another path: the
+    # client signs its requests, so following it would hand the signature to that host
+    named = {"session_id": SESSION, "turn": 1, "events_url": elsewhere}
+    first = f"event: meta\ndata: {json.dumps(named)}\n\n" if where == "meta" else meta()
+    ending = [] if where == "meta" else [f"event: reconnect\ndata: {json.dumps({'events_url': elsewhere})}\n\n"]
+    relay.script("POST /chat", stream(first, token(1, "a"), *ending))
+    # WHEN the client follows the turn THEN it stops at that event, a bad_event, and requests nothing more
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert raised.value.code == "bad_event" and "not its own path" in raised.value.message
+    assert relay.requests(f"GET {EVENTS}") == []
+
+
+def test_follow_takes_a_url_on_the_relay_only(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a turn under way on this relay
+    relay.script(f"GET {EVENTS}", stream(token(1, "a"), done(2)), stream(token(1, "a"), done(2)))
+    # THEN the client follows it by its path or by its absolute URL on the relay, and refuses another host's
+    assert client.follow(EVENTS).text == "a" and client.follow(relay.url + EVENTS).text == "a"
+    with pytest.raises(ApiError) as raised:
+        client.follow("http://127.0.0.2:9" + EVENTS)
+    assert raised.value.code == "bad_url"
 
 
 def test_an_unknown_outcome_in_a_new_session_names_no_session(relay: FakeRelay, client: ChatClient) -> None:
