@@ -210,6 +210,43 @@ def test_a_message_is_not_read_from_another_stream_than_its_own(
     assert chat_table.query_records(session_id, turn) == []
 
 
+def test_a_message_of_another_accounts_stream_of_the_same_name_is_not_read(
+    redrive, dlq, sqs, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN an on-failure message of a stream named as this run's, in another account (whose records a read by name
+    # would look for in this account's stream, and find lost), and a redrive that accepts lost records
+    other = f"arn:aws:kinesis:us-east-1:999999999999:stream/{stream_name}"
+    sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=on_failure_message(other, "1", "2", 2))
+    redrive.stream_name = stream_name
+    redrive.discard_lost = True
+    # WHEN the DLQ is redriven THEN the message is left, naming the account, and nothing is counted lost
+    (result,) = redrive.run().results
+    assert result.status is RedriveStatus.LEFT and result.lost == []
+    assert "is in account 999999999999, not 123456789012" in result.detail and len(queued(dlq)) == 1
+
+
+def test_the_cli_reads_one_stream_and_one_stacks_resources_only(
+    dlq, chat_table, table_name, stream_name, monkeypatch, capsys
+) -> None:
+    monkeypatch.delenv("TOKEN_STREAM_NAME", raising=False)
+    monkeypatch.delenv("CHATSTREAM_STACK_NAME", raising=False)
+    # GIVEN no stream named anywhere WHEN the CLI runs THEN it stops in one line: it reads one stream's records only
+    assert main(["--queue-url", dlq.queue_url, "--table-name", table_name]) == 2
+    assert "the token stream is unknown: pass --stream-name" in capsys.readouterr().err
+    # GIVEN a stack, and a table named besides it that is not the stack's (another deployment's)
+    cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+    outputs = {"ConsumerDLQUrl": dlq.queue_url, "ChatTableName": table_name, "TokenStreamName": stream_name}
+    body = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {name: {"Value": value} for name, value in outputs.items()},
+    }
+    cloudformation.create_stack(StackName="chat", TemplateBody=json.dumps(body))
+    # WHEN the CLI runs THEN it refuses in one line, naming both, rather than redrive one stack's DLQ into another
+    assert main(["--stack-name", "chat", "--table-name", "other-ChatTable"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'other-ChatTable' is not stack 'chat'" in err
+
+
 def test_a_stream_that_is_not_found_is_not_a_loss(redrive, dlq, sqs, kinesis, stream_name) -> None:
     # GIVEN an on-failure message naming a stream this account and region do not have, and a redrive that accepts
     # lost records
@@ -257,12 +294,16 @@ def test_dry_run_writes_and_deletes_nothing(redrive, dlq, sqs, kinesis, stream_n
     assert len(queued(dlq)) == 1
 
 
-def test_the_cli_takes_the_queue_and_table_and_caps_with_max(dlq, sqs, kinesis, chat_table, table_name, capsys) -> None:
+def test_the_cli_takes_the_queue_and_table_and_caps_with_max(
+    dlq, sqs, kinesis, chat_table, table_name, stream_name, capsys
+) -> None:
     # GIVEN three unknown messages in the DLQ
     for i in range(3):
         sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps({"something": i}))
     # WHEN the CLI runs with --max 2
-    status = main(["--queue-url", dlq.queue_url, "--table-name", table_name, "--max", "2"])
+    status = main(
+        ["--queue-url", dlq.queue_url, "--table-name", table_name, "--stream-name", stream_name, "--max", "2"]
+    )
     # THEN it handled two, printed the report, and exits non-zero because they could not be redriven
     out = capsys.readouterr().out
     assert status == 1
@@ -282,7 +323,7 @@ def test_the_cli_names_what_is_missing(monkeypatch, capsys) -> None:
 
 
 def test_discard_invalid_deletes_what_can_never_be_redriven_and_keeps_the_rest(
-    dlq, sqs, kinesis, chat_table, table_name, capsys
+    dlq, sqs, kinesis, chat_table, table_name, stream_name, capsys
 ) -> None:
     # GIVEN a poison record that is still invalid, a message that is not one of this DLQ's, an on-failure record
     # without its stream ARN, and an on-failure record of a stream that is not found
@@ -294,7 +335,7 @@ def test_discard_invalid_deletes_what_can_never_be_redriven_and_keeps_the_rest(
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(no_stream))
     lost = on_failure_message("arn:aws:kinesis:us-east-1:123456789012:stream/gone", "1", "2", 2)
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=lost)
-    args = ["--queue-url", dlq.queue_url, "--table-name", table_name]
+    args = ["--queue-url", dlq.queue_url, "--table-name", table_name, "--stream-name", stream_name]
     # WHEN the run does not ask for it THEN each of the three says --discard-invalid deletes it
     assert main(args) == 1
     out = capsys.readouterr().out
@@ -312,14 +353,18 @@ def test_discard_invalid_deletes_what_can_never_be_redriven_and_keeps_the_rest(
 
 
 def test_with_a_stack_the_items_written_expire_after_its_ttl_days(
-    dlq, sqs, kinesis, chat_table, table_name, dynamodb, monkeypatch
+    dlq, sqs, kinesis, chat_table, table_name, stream_name, dynamodb, monkeypatch
 ) -> None:
     # GIVEN a stack deployed with TtlDays=7, whose DLQ holds a poison record that is now valid
     cloudformation = boto3.client("cloudformation", region_name="us-east-1")
     body = {
         "Parameters": {"TtlDays": {"Type": "Number"}},
         "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {"ConsumerDLQUrl": {"Value": dlq.queue_url}, "ChatTableName": {"Value": table_name}},
+        "Outputs": {
+            "ConsumerDLQUrl": {"Value": dlq.queue_url},
+            "ChatTableName": {"Value": table_name},
+            "TokenStreamName": {"Value": stream_name},
+        },
     }
     cloudformation.create_stack(
         StackName="chat", TemplateBody=json.dumps(body), Parameters=[{"ParameterKey": "TtlDays", "ParameterValue": "7"}]

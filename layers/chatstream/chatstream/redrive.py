@@ -181,6 +181,7 @@ class Redrive:
     visibility_timeout_s: int = 300
     receive_wait_s: int = 1
     now: Callable[[], float] = time.monotonic
+    _account: str | None = field(default=None, init=False)
 
     def run(self, max_messages: int | None = None, dry_run: bool = False) -> RedriveReport:
         """Every message the queue hands out, until a receive brings none (or ``max_messages`` were redriven)."""
@@ -368,6 +369,14 @@ class Redrive:
                 return self.stream_name
             raise StreamRefused("the message names no stream: pass --stream-name (or --stack-name)")
         named = stream_name_of(stream_arn)
+        account = stream_arn.split(":")[4] if stream_arn.count(":") >= 5 else ""
+        if self.stream_name and account and self._own_account() and account != self._own_account():
+            # GetShardIterator reads the stream of this name in the caller's account: another account's records
+            # would read as lost.
+            raise StreamRefused(
+                f"its stream {named!r} is in account {account}, not {self._own_account()}: run with that account's "
+                "credentials"
+            )
         if self.stream_name and named != self.stream_name:
             raise StreamRefused(
                 f"its records are in stream {named!r}, not {self.stream_name!r} (--stream-name, TOKEN_STREAM_NAME or "
@@ -378,6 +387,20 @@ class Redrive:
         if region and region != here:
             raise StreamRefused(f"its stream {named!r} is in region {region}, not {here}: run with --region {region}")
         return named
+
+    def _own_account(self) -> str:
+        """The account of the stream this run reads (``stream_name``), from its ARN (read once)."""
+        if self._account is None:
+            assert self.stream_name is not None
+            try:
+                summary = self.kinesis.describe_stream_summary(StreamName=self.stream_name)
+            except ClientError as err:
+                if err.response["Error"]["Code"] != "ResourceNotFoundException":
+                    raise
+                self._account = ""  # no such stream: the name check refuses what names another
+            else:
+                self._account = summary["StreamDescriptionSummary"]["StreamARN"].split(":")[4]
+        return self._account
 
     def _require_stream(self, stream_name: str) -> None:
         try:
@@ -505,8 +528,23 @@ def _table_exists(table: ChatTable) -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     session = boto3.session.Session(region_name=args.region)
-    if args.stack_name and not (args.queue_url and args.table_name and args.ttl_days):
+    if args.stack_name:
         outputs, parameters = _stack(session, args.stack_name)
+        # What is given besides the stack must be the stack's: a DLQ of one stack redriven into another's table
+        # would copy one deployment's conversations into another's.
+        for given, output in (("queue_url", "ConsumerDLQUrl"), ("table_name", "ChatTableName")):
+            given_value, stack_value = getattr(args, given), outputs.get(output)
+            if given_value and stack_value and given_value != stack_value:
+                flag = "--" + given.replace("_", "-")
+                return _fail(
+                    f"{flag} {given_value!r} is not stack {args.stack_name!r}'s {output} ({stack_value!r}): give one "
+                    "or the other (check DLQ_URL, CHAT_TABLE_NAME)"
+                )
+        if args.stream_name and outputs.get("TokenStreamName") and args.stream_name != outputs["TokenStreamName"]:
+            return _fail(
+                f"--stream-name {args.stream_name!r} is not stack {args.stack_name!r}'s TokenStreamName "
+                f"({outputs['TokenStreamName']!r}): give one or the other (check TOKEN_STREAM_NAME)"
+            )
         args.queue_url = args.queue_url or outputs.get("ConsumerDLQUrl")
         args.table_name = args.table_name or outputs.get("ChatTableName")
         args.stream_name = args.stream_name or outputs.get("TokenStreamName")
@@ -525,6 +563,12 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(
             f"table {args.table_name!r} not found in region {session.region_name}: check --table-name "
             "(CHAT_TABLE_NAME) or STACK=, and the region (--region)"
+        )
+    if not args.stream_name:
+        # Each message names its stream; the run reads only this one, so a DLQ is never redriven from another.
+        return _fail(
+            "the token stream is unknown: pass --stream-name, set TOKEN_STREAM_NAME, or pass --stack-name "
+            "(the redrive reads that stream's records only)"
         )
     dlq = DeadLetterQueue(session.client("sqs"), args.queue_url)
     redrive = Redrive(
