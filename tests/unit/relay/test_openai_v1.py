@@ -497,3 +497,19 @@ def test_a_field_that_only_tells_openai_about_the_caller_is_accepted_and_not_use
     assert chat({"model": "m", "messages": message, field: "user-1234"}) == chat({"model": "m", "messages": message})
     assert responses({"model": "m", "input": "hi", field: "user-1234"}) == responses({"model": "m", "input": "hi"})
     assert error_of(chat, {"model": "m", "messages": message, field: {}})[1:] == ("unsupported_parameter", field)
+
+
+def test_a_reconnect_inside_a_record_ends_both_v1_streams_saying_where_the_reply_goes_on(chat_table: ChatTable) -> None:
+    # GIVEN a native stream whose relay ran out of time two pieces into record 3: its reconnect names a piece's id
+    reconnect = json_message({"events_url": "/sessions/s/turns/1/events", "last_event_id": "3.2"}, event="reconnect")
+    piece = json_message({"text": " c"}, event="token", id="3.2")
+    native = [*native_stream(("token", "a"), ("token", " b"))[:-1], piece, reconnect]
+    # WHEN a chat completion streams it
+    chunks = list(ChunkStream("s", "model-x", 0, include_usage=False).chunks(turn_events(native)))
+    # THEN it ends with its error chunk naming that id, not with a stream broken by the id's dot
+    error = json.loads(chunks[-1].removeprefix("data: "))["error"]
+    assert error["code"] == "stream_interrupted" and "Last-Event-ID 3.2" in error["message"]
+    # AND a response's stream ends with its error event, saying how to resume
+    events = spelt_as_response(chat_table, native)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "stream_interrupted"
+    assert f"starting_after={events[-2]['sequence_number']}" in events[-1]["message"]

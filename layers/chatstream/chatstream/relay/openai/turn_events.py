@@ -46,9 +46,11 @@ class Failed:
 
 @dataclass(frozen=True)
 class Reconnect:
-    """The relay's time is up; the stream continues in a new request after ``last_event_id``."""
+    """The relay's time is up; the stream continues in a new request after ``last_event_id``: a record's ``seq``, or
+    a piece's id (``<seq>.<offset>``) when the client has only part of a record, as the native ``reconnect`` says it
+    (kept as its text: it is said back, never counted with)."""
 
-    last_event_id: int
+    last_event_id: str
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
         elif name == "error":
             yield Failed(seq, str(data["code"]), str(data["message"]), bool(data.get("retryable")))
         elif name == "reconnect":
-            yield Reconnect(int(data["last_event_id"]))
+            yield Reconnect(str(data["last_event_id"]))
 
 
 def _fields(chunk: str) -> tuple[str, str | None, dict[str, Any]]:
