@@ -21,9 +21,11 @@ from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
 from chatstream.relay.openai.responses import (
     ResponseStream,
+    output_of,
     parse_response_id,
     record_events,
     response_id,
+    response_object,
     status_of,
 )
 from chatstream.relay.openai.turn_events import turn_events
@@ -513,3 +515,35 @@ def test_a_reconnect_inside_a_record_ends_both_v1_streams_saying_where_the_reply
     events = spelt_as_response(chat_table, native)
     assert events[-1]["type"] == "error" and events[-1]["code"] == "stream_interrupted"
     assert f"starting_after={events[-2]['sequence_number']}" in events[-1]["message"]
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "error", "last"),
+    [
+        (StopReason.MAX_TOKENS, None, "incomplete"),
+        (StopReason.END_TURN, ErrorInfo("model_error", "boom", False), "incomplete"),
+        (StopReason.END_TURN, None, "completed"),
+    ],
+)
+def test_a_reasoning_item_closed_before_the_reply_ended_stays_completed_whatever_the_response_became(
+    chat_table: ChatTable, stop_reason: StopReason, error: ErrorInfo | None, last: str
+) -> None:
+    # GIVEN a turn that reasoned, then replied, and ended so (cut at max_output_tokens, failed, or whole)
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["Hi"], reasoning=["Think."], stop_reason=stop_reason, error=error)
+    # WHEN its stream is read whole, and its object as GET /v1/responses/{id} builds it
+    events = events_of(chat_table, session_id, -1)
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    records = chat_table.query_records(session_id, 1)
+    stored = response_object(turn, "model-x", output_of(session_id, 1, records, finished=True))
+    # THEN the reasoning item is completed where its output_item.done said so, in the final event and in the object;
+    # only the message, which the response's end closed, takes the response's outcome
+    done = [event["item"]["status"] for event in events if event["type"] == "response.output_item.done"]
+    assert done[0] == "completed"
+    final = events[-1]["response"]
+    for response in (final, stored):
+        assert [(item["type"], item["status"]) for item in response["output"]] == [
+            ("reasoning", "completed"),
+            ("message", last),
+        ]

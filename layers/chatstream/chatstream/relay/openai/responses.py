@@ -103,6 +103,9 @@ class _Item:
     item_id: str
     text: str = ""
     done: bool = False
+    # "completed" once a later item closed it (its run of text ended before the reply did); None: it ends with the
+    # response, whose status decides its own (to_list)
+    status: str | None = None
 
     def part(self, text: str | None = None) -> dict[str, Any]:
         _, _, part_type = _ITEMS[self.kind]
@@ -134,6 +137,8 @@ class Output:
             current.text += text
             return None, None
         closed = self.close()
+        if closed is not None:
+            closed.status = "completed"
         prefix = _ITEMS[kind][1]
         index = len(self.items)
         opened = _Item(kind, index, f"{prefix}_{self.session_id}_{self.turn}_{index}", text)
@@ -147,9 +152,11 @@ class Output:
         return current
 
     def to_list(self, status: str) -> list[dict[str, Any]]:
-        """The items as the response object shows them (an item still open is ``in_progress``)."""
+        """The items as the response object shows them: an item still open is ``in_progress``, one a later item
+        closed ``completed`` (as its ``response.output_item.done`` said), and the one the response's end closed
+        ``completed`` or, when the response did not complete, ``incomplete``."""
         last = "completed" if status == "completed" else "incomplete"
-        return [item.to_dict(last if item.done else "in_progress") for item in self.items]
+        return [item.to_dict((item.status or last) if item.done else "in_progress") for item in self.items]
 
 
 def output_of(session_id: str, turn: int, records: Iterable[TokenRecord], *, finished: bool) -> Output:
