@@ -22,6 +22,9 @@ faint) on a terminal, and on stderr when stdout is not a terminal, so that a scr
 the reply, and no escape codes land in a file. With ``NO_COLOR`` set (no-color.org) or ``TERM=dumb`` the client
 writes no escape codes at all: on a terminal the reasoning starts with ``thinking:`` on a line of its own.
 
+A reply that stopped before its end is followed by a line on stderr that says so (``[cancelled]``, ``[stopped at
+the token limit]``, or the model's context window): a turn cut while the model reasoned has an empty reply.
+
 Whatever fails, the client says so in one line on stderr, with what to do about it. Ctrl-C that quits exits 130;
 a reader that left (``… | head``) ends it quietly with 141, as SIGPIPE would.
 """
@@ -63,6 +66,13 @@ EXIT_BROKEN_PIPE = 141  # as a process SIGPIPE ended (128 + 13), which Python's 
 DIM, UNDIM = "\x1b[2m", "\x1b[22m"  # ANSI faint on, and back to normal intensity
 THINKING = "thinking: "  # what marks the reasoning on a terminal without colour
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# A turn that ended before its reply did, said on stderr after it (a reply cut while the model reasoned is empty:
+# without it, a blank line and exit 0 would read as a whole reply of nothing). The page says the same.
+_CUT_SHORT = {
+    "cancelled": "cancelled",
+    "max_tokens": "stopped at the token limit",
+    "model_context_window_exceeded": "stopped: the conversation filled the model's context window",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -301,8 +311,9 @@ def _report_end(result: TurnResult, out: TextIO, err: TextIO) -> int:
     if result.error is not None:
         err.write(shown(f"error: {result.error.get('code')}: {result.error.get('message')}\n", err))
         return EXIT_ERROR_EVENT
-    if result.done and result.done.get("stop_reason") == "cancelled":
-        err.write("[cancelled]\n")
+    stop_reason = result.done.get("stop_reason") if result.done else None
+    if stop_reason in _CUT_SHORT:
+        err.write(f"[{_CUT_SHORT[stop_reason]}]\n")
     return 0
 
 

@@ -941,3 +941,24 @@ def test_a_503_whose_body_keeps_breaking_is_reported_as_a_503(relay: FakeRelay, 
         client.chat("hi")
     assert (raised.value.status, raised.value.code) == (503, "http_error")
     assert len(relay.requests("POST /chat")) == 5
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "says"),
+    [
+        ("max_tokens", "[stopped at the token limit]"),
+        ("model_context_window_exceeded", "[stopped: the conversation filled the model's context window]"),
+    ],
+)
+def test_the_cli_says_when_a_reply_stopped_at_a_limit_while_the_model_reasoned(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], stop_reason: str, says: str
+) -> None:
+    # GIVEN a turn whose token limit ran out while the model reasoned: no reply at all
+    stop = f"id: 3\nevent: done\ndata: {json.dumps({'stop_reason': stop_reason})}\n\n"
+    relay.script("POST /chat", stream(meta(), reasoning(1, "Let me"), reasoning(2, " think"), stop))
+    # WHEN the terminal client sends a message, one-shot, its stdout piped
+    status = main(["--url", relay.url, "--message", "/think 10 hello", "--max-tokens", "3", "--no-iam"])
+    # THEN the reply is empty, and stderr says after the reasoning why it stopped (the turn itself did not fail)
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (0, "\n")
+    assert captured.err == f"Let me think\n{says}\n"
