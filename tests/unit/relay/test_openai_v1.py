@@ -14,7 +14,9 @@ from openai.types.chat import ChatCompletionMessage, ParsedChatCompletionMessage
 from openai.types.responses import ResponseStreamEvent
 
 from chatstream.generation import CONTEXT_LENGTH_EXCEEDED
+from chatstream.reaper import FailedGeneration, end_abandoned_turn
 from chatstream.records import ErrorInfo
+from chatstream.relay.follow import Follower
 from chatstream.relay.http import HttpError
 from chatstream.relay.openai.chat import ChunkStream, completion_object
 from chatstream.relay.openai.errors import error_type, failed_status
@@ -28,11 +30,12 @@ from chatstream.relay.openai.responses import (
     response_object,
     status_of,
 )
-from chatstream.relay.openai.turn_events import turn_events
+from chatstream.relay.openai.turn_events import Token, turn_events
 from chatstream.relay.sse import json_message
 from chatstream.status import StopReason
 from chatstream.turn_options import HistoryMessage
-from tests.unit.relay.relay_support import write_turn
+from tests.builders import opening_records
+from tests.unit.relay.relay_support import FAST, FakeClock, write_turn
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
@@ -547,3 +550,65 @@ def test_a_reasoning_item_closed_before_the_reply_ended_stays_completed_whatever
             ("reasoning", "completed"),
             ("message", last),
         ]
+
+
+def followed_as_response(table: ChatTable, session_id: str, after: int) -> list[dict[str, Any]]:
+    """A response's stream as ``GET /v1/responses/{id}?stream=true&starting_after=<after>`` makes it: the stored
+    pieces the client has numbered, then the turn followed from the position after them, in fake time."""
+    turn = table.get_turn(session_id, 1)
+    assert turn is not None
+    stream = ResponseStream(table, turn, "model-x", after)
+    had, position = stream.resume_point(table.query_records(session_id, 1)) if after > 1 else ([], None)
+    follower = Follower(table, session_id, 1, after=position, settings=FAST, clock=FakeClock().as_clock())
+    source: list[Any] = [*had, *turn_events(follower.events())]
+    chunks = [*stream.prelude(), *stream.events(source)]
+    return validated([chunk for chunk in chunks if not chunk.startswith(":")])  # the keep-alive comments aside
+
+
+def test_a_turn_the_reaper_ended_ends_its_v1_streams_as_its_error_record_would(chat_table: ChatTable) -> None:
+    # GIVEN a turn whose generation died after some reasoning and a word, which the reaper ended: the turn item says
+    # generation_failed, and no terminal record follows its records
+    session_id = chat_table.start_session("me", "hi")
+    chat_table.put_records(opening_records(session_id, 1, ["Hel"], reasoning=["Hmm."]))
+    failed = FailedGeneration.from_destination_record(
+        {"requestPayload": {"session_id": session_id, "turn": 1}, "responsePayload": {"errorType": "Runtime.Crash"}}
+    )
+    end_abandoned_turn(chat_table, failed, lambda: 9)
+    reaped = chat_table.get_turn(session_id, 1)
+    assert reaped is not None and reaped.error is not None and reaped.error["code"] == "generation_failed"
+
+    # WHEN a client streams the response from its start
+    whole = followed_as_response(chat_table, session_id, -1)
+    # THEN it ends with response.failed carrying the turn's error, as an error record would end it (not an `error`
+    # event, which is the stream's own failure and says: resume)
+    assert whole[-1]["type"] == "response.failed"
+    response = whole[-1]["response"]
+    assert (response["status"], response["error"]["message"]) == ("failed", reaped.error["message"])
+    assert [(item["type"], item["content"][0]["text"]) for item in response["output"]] == [
+        ("reasoning", "Hmm."),
+        ("message", "Hel"),
+    ]
+    assert [event["sequence_number"] for event in whole] == list(range(len(whole)))
+    # AND a resume after any number is exactly the rest: after the last, nothing (no error repeated forever)
+    for after in (2, len(whole) - 2, len(whole) - 1):
+        assert followed_as_response(chat_table, session_id, after) == whole[after + 1 :]
+
+    # AND a chat completion of it ends with its error chunk, the turn's error
+    follower = Follower(chat_table, session_id, 1, settings=FAST, clock=FakeClock().as_clock())
+    chunks = list(ChunkStream(session_id, "model-x", 0, include_usage=False).chunks(turn_events(follower.events())))
+    error = json.loads(chunks[-1].removeprefix("data: "))["error"]
+    assert (error["code"], error["message"]) == ("generation_failed", reaped.error["message"])
+
+
+def test_a_streams_own_failure_after_the_turn_failed_is_still_the_streams(chat_table: ChatTable) -> None:
+    # GIVEN a turn that ended in error, and a stream whose own failure (a gap, say) comes without an id
+    session_id = chat_table.start_session("me", "hi")
+    write_turn(chat_table, session_id, 1, ["a"], error=ErrorInfo("model_error", "boom", False))
+    gap = json_message({"code": "gap", "message": "event 2 of the turn is missing", "retryable": True}, event="error")
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None
+    # WHEN the response's stream gets it
+    stream = ResponseStream(chat_table, turn, "model-x")
+    events = validated([*stream.prelude(), *stream.events([Token(1, "a"), *turn_events([gap])])])
+    # THEN it is an `error` event (resume from it), not the response's failure: its error is not the turn's
+    assert (events[-1]["type"], events[-1]["code"]) == ("error", "gap")

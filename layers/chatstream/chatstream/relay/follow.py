@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import InvalidRecord, Throttled
-from chatstream.records import RecordType, TokenRecord
+from chatstream.records import ErrorInfo, RecordType, TokenRecord
 from chatstream.relay import sse
 from chatstream.relay.pace import Pacer, Position, TextEvent
 from chatstream.status import TurnStatus
@@ -192,15 +192,21 @@ def error_event(code: str, message: str, *, retryable: bool) -> str:
     return sse.json_message({"code": code, "message": message, "retryable": retryable}, event="error")
 
 
+def turn_error(turn: Turn) -> ErrorInfo:
+    """The error a turn item that ended in error holds, as its rebuilt ``error`` event says it."""
+    error = dict(turn.error or {})
+    return ErrorInfo(
+        str(error.get("code") or "model_error"),
+        str(error.get("message") or "the generation failed"),
+        bool(error.get("retryable", False)),
+    )
+
+
 def _terminal_from_turn(turn: Turn) -> str:
     """The ending event rebuilt from a finished turn's item (its terminal record is missing)."""
     if turn.status is TurnStatus.ERROR:
-        error = dict(turn.error or {})
-        return error_event(
-            str(error.get("code") or "model_error"),
-            str(error.get("message") or "the generation failed"),
-            retryable=bool(error.get("retryable", False)),
-        )
+        error = turn_error(turn)
+        return error_event(error.code, error.message, retryable=error.retryable)
     usage = turn.usage or {}
     payload = {
         "stop_reason": turn.stop_reason,

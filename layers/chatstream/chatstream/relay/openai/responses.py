@@ -17,7 +17,9 @@ the position after them, inside a record if need be; so a resume, in any later r
 event (the stream's own failure, or the relay's time limit) is no event of the turn's and is not replayed: it
 carries the number of the last event before it, so that a client resuming after the last sequence number it
 received, the error's, gets exactly the rest (numbered next, it would take the number of the next real event, which
-such a resume would skip).
+such a resume would skip). A turn that ended in error without a terminal record (the reaper's ``generation_failed``)
+is no such error: the follower rebuilds its ``error`` from the turn item, without an id, and the stream ends with
+``response.failed`` as the record would end it (:meth:`ResponseStream._ended_with`).
 
 Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
 ``max_tokens`` or the model's context window (``incomplete_details.reason: max_output_tokens``) or was filtered
@@ -31,8 +33,12 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from chatstream.records import SESSION_ID_PATTERN, RecordType
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chatstream.errors import InvalidRecord, Throttled
+from chatstream.records import SESSION_ID_PATTERN, ErrorInfo, RecordType
 from chatstream.relay import sse
+from chatstream.relay.follow import turn_error
 from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
 from chatstream.relay.pace import Position, TextEvent, pieces
@@ -266,7 +272,11 @@ class ResponseStream:
                 yield from self._terminal(event)
                 return
             elif isinstance(event, Failed):
-                yield self._error(event.code, event.message)
+                ended = self._ended_with(event)
+                if ended is not None:  # the turn's own ending, rebuilt from its item: as its record would end it
+                    yield from self._terminal(event, ended)
+                else:
+                    yield self._error(event.code, event.message)
                 return
             elif isinstance(event, Reconnect):
                 resume = f"GET /v1/responses/{self._id}?stream=true&starting_after={self._last_number}"
@@ -337,8 +347,25 @@ class ResponseStream:
         done = {"output_index": item.index, "item": item.to_dict(status)}
         yield from self._event("response.output_item.done", done)
 
-    def _terminal(self, event: Done | Failed) -> Iterator[str]:
-        final = self.table.get_turn(self.turn.session_id, self.turn.turn) or self.turn
+    def _ended_with(self, event: Failed) -> Turn | None:
+        """The turn item, when an ``error`` without an id is the turn's own ending rather than the stream's failure.
+
+        The follower sends such an event in both cases: rebuilt from the turn item when the turn ended in error with
+        no terminal record to send (the reaper ends a turn whose generation died so, writing no record), or for the
+        stream's own failure (a gap, a timeout, a read that failed). The first is the response's end, the event
+        ``response.failed``, the same in every request; the second an ``error`` that a resume goes on from. They
+        are told apart by the turn item: ended in error, with exactly the event's error. A read that fails leaves
+        it the stream's failure: a resume reads again."""
+        try:
+            turn = self.table.get_turn(self.turn.session_id, self.turn.turn)
+        except (Throttled, ClientError, BotoCoreError, InvalidRecord):
+            return None
+        if turn is None or turn.status is not TurnStatus.ERROR:
+            return None
+        return turn if turn_error(turn) == ErrorInfo(event.code, event.message, event.retryable) else None
+
+    def _terminal(self, event: Done | Failed, final: Turn | None = None) -> Iterator[str]:
+        final = final or self.table.get_turn(self.turn.session_id, self.turn.turn) or self.turn
         if isinstance(event, Failed) or final.status is TurnStatus.ERROR:
             if not final.finished:
                 final = _failed_copy(final, event)
