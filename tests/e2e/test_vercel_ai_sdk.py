@@ -64,7 +64,12 @@ def stream(node: str, stack: LocalStack, api: str, model: str, message: str) -> 
 
 @pytest.mark.parametrize(
     ("api", "message"),
-    [("chat", "hello from TypeScript: héllo wörld 👋"), ("responses", "/long 60"), ("chat", "/long 60")],
+    [
+        ("chat", "hello from TypeScript: héllo wörld 👋"),
+        ("responses", "/long 60"),
+        ("chat", "/long 60"),
+        ("chat", "/think 5 hello"),  # reasoning_content chunks first: not text, and no error
+    ],
 )
 def test_the_vercel_ai_sdk_streams_the_reply_exactly(node: str, stack: LocalStack, api: str, message: str) -> None:
     # GIVEN the deployment's model, by its id

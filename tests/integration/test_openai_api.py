@@ -209,7 +209,7 @@ def test_a_stream_dropped_inside_a_record_resumes_exactly(client: openai.OpenAI,
     assert [event.model_dump() for event in unpaced] == [event.model_dump() for event in rest]
 
 
-def test_reasoning_is_a_reasoning_item_before_the_message_and_never_chat_content(client: openai.OpenAI) -> None:
+def test_reasoning_is_a_reasoning_item_before_the_message_and_chat_reasoning_content(client: openai.OpenAI) -> None:
     # GIVEN a reply the local model reasons before (/think N: N reasoning words, then the reply to the rest)
     events = list(client.responses.create(model=ALIAS, input="/think 5 hello", stream=True))
     reasoning = "".join(event.delta for event in events if event.type == "response.reasoning_text.delta")
@@ -222,14 +222,30 @@ def test_reasoning_is_a_reasoning_item_before_the_message_and_never_chat_content
     # AND a resume from inside the reasoning is exact
     rest = list(client.responses.retrieve(final.id, stream=True, starting_after=5))
     assert [event.model_dump() for event in rest] == [event.model_dump() for event in events[6:]]
-    # AND a chat completion's content is the reply alone, streamed or not
-    messages = [{"role": "user", "content": "/think 5 hello"}]
+    # AND a chat completion's content is the reply alone, streamed or not, its reasoning in reasoning_content (the
+    # field DeepSeek's API and vLLM use; the SDK keeps it as an extra field)
+    messages: list[Any] = [{"role": "user", "content": "/think 5 hello"}]
     completion = client.chat.completions.create(model=ALIAS, messages=messages)
-    assert completion.choices[0].message.content == plan_reply("hello").text
+    message = completion.choices[0].message
+    assert message.content == plan_reply("hello").text
+    assert (message.model_extra or {})["reasoning_content"] == "r1 r2 r3 r4 r5"
     chunks = list(client.chat.completions.create(model=ALIAS, messages=messages, stream=True))
-    assert (
-        "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices) == plan_reply("hello").text
-    )
+    deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
+    assert "".join(delta.content or "" for delta in deltas) == plan_reply("hello").text
+    assert "".join((delta.model_extra or {}).get("reasoning_content", "") for delta in deltas) == "r1 r2 r3 r4 r5"
+    # AND the SDK's stream helper accumulates the final completion, the reasoning apart from the content
+    with client.chat.completions.stream(model=ALIAS, messages=messages) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion().choices[0].message
+    assert final.content == plan_reply("hello").text
+    assert (final.model_extra or {})["reasoning_content"] == "r1 r2 r3 r4 r5"
+    # AND the message passed back as it came, reasoning and all, is the next turn's history without its reasoning
+    passed_back = final.model_dump()
+    assert passed_back["reasoning_content"] == "r1 r2 r3 r4 r5"
+    history = [*messages, passed_back, {"role": "user", "content": "/history"}]
+    again = client.chat.completions.create(model=ALIAS, messages=history).choices[0].message.content
+    assert again == f"3 messages: user: /think 5 hello | assistant: {plan_reply('hello').text} | user: /history"
 
 
 # ------------------------------------------------------------------------------ chat completions

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from openai import omit
 from openai._models import construct_type_unchecked
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.lib.streaming.responses import ResponseStreamState
-from openai.types.chat import ChatCompletionMessage, ParsedChatCompletionMessage
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessage, ParsedChatCompletionMessage
 from openai.types.responses import ResponseStreamEvent
 
 from chatstream.generation import CONTEXT_LENGTH_EXCEEDED
@@ -30,14 +31,16 @@ from chatstream.relay.openai.responses import (
     response_object,
     status_of,
 )
-from chatstream.relay.openai.turn_events import Token, turn_events
+from chatstream.relay.openai.turn_events import KeepAlive, Token, TurnEvent, kept_alive, turn_events
 from chatstream.relay.sse import json_message
 from chatstream.status import StopReason
 from chatstream.turn_options import HistoryMessage
-from tests.builders import opening_records
+from tests.builders import opening_records, turn_records
 from tests.unit.relay.relay_support import FAST, FakeClock, write_turn
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from chatstream.table import ChatTable
 
 
@@ -379,7 +382,7 @@ def test_a_reply_cut_short_reads_as_cut_short_on_both_apis(
     assert status_of(turn) == status
 
 
-def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_content(chat_table: ChatTable) -> None:
+def test_reasoning_is_its_own_output_item_before_the_message_and_chat_reasoning_content(chat_table: ChatTable) -> None:
     # GIVEN a turn whose native stream shows reasoning, then the reply
     native = native_stream(("reasoning", "Think"), ("reasoning", "ing."), ("token", "Hi"))
     # WHEN it is spelt as a response
@@ -409,11 +412,13 @@ def test_reasoning_is_its_own_output_item_before_the_message_and_not_chat_conten
         ("reasoning", "reasoning_text", "Thinking."),
         ("message", "output_text", "Hi"),
     ]
-    # AND a chat completion's content is the reply alone
+    # AND a chat completion's content is the reply alone, its reasoning in reasoning_content chunks of their own
     chunks = ChunkStream("s", "model-x", 0, include_usage=False).chunks(turn_events(native))
     datas = [chunk.removeprefix("data: ").strip() for chunk in chunks]
-    content = "".join(json.loads(data)["choices"][0]["delta"].get("content") or "" for data in datas[:-1])
-    assert content == "Hi" and datas[-1] == "[DONE]"
+    deltas = [json.loads(data)["choices"][0]["delta"] for data in datas[:-1]]
+    assert "".join(delta.get("content") or "" for delta in deltas) == "Hi" and datas[-1] == "[DONE]"
+    assert [delta["reasoning_content"] for delta in deltas if "reasoning_content" in delta] == ["Think", "ing."]
+    assert not any("content" in delta and "reasoning_content" in delta for delta in deltas)
 
 
 def test_the_sdks_own_stream_accumulator_rebuilds_each_item_exactly(chat_table: ChatTable) -> None:
@@ -612,3 +617,103 @@ def test_a_streams_own_failure_after_the_turn_failed_is_still_the_streams(chat_t
     events = validated([*stream.prelude(), *stream.events([Token(1, "a"), *turn_events([gap])])])
     # THEN it is an `error` event (resume from it), not the response's failure: its error is not the turn's
     assert (events[-1]["type"], events[-1]["code"]) == ("error", "gap")
+
+
+def test_a_chat_completion_carries_its_reasoning_apart_and_takes_it_back_without_sending_it_on() -> None:
+    # GIVEN a completion of a turn that reasoned, not streamed, and one of a turn that did not
+    reasoned = completion_object("s", "model-x", 0, "hello", StopReason.END_TURN, None, "Let me think.")
+    plain = completion_object("s", "model-x", 0, "hello", StopReason.END_TURN, None)
+    # THEN the reasoning is the message's reasoning_content (DeepSeek's and vLLM's field), and only when there is some
+    message = reasoned["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("hello", "Let me think.")
+    assert "reasoning_content" not in plain["choices"][0]["message"]
+    # AND that message passed back is history without its reasoning (the model is never sent reasoning back)
+    request = chat({"model": "m", "messages": [{"role": "user", "content": "hi"}, message, USER_NEXT]})
+    assert request.options.history == (HistoryMessage("user", "hi"), HistoryMessage("assistant", "hello"))
+    # AND a reasoning_content that is not text, or on a user's message, is refused naming it
+    wrong = {**message, "reasoning_content": 5}
+    assert error_of(chat, {"model": "m", "messages": [{"role": "user", "content": "hi"}, wrong, USER_NEXT]}) == (
+        400,
+        "invalid_request",
+        "messages[1].reasoning_content",
+    )
+    user = {"role": "user", "content": "hi", "reasoning_content": "x"}
+    assert error_of(chat, {"model": "m", "messages": [user]})[1:] == (
+        "unsupported_parameter",
+        "messages[0].reasoning_content",
+    )
+
+
+def test_the_sdks_chat_stream_helper_accumulates_the_reasoning_apart_from_the_content() -> None:
+    # GIVEN a chat completion's stream of a turn that reasons, then replies
+    native = native_stream(("reasoning", "Think"), ("reasoning", "ing."), ("token", "You"), ("token", " said: hi"))
+    stream = ChunkStream("s", "model-x", 0, include_usage=True)
+    chunks = [stream.first(), *stream.chunks(turn_events(native))]
+    datas = [json.loads(chunk.removeprefix("data: ")) for chunk in chunks[:-1]]
+    # WHEN the openai SDK's helper accumulates it, as client.chat.completions.stream() does
+    state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
+    for data in datas:
+        list(state.handle_chunk(ChatCompletionChunk.construct(**data)))
+    # THEN the final completion has the reply as its content and the reasoning beside it, without an error
+    message = state.get_final_completion().choices[0].message
+    assert message.content == "You said: hi"
+    assert (message.model_extra or {})["reasoning_content"] == "Thinking."
+
+
+def timed_chunks(stream: Iterator[str], clock: FakeClock) -> list[tuple[float, str]]:
+    return [(clock.t, chunk) for chunk in stream]
+
+
+def longest_silence(timed: list[tuple[float, str]]) -> float:
+    times = [0.0, *(at for at, _ in timed)]
+    return max(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+
+
+def reasoning_for_a_while(table: ChatTable, clock: FakeClock, records: int) -> str:
+    """A turn in progress that reasons a record every 0.3 s (fake time), then replies and stops; its session."""
+    session_id = table.start_session("me", "hi")
+    whole = turn_records(session_id, 1, ["Answer."], reasoning=[f" r{seq}" for seq in range(1, records + 1)])
+    table.put_records(whole[:1])
+    for record in whole[1:]:
+        clock.at(0.3 * record.seq, lambda record=record: table.put_records([record]))
+    return session_id
+
+
+def test_a_chat_completion_streams_while_the_model_reasons(chat_table: ChatTable) -> None:
+    # GIVEN a turn that reasons for 30 s (fake time) before a word of its reply
+    clock = FakeClock()
+    session_id = reasoning_for_a_while(chat_table, clock, 100)
+    # WHEN a chat completion streams it
+    follower = Follower(chat_table, session_id, 1, settings=FAST, clock=clock.as_clock())
+    stream = ChunkStream(session_id, "model-x", 0, include_usage=False)
+    rest = kept_alive(stream.chunks, turn_events(follower.events()), clock.monotonic, FAST.keepalive_s)
+    timed = timed_chunks(rest, clock)
+    # THEN the reasoning streams as it comes (reasoning_content), so no proxy sees an idle body for the keep-alive's
+    # interval; and the content is the reply alone
+    assert longest_silence(timed) < FAST.keepalive_s
+    datas = [json.loads(chunk.removeprefix("data: ")) for _, chunk in timed[:-1] if not chunk.startswith(":")]
+    deltas = [data["choices"][0]["delta"] for data in datas]
+    assert "".join(delta.get("reasoning_content", "") for delta in deltas) == "".join(f" r{n}" for n in range(1, 101))
+    assert "".join(delta.get("content") or "" for delta in deltas) == "Answer."
+
+
+def test_a_v1_stream_that_sends_nothing_for_the_events_it_gets_still_sends_keep_alives(chat_table: ChatTable) -> None:
+    # GIVEN a turn that reasons for 60 s (fake time), and a /v1 stream that sends nothing for text (as a stream that
+    # drops a kind of text, or pieces without text, would), while the follower's events flow at the turn's pace
+    clock = FakeClock()
+    session_id = reasoning_for_a_while(chat_table, clock, 200)
+
+    def silent_on_text(events: Iterable[TurnEvent]) -> Iterator[str]:
+        for event in events:
+            if isinstance(event, KeepAlive):
+                yield ": keep-alive\n\n"
+            elif not isinstance(event, Token):
+                yield "data: end\n\n"
+                return
+
+    # WHEN it follows the turn
+    follower = Follower(chat_table, session_id, 1, settings=FAST, clock=clock.as_clock())
+    timed = timed_chunks(kept_alive(silent_on_text, turn_events(follower.events()), clock.monotonic, 10), clock)
+    # THEN a keep-alive comment goes out at least every 10 s and a piece's interval: the body is never idle longer
+    assert [chunk for _, chunk in timed][-1] == "data: end\n\n"
+    assert len(timed) >= 6 and longest_silence(timed) < 10 + 1

@@ -8,7 +8,14 @@ chunk's ``usage: null`` and a final chunk with no choices and the usage, then ``
 (or a stream that cannot go on) ends with ``data: {"error": {…}}`` and no ``[DONE]``, which OpenAI's SDKs raise as
 an ``APIError``.
 
-Reasoning text (``event: reasoning`` in the native stream) is left out.
+Reasoning text (``event: reasoning`` in the native stream) is carried as the de-facto standard of OpenAI-compatible
+servers carries it, apart from the reply: ``delta.reasoning_content`` in a stream's chunks (never in ``content``), and
+``message.reasoning_content`` in a completion not streamed (DeepSeek's API, vLLM, SGLang; the Vercel AI SDK's
+``@ai-sdk/openai-compatible`` reads ``delta.reasoning_content``, and openai-python keeps the field, its models allowing
+extra fields). So a stream sends something while the model reasons: a proxy (CloudFront's 30 s, an ALB's or nginx's
+60 s) or undici's 300 s ``bodyTimeout`` would cut one that stays silent until the reply. A completion without
+reasoning has no such field, as OpenAI's own.
+
 ``finish_reason``: ``stop`` (``end_turn``, ``stop_sequence``, ``cancelled``), ``length`` (``max_tokens``),
 ``content_filter`` (``content_filtered``, ``guardrail_intervened``).
 """
@@ -48,8 +55,17 @@ def usage_object(usage: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def completion_object(
-    session_id: str, model: str, created: int, text: str, stop_reason: str | None, usage: Mapping[str, int] | None
+    session_id: str,
+    model: str,
+    created: int,
+    text: str,
+    stop_reason: str | None,
+    usage: Mapping[str, int] | None,
+    reasoning: str | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    if reasoning:
+        message["reasoning_content"] = reasoning
     return {
         "id": completion_id(session_id),
         "object": "chat.completion",
@@ -59,7 +75,7 @@ def completion_object(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason(stop_reason),
             }
@@ -88,8 +104,9 @@ class ChunkStream:
             if isinstance(event, KeepAlive):
                 yield sse.comment("keep-alive")
             elif isinstance(event, Token):
-                if event.kind == "token":  # the model's reasoning is not the reply's content
-                    yield self._chunk({"content": event.text})
+                # The model's reasoning is not the reply's content: a chunk of its own field (no content key, as
+                # vLLM sends it; openai-python's stream helper accumulates each field of the delta apart).
+                yield self._chunk({"content" if event.kind == "token" else "reasoning_content": event.text})
             elif isinstance(event, Done):
                 yield self._chunk({}, finish_reason(event.stop_reason))
                 if self.include_usage:

@@ -31,7 +31,7 @@ from chatstream.relay.openai.responses import (
     response_id,
     response_object,
 )
-from chatstream.relay.openai.turn_events import turn_events
+from chatstream.relay.openai.turn_events import kept_alive, turn_events
 from chatstream.relay.validation import parse_pace, parse_position
 from chatstream.status import TurnStatus
 
@@ -194,7 +194,8 @@ def _response_stream(
     info = StreamInfo(
         StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
     )
-    return Response(200, {**SSE_HEADERS, **headers}, chain(events.prelude(), events.events(source)), info)
+    body = kept_alive(events.events, source, follower.clock.monotonic, follower.settings.keepalive_s)
+    return Response(200, {**SSE_HEADERS, **headers}, chain(events.prelude(), body), info)
 
 
 def _object(exchange: _Exchange, turn: Turn) -> dict[str, Any]:
@@ -323,7 +324,10 @@ def _chat_completion(
         stats = FollowStats()
         follower = exchange.follower(session_id, turn_number, None, stats, pace, new_turn=True)
         info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
-        stream = chain([chunks.first()], chunks.chunks(turn_events(follower.events())))
+        rest = kept_alive(
+            chunks.chunks, turn_events(follower.events()), follower.clock.monotonic, follower.settings.keepalive_s
+        )
+        stream = chain([chunks.first()], rest)
         return Response(200, {**SSE_HEADERS, **headers}, stream, info)
     _drain(exchange, session_id, turn_number)
     turn = _turn(exchange, session_id, turn_number)
@@ -331,7 +335,9 @@ def _chat_completion(
         raise _turn_failed(turn, headers)
     if not turn.finished:
         raise _still_generating(session_id, turn_number, headers)
-    body = completion_object(session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage)
+    body = completion_object(
+        session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage, turn.reasoning
+    )
     return json_response(200, body, headers)
 
 

@@ -340,6 +340,12 @@ def _chat_message(item: object, param: str) -> tuple[str, str]:
             continue
         if key in _EMPTY_MESSAGE_FIELDS and value in (None, [], ""):
             continue  # a completion's own message passed back (messages.push(choice.message)) has them empty
+        if key == "reasoning_content" and role == "assistant":
+            # A completion's reasoning, passed back with its message (what a client of DeepSeek's API keeps): dropped,
+            # as the model is never sent reasoning back
+            if value is not None and not isinstance(value, str):
+                raise invalid(f"{param}.reasoning_content must be a string", f"{param}.reasoning_content")
+            continue
         raise unsupported(f"{param}.{key}")
     return str(role), _parts(item.get("content"), f"{param}.content", ("text",))
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from chatstream.relay.sse import LINE_BREAK
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,32 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
             yield Failed(seq, str(data["code"]), str(data["message"]), bool(data.get("retryable")))
         elif name == "reconnect":
             yield Reconnect(str(data["last_event_id"]))
+
+
+def kept_alive(
+    render: Callable[[Iterable[TurnEvent]], Iterator[str]],
+    events: Iterable[TurnEvent],
+    monotonic: Callable[[], float],
+    keepalive_s: float,
+) -> Iterator[str]:
+    """What ``render`` makes of ``events``, with a :class:`KeepAlive` handed to it before the next event whenever it
+    has sent nothing for ``keepalive_s``.
+
+    The follower sends its ``: keep-alive`` after ``keepalive_s`` without an event of its own; a ``/v1`` stream that
+    sends nothing for some of its events (text it does not carry, a piece without text) would go silent while the
+    follower's events flow, and a proxy or client that cuts an idle body (CloudFront's 30 s, an ALB's or nginx's 60 s,
+    undici's 300 s ``bodyTimeout``) would cut it. ``render`` sends a comment for each :class:`KeepAlive`."""
+    last_output = monotonic()
+
+    def source() -> Iterator[TurnEvent]:
+        for event in events:
+            if not isinstance(event, KeepAlive) and monotonic() - last_output >= keepalive_s:
+                yield KeepAlive()
+            yield event
+
+    for chunk in render(source()):
+        last_output = monotonic()
+        yield chunk
 
 
 def _fields(chunk: str) -> tuple[str, str | None, dict[str, Any]]:
