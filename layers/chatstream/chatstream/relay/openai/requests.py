@@ -340,9 +340,9 @@ def _chat_message(item: object, param: str) -> tuple[str, str]:
             continue
         if key in _EMPTY_MESSAGE_FIELDS and value in (None, [], ""):
             continue  # a completion's own message passed back (messages.push(choice.message)) has them empty
-        if key == "reasoning_content" and role == "assistant":
+        if key == "reasoning_content":
             # A completion's reasoning, passed back with its message (what a client of DeepSeek's API keeps): dropped,
-            # as the model is never sent reasoning back
+            # as the model is never sent reasoning back (on any role: the message schema is one for all roles)
             if value is not None and not isinstance(value, str):
                 raise invalid(f"{param}.reasoning_content must be a string", f"{param}.reasoning_content")
             continue
