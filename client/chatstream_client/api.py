@@ -685,8 +685,11 @@ def _outcome_unknown(failure: Exception, session_id: str | None, more: str) -> A
         getattr(failure, "status", 0),
         "turn_outcome_unknown",
         f"{_describe(failure)} before the stream started; the turn may have started in "
-        + ("a new session the client cannot name" if session_id is None else f"session {session_id}")
-        + f"{more}: look at the history, or send the message again",
+        + (
+            "a new session the client cannot name: send the message again (it may then be answered twice)"
+            if session_id is None
+            else f"session {session_id}{more}: look at the history, or send the message again"
+        ),
         session_id=session_id,
     )
 

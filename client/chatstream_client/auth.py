@@ -1,7 +1,8 @@
 """AWS Signature Version 4 for httpx: :class:`SigV4Auth`, the one place chatstream's tools sign requests.
 
 A Function URL with ``AuthType: AWS_IAM`` (chatstream's default) accepts only requests signed with SigV4 for the
-service ``lambda``, by a caller allowed ``lambda:InvokeFunctionUrl``. Give any ``httpx`` client this auth and
+service ``lambda``, by a caller allowed ``lambda:InvokeFunctionUrl`` and ``lambda:InvokeFunction`` (both, for a URL
+created since October 2025). Give any ``httpx`` client this auth and
 every request it sends is signed::
 
     import httpx
@@ -15,6 +16,7 @@ The signing itself is botocore's (``botocore.auth.SigV4Auth``), over the request
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -38,8 +40,8 @@ class SigV4Auth(httpx.Auth):
 
     Args:
         region: the region to sign for. Default: the region in a Function URL's host
-            (``<url-id>.lambda-url.<region>.on.aws``), else the configured one (``AWS_DEFAULT_REGION``, the profile's
-            ``region``), else ``us-east-1``.
+            (``<url-id>.lambda-url.<region>.on.aws``), else the configured one (``AWS_REGION``, which the other AWS
+            SDKs and the local stack read first, ``AWS_DEFAULT_REGION``, the profile's ``region``), else ``us-east-1``.
         profile: the named profile of the shared AWS config to take credentials (and the region) from.
             Default: ``AWS_PROFILE``, else the default profile.
         credentials: botocore credentials to sign with. Default: botocore's default chain (environment variables,
@@ -69,7 +71,8 @@ class SigV4Auth(httpx.Auth):
             raise NoCredentialsError()
         self.region = region
         self.service = service
-        self._configured_region: str | None = session.get_config_variable("region")
+        # botocore reads AWS_DEFAULT_REGION, not AWS_REGION, which the other SDKs (and `make local`) read first
+        self._configured_region: str | None = os.environ.get("AWS_REGION") or session.get_config_variable("region")
         self._credentials = credentials
 
     def region_for(self, url: httpx.URL) -> str:

@@ -148,9 +148,14 @@ def _explain_answer(error: ApiError, url: str, signed: bool) -> str:
     if error.status == 403:
         if signed:
             return (
-                f"{url} refused the signed request (403): your AWS identity needs lambda:InvokeFunctionUrl on the "
-                "relay, in the URL's account and region (--region)"
+                f"{url} refused the signed request (403): your AWS identity needs lambda:InvokeFunctionUrl and "
+                "lambda:InvokeFunction on the relay (the stack's RelayInvokePolicyArn grants both), in the URL's "
+                "account and region (--region)"
             )
+        if error.code == "http_error" and "authorization" not in error.message.lower():
+            # Not Lambda's "Forbidden. For troubleshooting Function URL authorization issues…": say what it says
+            # (a local stack's Host or Origin check, say)
+            return f"{url} refused the request (403): {error.message}"
         return f"{url} refused the request (403): the URL needs signed requests; pass --iam"
     if error.code == "http_error" and error.status == 429:
         return (
@@ -388,9 +393,9 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
         try:
             printer = _Printer(out, err, args.color, label="assistant> " if prompted else "")
             result = _stream_turn(client, message, session_id, args, printer)
-        except KeyboardInterrupt:
-            err.write("\n")
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt:  # before the reply began, with no turn to cancel: back to the prompt
+            err.write("\n[interrupted]\n")
+            continue
         except (ApiError, httpx.TransportError) as error:
             err.write(shown(f"\nerror: {explain(error, args.url, signed)}\n", err))
             # A failed message may still have started the session (a resume that failed, an unknown outcome): keep it.

@@ -70,6 +70,10 @@ class CheckFailed(Exception):
     """A check saw something other than what HTTP_API.md promises; the message says what."""
 
 
+class _NeedsSigning(CheckFailed):
+    """The relay refused an unsigned request as an AWS_IAM URL does: no other check can pass."""
+
+
 @dataclass
 class Check:
     name: str
@@ -156,6 +160,9 @@ class Smoke:
         for name, check in self.checks():
             try:
                 yield Check(name, True, check())
+            except _NeedsSigning as failure:
+                yield Check(name, False, str(failure))
+                return  # every other check would fail alike
             except CheckFailed as failure:
                 yield Check(name, False, str(failure))
             except (httpx.HTTPError, SSEError, ValueError) as error:
@@ -165,6 +172,11 @@ class Smoke:
 
     def health(self) -> str:
         response = self.http.get("/health")
+        if response.status_code == 403 and not self.signed and "authorization" in response.text.lower():
+            raise _NeedsSigning(
+                "GET /health answered 403: the URL's auth is AWS_IAM, so requests must be signed: pass --iam "
+                "(make smoke ARGS=--iam)"
+            )
         _expect_status(response, 200)
         if response.json() != {"status": "ok"}:
             raise CheckFailed(f"GET /health answered {response.text[:200]!r}, not {{'status': 'ok'}}")

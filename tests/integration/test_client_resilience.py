@@ -23,6 +23,7 @@ from httpx_sse import SSEError
 from chatstream_client.api import ApiError, ChatClient
 from chatstream_client.cli import main
 from chatstream_client.retry import RetryPolicy
+from chatstream_client.smoke import main as smoke_main
 from chatstream_local.loopback import LoopbackServer, QuietHandler
 
 if TYPE_CHECKING:
@@ -466,6 +467,28 @@ def _typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
             raise EOFError from None
 
     monkeypatch.setattr("builtins.input", prompt)
+
+
+def test_ctrl_c_before_a_reply_began_goes_back_to_the_prompt(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a person who presses Ctrl-C while the first message is being sent (no turn known yet to cancel)
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    relay.script("POST /chat", stream(meta(), token(1, "hello"), done(2)))
+    _typed(monkeypatch, "one", "two")
+    sent = ChatClient.chat
+
+    def interrupted_once(self: ChatClient, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(ChatClient, "chat", sent)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ChatClient, "chat", interrupted_once)
+    # WHEN they type a second message
+    status = main(["--url", relay.url, "--no-iam"])
+    # THEN the client went back to the prompt (Ctrl-C at the prompt quits, not before a reply), and the second was
+    # answered
+    assert status == 0 and "[interrupted]" in capsys.readouterr().err
+    assert len(relay.requests("POST /chat")) == 1
 
 
 def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
@@ -962,3 +985,18 @@ def test_the_cli_says_when_a_reply_stopped_at_a_limit_while_the_model_reasoned(
     captured = capsys.readouterr()
     assert (status, captured.out) == (0, "\n")
     assert captured.err == f"Let me think\n{says}\n"
+
+
+def test_smoke_of_an_aws_iam_url_without_iam_says_pass_iam_once(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a relay that refuses unsigned requests as an AWS_IAM Function URL does (`make local ARGS="--auth-type
+    # AWS_IAM"`, which make smoke does not know to sign for)
+    lambda_403 = {"Message": "Forbidden. For troubleshooting Function URL authorization issues, see: https://…"}
+    relay.script("GET /health", Answer(403, body=lambda_403))
+    # WHEN make smoke runs unsigned
+    status = smoke_main(["--url", relay.url, "--no-iam"])
+    # THEN one failed check says to pass --iam, instead of every check failing on a raw 403
+    out = capsys.readouterr().out
+    assert status != 0 and "pass --iam (make smoke ARGS=--iam)" in out
+    assert out.splitlines()[-1].startswith("smoke: 1 of 1 checks failed")

@@ -2,8 +2,8 @@
 
 Usage (see docs/OPERATIONS.md)::
 
-    python -m chatstream.redrive [--queue-url URL] [--stack-name NAME] [--dry-run] [--max N]
-                                 [--stream-name NAME] [--table-name NAME] [--discard-lost]
+    python -m chatstream.redrive [--stack-name NAME | --queue-url URL --table-name NAME --stream-name NAME]
+                                 [--dry-run] [--max N] [--discard-lost] [--discard-invalid]
 
 Two kinds of message (``chatstream.dlq`` builds and parses both):
 
@@ -453,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--stream-name",
         default=os.environ.get(config.TOKEN_STREAM_NAME),
-        help="token stream (default: the message's stream ARN)",
+        help=f"the token stream, the only one the run reads (env {config.TOKEN_STREAM_NAME}; or the stack's)",
     )
     parser.add_argument(
         "--table-name", default=os.environ.get(config.CHAT_TABLE_NAME), help="ChatTable (env CHAT_TABLE_NAME)"

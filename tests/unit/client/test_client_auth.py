@@ -50,6 +50,22 @@ def test_an_explicit_region_wins_over_the_url() -> None:
     assert "/ap-south-1/lambda/aws4_request" in request.headers["authorization"]
 
 
+@pytest.mark.parametrize(("aws_region", "signed_for"), [("eu-west-1", "eu-west-1"), (None, "us-west-2")])
+def test_a_local_url_is_signed_for_aws_region_first(
+    monkeypatch: pytest.MonkeyPatch, aws_region: str | None, signed_for: str
+) -> None:
+    # GIVEN a URL whose host names no region (the local stack), AWS_DEFAULT_REGION set, and maybe AWS_REGION, which
+    # the local stack and the other AWS SDKs read first (botocore alone does not)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    if aws_region is None:
+        monkeypatch.delenv("AWS_REGION", raising=False)
+    else:
+        monkeypatch.setenv("AWS_REGION", aws_region)
+    auth = SigV4Auth(credentials=CREDENTIALS)
+    # THEN its requests are signed for the region the stack took
+    assert auth.region_for(httpx.URL("http://127.0.0.1:3000/chat")) == signed_for
+
+
 def test_the_body_is_part_of_the_signature(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN one signer and a clock that stands still
     now = datetime.datetime(2025, 1, 31, 12, 0, 0)

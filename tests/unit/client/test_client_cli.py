@@ -17,6 +17,14 @@ LOCAL = "http://127.0.0.1:3000"
 DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
 
 
+# Lambda's answer to an unsigned request to an AWS_IAM Function URL, and the local stack's to a foreign Host
+LAMBDA_403 = (
+    '{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: '
+    'https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}'
+)
+LOCAL_HOST_403 = '{"Message": "Forbidden. Host \'127.0.0.1:18480\' is not this local endpoint\'s address: call http://127.0.0.1:3000"}'
+
+
 @pytest.mark.parametrize(
     ("error", "url", "signed", "says"),
     [
@@ -31,8 +39,9 @@ DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
         (httpx.ConnectError("Name or service not known"), DEPLOYED, True, "check the URL"),
         (httpx.ReadTimeout("timed out"), DEPLOYED, True, "did not answer in time"),
         (SSEError("not an event stream"), LOCAL, False, "RelayFunctionUrl"),
-        (ApiError(403, "http_error", '{"Message":"Forbidden"}'), DEPLOYED, True, "lambda:InvokeFunctionUrl"),
-        (ApiError(403, "http_error", '{"Message":"Forbidden. For troubleshooting …"}'), DEPLOYED, False, "--iam"),
+        (ApiError(403, "http_error", '{"Message":"Forbidden"}'), DEPLOYED, True, "InvokeFunctionUrl and lambda:Invo"),
+        (ApiError(403, "http_error", LAMBDA_403), DEPLOYED, False, "the URL needs signed requests; pass --iam"),
+        (ApiError(403, "http_error", LOCAL_HOST_403), LOCAL, False, "is not this local endpoint's address"),
         (ApiError(400, "invalid_request", "message must not be empty"), LOCAL, False, "message must not be empty"),
         (ApiError(429, "http_error", '{"Message":"Rate Exceeded."}'), DEPLOYED, True, "try again in a moment"),
         (ApiError(413, "http_error", '{"Message":"Request must be smaller"}'), LOCAL, False, "send a shorter"),
