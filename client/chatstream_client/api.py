@@ -320,8 +320,8 @@ class ChatClient:
     def _own_url(self, url: str) -> str:
         """``url`` as a path on this client's relay: a path as it is, an absolute URL only on the relay's own origin
         (its requests are signed for it; following another host would hand it the signature)."""
-        if url.startswith("/") and not url.startswith("//"):
-            return url
+        if "://" not in url and not url.startswith("//"):
+            return "/" + url.lstrip("/")  # a path on the relay (sessions/…/events, as typed)
         given, own = httpx.URL(url), httpx.URL(self.base_url)
         if (given.scheme, given.host, given.port) != (own.scheme, own.host, own.port):
             raise ApiError(

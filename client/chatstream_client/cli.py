@@ -283,7 +283,7 @@ def _stream_turn(
         printer.end_reasoning()
         turn = current[0] if current and current[0].events_url else _turn_started(client, message, session_id)
         if turn is None:
-            raise
+            raise _NotStarted from None
         printer.notice("[cancelling …]")
         try:
             client.cancel(turn.session_id, turn.turn)
@@ -297,6 +297,11 @@ def _stream_turn(
         return rest
     finally:
         printer.end_reasoning()
+
+
+class _NotStarted(KeyboardInterrupt):
+    """Ctrl-C before the reply began, with no turn found to cancel. Any other Ctrl-C (a second one while the
+    client cancels, say) is a plain KeyboardInterrupt, and quits."""
 
 
 def _turn_started(client: ChatClient, message: str | None, session_id: str | None) -> TurnResult | None:
@@ -393,7 +398,9 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
         try:
             printer = _Printer(out, err, args.color, label="assistant> " if prompted else "")
             result = _stream_turn(client, message, session_id, args, printer)
-        except KeyboardInterrupt:  # before the reply began, with no turn to cancel: back to the prompt
+        except _NotStarted:  # before the reply began, with no turn to cancel: back to a person's prompt
+            if not prompted:
+                raise  # piped messages: Ctrl-C quits
             err.write("\n[interrupted]\n")
             continue
         except (ApiError, httpx.TransportError) as error:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from httpx_sse import SSEError
 
-from chatstream_client.api import ApiError, ChatClient
+from chatstream_client.api import ApiError, ChatClient, TurnResult
 from chatstream_client.cli import main
 from chatstream_client.retry import RetryPolicy
 from chatstream_client.smoke import main as smoke_main
@@ -472,10 +472,12 @@ def _typed(monkeypatch: pytest.MonkeyPatch, *lines: str) -> None:
 def test_ctrl_c_before_a_reply_began_goes_back_to_the_prompt(
     relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a person who presses Ctrl-C while the first message is being sent (no turn known yet to cancel)
+    # GIVEN a person at a terminal who presses Ctrl-C while the first message is being sent (no turn known yet to
+    # cancel)
     relay.script("GET /health", Answer(body={"status": "ok"}))
     relay.script("POST /chat", stream(meta(), token(1, "hello"), done(2)))
     _typed(monkeypatch, "one", "two")
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     sent = ChatClient.chat
 
     def interrupted_once(self: ChatClient, *args: Any, **kwargs: Any) -> Any:
@@ -484,11 +486,33 @@ def test_ctrl_c_before_a_reply_began_goes_back_to_the_prompt(
 
     monkeypatch.setattr(ChatClient, "chat", interrupted_once)
     # WHEN they type a second message
-    status = main(["--url", relay.url, "--no-iam"])
+    status = main(["--url", relay.url, "--no-iam"], out=_Terminal())
     # THEN the client went back to the prompt (Ctrl-C at the prompt quits, not before a reply), and the second was
     # answered
     assert status == 0 and "[interrupted]" in capsys.readouterr().err
     assert len(relay.requests("POST /chat")) == 1
+
+
+def test_ctrl_c_twice_quits(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a person at a terminal who presses Ctrl-C during a reply, and again while the client cancels it
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    _typed(monkeypatch, "one", "two")
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+
+    def interrupted(self: ChatClient, message: str, session_id: str | None = None, **kwargs: Any) -> Any:
+        kwargs["on_meta"](TurnResult(SESSION, 1, EVENTS))
+        raise KeyboardInterrupt
+
+    def cancel_interrupted(self: ChatClient, session_id: str, turn: int) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ChatClient, "chat", interrupted)
+    monkeypatch.setattr(ChatClient, "cancel", cancel_interrupted)
+    # WHEN that happens THEN the client quits with 130, sending no more messages (cli's docstring: "or twice, quits")
+    assert main(["--url", relay.url, "--no-iam"], out=_Terminal()) == 130
+    assert "[interrupted]" not in capsys.readouterr().err
 
 
 def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
@@ -937,9 +961,10 @@ def test_an_events_url_a_relay_names_elsewhere_is_never_followed(
 
 def test_follow_takes_a_url_on_the_relay_only(relay: FakeRelay, client: ChatClient) -> None:
     # GIVEN a turn under way on this relay
-    relay.script(f"GET {EVENTS}", stream(token(1, "a"), done(2)), stream(token(1, "a"), done(2)))
+    relay.script(f"GET {EVENTS}", stream(token(1, "a"), done(2)))
     # THEN the client follows it by its path or by its absolute URL on the relay, and refuses another host's
     assert client.follow(EVENTS).text == "a" and client.follow(relay.url + EVENTS).text == "a"
+    assert client.follow(EVENTS.lstrip("/")).text == "a"  # a path typed without its leading slash
     with pytest.raises(ApiError) as raised:
         client.follow("http://127.0.0.2:9" + EVENTS)
     assert raised.value.code == "bad_url"
