@@ -11,15 +11,18 @@ origin, and each test ends by asserting there were none.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import queue
 import shutil
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -984,6 +987,158 @@ def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
     assert chat.counts("retries", "resumes", "repeated") == {"retries": 2, "resumes": 1, "repeated": 0}
 
 
+IDLE_MS = 30_000  # the page's idle limit (Retry.IDLE_MS): three of the relay's 10 s keep-alive periods
+KEEP_ALIVE = b": keep-alive\n\n"  # what the relay sends after 10 s without events (HTTP_API.md, POST /chat)
+# The request headers the stalling relay passes on to the stack (Host is the stack's own, as http.client names it).
+FORWARDED = ("content-type", "accept", "origin", "last-event-id")
+
+
+class _StallingHandler(BaseHTTPRequestHandler):
+    """Sends the request on to the local stack, reads its whole event stream, and hands the page the stream up to
+    its first token; then only what the test feeds it, the connection left open (a network that lost it without a
+    reset, or a relay that has nothing to send but keep-alives)."""
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def _forward(self) -> None:
+        relay: StallingRelay = self.server.relay  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {name: value for name, value in self.headers.items() if name.lower() in FORWARDED}
+        upstream = http.client.HTTPConnection("127.0.0.1", relay.stack_port, timeout=WAIT_MS / 1000)
+        try:
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            events = answer.read().decode().split("\n\n")
+        finally:
+            upstream.close()
+        first = next(i for i, event in enumerate(events) if "event: token" in event)
+        relay.cut.append(event_id(events[first]))
+        self.send_response(answer.status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self._write(("\n\n".join(events[: first + 1]) + "\n\n").encode())
+        fed: queue.Queue[bytes | None] = queue.Queue()
+        relay.streams.append(fed)
+        while (more := fed.get()) is not None:
+            if more == StallingRelay.REST:
+                self._write("\n\n".join(events[first + 1 :]).encode())
+                return
+            self._write(more)
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        return
+
+
+@dataclass
+class StallingRelay:
+    """A relay in front of the stack whose streams stall after their first token (``_StallingHandler``); a route
+    sends a request to it (``send_here``). ``cut`` gets the id of each stream's last token, in order."""
+
+    REST: ClassVar[bytes] = b"the rest of the stream"
+
+    server: ThreadingHTTPServer
+    stack_port: int
+    cut: list[str] = field(default_factory=list)
+    streams: list[queue.Queue[bytes | None]] = field(default_factory=list)
+
+    def send_here(self, route: Route) -> None:
+        path = urlsplit(route.request.url)
+        route.continue_(url=f"http://127.0.0.1:{self.server.server_address[1]}{path.path}?{path.query}".rstrip("?"))
+
+    def feed(self, data: bytes) -> None:
+        """Send ``data`` on the stream that stalled last (REST: the rest of it, and close it)."""
+        self.streams[-1].put(data)
+
+
+@pytest.fixture
+def stalling(stack: LocalStack) -> Iterator[StallingRelay]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StallingHandler)
+    relay = StallingRelay(server, int(urlsplit(stack.url).port or 80))
+    server.relay = relay  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield relay
+    for stream in relay.streams:
+        stream.put(None)  # the page is closed: the stalled streams end without another byte
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("stalled", [1, 2], ids=["the reply stalls", "the reply and its first resume stall"])
+def test_a_stream_silent_past_the_idle_limit_is_resumed_from_its_last_id(
+    chat: ChatPage, stalling: StallingRelay, stalled: int
+) -> None:
+    # GIVEN a page whose clock moves only when the test moves it, and a reply whose stream brings its first token
+    # and then nothing, its connection still open: the network lost it without a reset (and, in the second case,
+    # the first resume's stream the same)
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    chat.page.clock.install(time=start)
+    chat.page.clock.pause_at(start + timedelta(seconds=1))
+    resumes: list[str | None] = []
+
+    def resume(route: Route) -> None:
+        resumes.append(route.request.headers.get("last-event-id"))
+        if len(resumes) < stalled:
+            stalling.send_here(route)
+        else:
+            route.continue_()
+
+    chat.page.route("**/chat", stalling.send_here)
+    chat.page.route("**/sessions/*/turns/*/events*", resume)
+    chat.open()
+    chat.send("/long 30")
+    status = chat.page.locator("#status")
+    for _ in range(stalled):
+        expect(status).to_have_text("Receiving…")
+        # WHEN no byte comes for longer than the page's idle limit
+        chat.page.clock.run_for(IDLE_MS + 1_000)
+        # THEN the page takes the stream for a dropped one, and resumes after the first resume's short wait
+        expect(status).to_have_text("Connection lost; reconnecting…")
+        chat.page.clock.run_for(1_000)
+    # AND it resumed once per stalled stream, from the last id each brought, and shows every word once
+    assert chat.wait_status("complete") == long_reply(30)
+    assert resumes == stalling.cut and len(resumes) == stalled
+    assert chat.counts("resumes", "repeated") == {"resumes": stalled, "repeated": 0}
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
+def test_keep_alive_comments_keep_a_slow_stream_from_being_resumed(chat: ChatPage, stalling: StallingRelay) -> None:
+    # GIVEN a page whose clock moves only when the test moves it, and a reply whose stream brings its first token,
+    # then only the relay's keep-alive comments, one every 10 s (a long reasoning phase, a slow model), then the rest
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    chat.page.clock.install(time=start)
+    chat.page.clock.pause_at(start + timedelta(seconds=1))
+    resumes: list[str | None] = []
+    chat.page.route("**/chat", stalling.send_here)
+    chat.page.route("**/sessions/*/turns/*/events*", lambda route: (resumes.append("resume"), route.continue_()))
+    chat.open()
+    chat.send("/long 30")
+    status = chat.page.locator("#status")
+    expect(status).to_have_text("Receiving…")
+    # WHEN keep-alives alone come for twice the idle limit (each given a moment to arrive before the clock moves on:
+    # one late by a whole step still leaves 20 s between two, under the limit)
+    for _ in range(2 * IDLE_MS // 10_000):
+        stalling.feed(KEEP_ALIVE)
+        chat.page.wait_for_timeout(100)
+        chat.page.clock.run_for(10_000)
+    # THEN the page keeps reading the stream: nothing resumed
+    expect(status).to_have_text("Receiving…")
+    assert resumes == []
+    # WHEN the rest of the stream comes THEN the reply completes on that one stream, every word once
+    stalling.feed(StallingRelay.REST)
+    assert chat.wait_status("complete") == long_reply(30)
+    assert resumes == [] and chat.counts("resumes", "repeated") == {"resumes": 0, "repeated": 0}
+
+
 def test_a_cancel_answered_503_is_sent_again(chat: ChatPage) -> None:
     # GIVEN a relay that answers the first cancel 503 unavailable, Retry-After: 1 (the table throttled it)
     cancels: list[str] = []
@@ -1077,6 +1232,7 @@ RETRY_CASES = r"""
     resumeCaps: [1, 5, 6, 7, 8, 100].map((n) => Math.round(R.resumeDelayMs(n, null, top))),
     resumeFloor: R.resumeDelayMs(1, 3000, () => 0),
     resumeGiveUp: R.RESUME_GIVE_UP_MS,
+    idle: R.IDLE_MS,
     floor: R.delayMs(1, 3000, () => 0),
     seconds: R.retryAfterMs("2"),
     date: R.retryAfterMs("Wed, 21 Oct 2015 07:28:30 GMT", Date.parse("2015-10-21T07:28:00Z")),
@@ -1105,6 +1261,8 @@ def test_the_pages_retry_rules_match_the_python_clients(chat: ChatPage) -> None:
     # five minutes that brought nothing
     assert rules["resumeCaps"] == [250, 4000, 8000, 15000, 15000, 15000]
     assert (rules["resumeFloor"], rules["resumeGiveUp"]) == (3000, 300_000)
+    # AND a stream that brings no byte for three of the relay's keep-alive periods is taken for a dropped one
+    assert rules["idle"] == IDLE_MS
 
 
 # ---------------------------------------------------------------------------------- errors

@@ -8,7 +8,9 @@
 // "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
 // turn may exist, so in a session whose turns the page shows it reads the history and follows the turn
 // if it is there, and sends the message again only if it is not; resumes after 429/5xx or a drop, for as long as
-// an outage may last (follow). Each turn's element counts what happened (data-retries, data-resumes, data-repeated).
+// an outage may last (follow). A stream silent for Retry.IDLE_MS (no event, not even a keep-alive comment) is a
+// drop the network did not report: its request is aborted and the turn resumed (watchdog). Each turn's element
+// counts what happened (data-retries, data-resumes, data-repeated).
 //
 // The reply's text is Markdown, drawn as it grows by markdown.js (elements built from markdown-it's tokens,
 // text in text nodes); the user's message is shown as typed. A reasoning model's reasoning (`reasoning`
@@ -384,12 +386,40 @@
     }
   }
 
-  // Read one response's event stream to its end: "ended", "reconnect", or "dropped".
-  async function read(r, response) {
+  // One request of a run, with its idle watchdog: `signal` (the request's) aborts when the run's does, and when the
+  // watchdog, once armed, goes Retry.IDLE_MS without being armed again (no byte came: not even the relay's
+  // keep-alive comment, sent every 10 s a stream has nothing else to send). Aborting the fetch's signal aborts the
+  // consumption of its body too (MDN, AbortController.abort()), so a read waiting on a connection the network lost
+  // without a reset (Wi-Fi gone, a laptop asleep, a NAT that forgot it) ends as a dropped one, minutes before the
+  // browser's TCP would give up. `release()` clears it, once the request is over.
+  function watchdog(r) {
+    const controller = new AbortController();
+    const abort = () => controller.abort();
+    let timer = 0;
+    const run = r.controller.signal;
+    if (run.aborted) abort();
+    else run.addEventListener("abort", abort, { once: true });
+    return {
+      signal: controller.signal,
+      arm() {
+        clearTimeout(timer);
+        timer = setTimeout(abort, Retry.IDLE_MS);
+      },
+      release() {
+        clearTimeout(timer);
+        run.removeEventListener("abort", abort);
+      },
+    };
+  }
+
+  // Read one response's event stream to its end: "ended", "reconnect", or "dropped" (a silence the watchdog
+  // ended included). Every chunk, comments included, arms the watchdog again; it is released at the end.
+  async function read(r, { response, watch }) {
     const parser = new SseParser();
     const reader = response.body.getReader();
     try {
       for (;;) {
+        watch.arm();
         const { value, done } = await reader.read();
         const events = done ? parser.end() : parser.push(value);
         for (const event of events) {
@@ -401,6 +431,7 @@
     } catch (err) {
       return "dropped";
     } finally {
+      watch.release();
       reader.cancel().catch(() => {});
     }
   }
@@ -440,16 +471,22 @@
   // A resume is not a retry (HTTP_API.md, "Retries"): through an outage the page resumes with a backoff capped at
   // Retry.RESUME_CAP_MS, at once when the browser is back online, and gives up only after Retry.RESUME_GIVE_UP_MS
   // in which no resume brought anything; then it waits for the user (Resume) or the network, the turn unfinished.
-  async function follow(r, firstResponse) {
-    let response = firstResponse;
+  // A stream the watchdog ended (Retry.IDLE_MS without a byte) is resumed as one that dropped.
+  //
+  // `first` is POST /chat's stream ({response, watch}: postChat), or null.
+  async function follow(r, first) {
+    let stream = first; // {response, watch}; null: resume
     let failures = 0; // attempts in a row that failed or brought nothing new
     let progressAt = Date.now(); // when a response last brought something new (or the relay planned a resume)
     for (;;) {
-      if (response === null) response = await resume(r);
-      if (r.ended || r.controller.signal.aborted) return;
-      if (response) {
+      if (stream === null) stream = await resume(r);
+      if (r.ended || r.controller.signal.aborted) {
+        if (stream) stream.watch.release();
+        return;
+      }
+      if (stream) {
         const shown = r.lastId;
-        const outcome = await read(r, response);
+        const outcome = await read(r, stream);
         if (outcome === "ended" || r.ended || r.controller.signal.aborted) return;
         if (outcome === "reconnect") {
           failures = 0;
@@ -462,7 +499,7 @@
       } else {
         failures += 1;
       }
-      response = null;
+      stream = null;
       if (!r.eventsUrl) return "no_meta";
       if (failures === 0) continue;
       if (Date.now() - progressAt >= Retry.RESUME_GIVE_UP_MS) {
@@ -493,18 +530,24 @@
     setStatus("Reconnecting…");
   }
 
-  // One resume request; null when it should be tried again (after a 429/5xx it is counted as a retry).
+  // One resume request: {response, watch} for a stream, null when it should be tried again (after a 429/5xx it is
+  // counted as a retry). Its watchdog is armed from the start: an answer that does not come is a stall too (a
+  // resume may be sent on a connection the network lost), and a resume is a read, which may always be made again.
   async function resume(r) {
     const headers = { Accept: "text/event-stream" };
     if (r.lastId !== null) headers["Last-Event-ID"] = r.lastId;
+    const watch = watchdog(r);
+    watch.arm();
     let response;
     try {
-      response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: r.controller.signal });
+      response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: watch.signal });
     } catch (err) {
+      watch.release();
       return null;
     }
-    if (response.ok) return response;
+    if (response.ok) return { response, watch };
     const error = await apiError(response);
+    watch.release();
     const retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
     if (Retry.RETRYABLE.includes(response.status) && Retry.honours(retryAfter)) {
       r.retryAfter = retryAfter;
@@ -530,9 +573,12 @@
     const known = sessionId ? latestTurn(r) : null; // the session's newest turn the page shows
     for (let attempt = 1; ; attempt++) {
       let answer = await postChat(r, body);
-      if (r.controller.signal.aborted) return;
+      if (r.controller.signal.aborted) {
+        if (answer.watch) answer.watch.release();
+        return;
+      }
       if (answer.response) {
-        if ((await follow(r, answer.response)) !== "no_meta") return;
+        if ((await follow(r, answer)) !== "no_meta") return;
         if (r.controller.signal.aborted) return;
         // A 200 that broke before `meta`: the turn may exist, as after a connection that broke (status 0).
         const why = "The connection dropped before the reply started";
@@ -570,22 +616,28 @@
     }
   }
 
-  // POST /chat: {response} for a stream, else {status, error, retryAfter} (status 0: no answer came).
+  // POST /chat: {response, watch} for a stream, else {status, error, retryAfter} (status 0: no answer came). Its
+  // watchdog is armed only once the stream is read: the relay sends its first byte after it has started the turn
+  // (a cold start included), and cutting the request short before then would leave its outcome unknown.
   async function postChat(r, body) {
+    const watch = watchdog(r);
     let response;
     try {
       response = await fetch("/chat", {
         method: "POST",
         headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
         body: JSON.stringify(body),
-        signal: r.controller.signal,
+        signal: watch.signal,
       });
     } catch (err) {
+      watch.release();
       return { status: 0, error: new ApiError(0, "", "Could not reach the server: " + err.message), retryAfter: null };
     }
-    if (response.ok) return { response };
+    if (response.ok) return { response, watch };
     const retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
-    return { status: response.status, error: await apiError(response), retryAfter };
+    const error = await apiError(response);
+    watch.release();
+    return { status: response.status, error, retryAfter };
   }
 
   async function retryPause(r, attempt, retryAfter, status) {

@@ -6,6 +6,11 @@
 // A resume after a dropped stream is not a retry (HTTP_API.md, "Retries"): the page resumes for as long as a
 // network outage may last, waiting uniform in [0, min(15 s, 0.25 s * 2^(n-1))] before resume n, and gives up
 // (offering to resume by hand) only after five minutes in which no resume brought anything.
+//
+// A stream that brings no byte at all for IDLE_MS is taken for a dropped one, and resumed: the relay sends a
+// `: keep-alive` comment after 10 s without events (HTTP_API.md, `POST /chat`), so three keep-alive periods
+// of silence mean the network died without resetting the connection (Wi-Fi gone, a laptop asleep, a NAT that
+// forgot it), which the browser's TCP would otherwise take minutes to notice.
 "use strict";
 
 (function (global) {
@@ -15,6 +20,7 @@
   const MAX_RETRY_AFTER_MS = 30000;
   const RESUME_CAP_MS = 15000;
   const RESUME_GIVE_UP_MS = 5 * 60 * 1000;
+  const IDLE_MS = 3 * 10 * 1000; // three of the relay's keep-alive periods without a byte
   // Answered before any turn was allocated: POST /chat may be sent again.
   const NOT_STARTED = Object.freeze([429, 503]);
   // The request did not take effect, or may have: an idempotent request (GET) may be sent again.
@@ -56,6 +62,7 @@
     MAX_RETRY_AFTER_MS,
     RESUME_CAP_MS,
     RESUME_GIVE_UP_MS,
+    IDLE_MS,
     NOT_STARTED,
     RETRYABLE,
     OUTCOME_UNKNOWN,
