@@ -66,6 +66,7 @@ EXIT_BROKEN_PIPE = 141  # as a process SIGPIPE ended (128 + 13), which Python's 
 DIM, UNDIM = "\x1b[2m", "\x1b[22m"  # ANSI faint on, and back to normal intensity
 THINKING = "thinking: "  # what marks the reasoning on a terminal without colour
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+_EVENT_ID = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")  # a record's seq, or a piece's (HTTP_API.md, "Pacing")
 # A turn that ended before its reply did, said on stderr after it (a reply cut while the model reasoned is empty:
 # without it, a blank line and exit 0 would read as a whole reply of nothing). The page says the same.
 _CUT_SHORT = {
@@ -336,6 +337,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     args = parser.parse_args(argv)
     if args.after is not None and args.follow is None:
         parser.error("--after goes with --follow")
+    if args.after is not None and not _EVENT_ID.fullmatch(args.after):
+        parser.error(f"--after must be an event id the relay sent (a number, or a piece's such as 7.3): {args.after!r}")
     args.color = wants_color(os.environ)
     if args.message == "-":
         args.message = sys.stdin.read().rstrip("\n")

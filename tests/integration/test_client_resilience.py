@@ -924,6 +924,17 @@ def test_a_resume_gives_up_once_the_relay_was_out_of_reach_for_outage_s(relay: F
     assert isinstance(error.__cause__, httpx.TransportError)
 
 
+@pytest.mark.parametrize("after", ["abc", "7.", "-1", "1e3"])
+def test_the_cli_refuses_an_after_that_is_no_event_id(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str], after: str
+) -> None:
+    # WHEN --after is not an event id THEN the CLI says so about --after (not about a header), and asks nothing
+    with pytest.raises(SystemExit) as stopped:
+        main(["--url", relay.url, "--follow", EVENTS, "--after", after, "--no-iam"])
+    assert stopped.value.code == 2 and "--after must be an event id" in capsys.readouterr().err
+    assert relay.requests(f"GET {EVENTS}") == []
+
+
 def test_the_cli_follows_a_turn_under_way_from_an_event_id(
     relay: FakeRelay, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -506,7 +506,7 @@ def test_a_field_that_only_tells_openai_about_the_caller_is_accepted_and_not_use
     # THEN both APIs take the request as if the field were not there; a value that is not a string is still a 400
     assert chat({"model": "m", "messages": message, field: "user-1234"}) == chat({"model": "m", "messages": message})
     assert responses({"model": "m", "input": "hi", field: "user-1234"}) == responses({"model": "m", "input": "hi"})
-    assert error_of(chat, {"model": "m", "messages": message, field: {}})[1:] == ("unsupported_parameter", field)
+    assert error_of(chat, {"model": "m", "messages": message, field: {}})[1:] == ("invalid_request", field)
 
 
 def test_a_reconnect_inside_a_record_ends_both_v1_streams_saying_where_the_reply_goes_on(chat_table: ChatTable) -> None:

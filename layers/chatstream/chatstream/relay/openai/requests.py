@@ -232,6 +232,8 @@ def _check_fields(fields: Mapping[str, Any], known: frozenset[str], unsupported_
         if name in unsupported_fields:
             accepts = unsupported_fields[name]
             if fields[name] is not None and (accepts is None or not accepts(fields[name])):
+                if accepts is _hint:  # a hint is supported, not used: a value that is no string is a mistake in it
+                    raise invalid(f"{name} must be a string", name)
                 raise unsupported(name)  # null is "not given", as OpenAI reads it (openai-python sends seed=None so)
             continue
         raise OpenAIError(400, "unknown_parameter", f"unknown parameter {name!r}", name)
