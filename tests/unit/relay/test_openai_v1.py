@@ -108,7 +108,7 @@ def test_a_completions_own_message_passed_back_is_the_history() -> None:
     )
 
 
-@pytest.mark.parametrize("field", ["seed", "user", "metadata", "logit_bias", "audio", "reasoning_effort", "functions"])
+@pytest.mark.parametrize("field", ["seed", "metadata", "logit_bias", "audio", "reasoning_effort", "functions"])
 def test_an_unsupported_chat_field_sent_as_null_is_not_given(field: str) -> None:
     # GIVEN a field chatstream does not support, sent as null (openai-python sends seed=None so) THEN it is ignored
     assert chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], field: None}).message == "hi"
