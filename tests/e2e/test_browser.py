@@ -764,18 +764,24 @@ def json_answer(route: Route, status: int, body: dict[str, Any], retry_after: st
     route.fulfill(status=status, headers=headers, content_type="application/json", body=json.dumps(body))
 
 
-def test_a_busy_relay_is_asked_again(chat: ChatPage) -> None:
-    # GIVEN a relay that answers the first send 503 unavailable, as when the table throttled the turn's write
-    posts: list[str] = []
+def busy_first(seen: list[str], retry_after: str) -> Callable[[Route], None]:
+    """A route that answers its first request 503 unavailable (a throttled table, with ``Retry-After``), then lets
+    every later one through; ``seen`` gets each request's method."""
 
-    def busy_once(route: Route) -> None:
-        posts.append(route.request.method)
-        if len(posts) == 1:
-            json_answer(route, 503, BUSY, retry_after="0")
+    def route_it(route: Route) -> None:
+        seen.append(route.request.method)
+        if len(seen) == 1:
+            json_answer(route, 503, BUSY, retry_after=retry_after)
         else:
             route.continue_()
 
-    chat.page.route("**/chat", busy_once)
+    return route_it
+
+
+def test_a_busy_relay_is_asked_again(chat: ChatPage) -> None:
+    # GIVEN a relay that answers the first send 503 unavailable, as when the table throttled the turn's write
+    posts: list[str] = []
+    chat.page.route("**/chat", busy_first(posts, retry_after="0"))
     chat.open()
     # WHEN a message is sent
     chat.send("hello busy")
@@ -1142,15 +1148,7 @@ def test_keep_alive_comments_keep_a_slow_stream_from_being_resumed(chat: ChatPag
 def test_a_cancel_answered_503_is_sent_again(chat: ChatPage) -> None:
     # GIVEN a relay that answers the first cancel 503 unavailable, Retry-After: 1 (the table throttled it)
     cancels: list[str] = []
-
-    def busy_once(route: Route) -> None:
-        cancels.append(route.request.method)
-        if len(cancels) == 1:
-            json_answer(route, 503, BUSY, retry_after="1")
-        else:
-            route.continue_()
-
-    chat.page.route("**/sessions/*/turns/*/cancel", busy_once)
+    chat.page.route("**/sessions/*/turns/*/cancel", busy_first(cancels, retry_after="1"))
     chat.open()
     chat.send("/long 5000")
     expect(chat.reply().locator(".text")).to_contain_text("w5")
@@ -1163,21 +1161,18 @@ def test_a_cancel_answered_503_is_sent_again(chat: ChatPage) -> None:
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 
-def test_a_history_answered_503_is_read_again(chat: ChatPage) -> None:
-    # GIVEN a conversation, and a relay that answers the first read of its history 503 (the table throttled it)
+def open_a_conversation(chat: ChatPage) -> None:
+    """The page with a conversation of one finished turn ("remember me"), the session in its URL."""
     chat.open()
     chat.send("remember me")
     chat.wait_status("complete")
+
+
+def test_a_history_answered_503_is_read_again(chat: ChatPage) -> None:
+    # GIVEN a conversation, and a relay that answers the first read of its history 503 (the table throttled it)
+    open_a_conversation(chat)
     reads: list[str] = []
-
-    def busy_once(route: Route) -> None:
-        reads.append(route.request.method)
-        if len(reads) == 1:
-            json_answer(route, 503, BUSY, retry_after="0")
-        else:
-            route.continue_()
-
-    chat.page.route("**/sessions/*", busy_once)
+    chat.page.route("**/sessions/*", busy_first(reads, retry_after="0"))
     # WHEN the page is reloaded
     chat.page.reload()
     # THEN it reads the history again, and shows the conversation
@@ -1188,9 +1183,7 @@ def test_a_history_answered_503_is_read_again(chat: ChatPage) -> None:
 
 def test_a_history_that_cannot_be_read_offers_to_try_again_and_takes_no_message(chat: ChatPage) -> None:
     # GIVEN a conversation, and a relay that answers every read of its history 503
-    chat.open()
-    chat.send("remember me")
-    chat.wait_status("complete")
+    open_a_conversation(chat)
     reads: list[str] = []
     posts: list[str] = []
 

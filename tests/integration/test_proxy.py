@@ -293,6 +293,12 @@ def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_t
     assert plan_reply("/long 5000").text.startswith(assistant_text(records))
 
 
+def prompt_of(chat_table: ChatTable, session_id: str, turn: int) -> list[tuple[str, str]]:
+    """The Converse messages the proxy builds for ``turn``, as (role, text) pairs (each message is one text block)."""
+    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy"))
+    return [(message["role"], block["text"]) for message in messages for (block,) in [message["content"]]]
+
+
 def test_history_becomes_converse_messages(chat_table) -> None:
     # GIVEN a session with a complete turn, an errored turn, a cancelled turn without text, and a turn whose reply
     # is whitespace alone (a stop sequence that matched right after the model's opening newlines)
@@ -307,15 +313,9 @@ def test_history_becomes_converse_messages(chat_table) -> None:
         chat_table.start_turn(session_id, OWNER, message)
         chat_table.complete_turn(terminal, text)
     chat_table.start_turn(session_id, OWNER, "fifth")
-    # WHEN the proxy builds the messages for turn 5
-    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 5), "proxy-request"))
-    # THEN only turns with text are replayed (Bedrock refuses a blank text block), roles alternating, ending with the
-    # new message
-    assert messages == [
-        {"role": "user", "content": [{"text": "first"}]},
-        {"role": "assistant", "content": [{"text": "One"}]},
-        {"role": "user", "content": [{"text": "fifth"}]},
-    ]
+    # WHEN the proxy builds the messages for turn 5 THEN only turns with text are replayed (Bedrock refuses a blank
+    # text block), roles alternating, ending with the new message
+    assert prompt_of(chat_table, session_id, 5) == [("user", "first"), ("assistant", "One"), ("user", "fifth")]
 
 
 def test_the_history_a_client_sent_with_a_turn_stays_when_the_turn_failed(chat_table) -> None:
@@ -326,13 +326,12 @@ def test_the_history_a_client_sent_with_a_turn_stays_when_the_turn_failed(chat_t
     chat_table.start_turn(session_id, OWNER, "/throttle", options=sent)
     chat_table.complete_turn(TokenRecord.failure(session_id, 1, 1, ErrorInfo("throttled", "slow down", True), 1), "")
     chat_table.start_turn(session_id, OWNER, "What is my name?")
-    # WHEN the proxy builds the messages for turn 2
-    messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, 2), "proxy-request"))
-    # THEN the client's history is still there (only the failed turn's own message, which got no reply, is left out)
-    assert messages == [
-        {"role": "user", "content": [{"text": "My name is Ada."}]},
-        {"role": "assistant", "content": [{"text": "Hi Ada."}]},
-        {"role": "user", "content": [{"text": "What is my name?"}]},
+    # WHEN the proxy builds the messages for turn 2 THEN the client's history is still there (only the failed turn's
+    # own message, which got no reply, is left out)
+    assert prompt_of(chat_table, session_id, 2) == [
+        ("user", "My name is Ada."),
+        ("assistant", "Hi Ada."),
+        ("user", "What is my name?"),
     ]
 
 

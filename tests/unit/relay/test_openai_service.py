@@ -25,6 +25,7 @@ from tests.support import load_event
 from tests.unit.relay.relay_support import FAST, FakeClock, relay_config, write_turn
 
 if TYPE_CHECKING:
+    from chatstream.records import TokenRecord
     from chatstream.relay.http import Response
     from chatstream.table import ChatTable
 
@@ -96,6 +97,16 @@ def background(service: RelayService, caller: dict[str, str] = ALICE) -> dict[st
     assert created["status"] == "queued" and created["model"] == MODEL
     assert response.headers["X-Chatstream-Session-Id"] in created["id"]
     return created
+
+
+def background_turn(
+    service: RelayService, words: list[str], **records: Any
+) -> tuple[dict[str, Any], list[TokenRecord]]:
+    """A background response (turn 1 of its session), and the token records its reply of ``words`` will have (not
+    stored: each test stores what it needs)."""
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    return created, turn_records(session_id, 1, words, **records)
 
 
 @pytest.mark.parametrize(
@@ -213,9 +224,7 @@ def test_a_finished_response_read_before_its_last_records_are_stored_has_the_who
     service: RelayService, chat_table: ChatTable
 ) -> None:
     # GIVEN a turn whose item the consumer has ended, but whose last token items are not written yet
-    created = background(service)
-    session_id = created["id"].split("_")[1]
-    records = turn_records(session_id, 1, ["You", " said:", " hi"])
+    created, records = background_turn(service, ["You", " said:", " hi"])
     chat_table.complete_turn(records[-1], assistant_text(records))
     chat_table.put_records(records[:2])
     # WHEN it is read THEN its text is the whole reply
@@ -332,10 +341,8 @@ def test_deltas_are_word_pieces_and_a_resume_after_any_number_is_exactly_the_res
     service: RelayService, chat_table: ChatTable
 ) -> None:
     # GIVEN a finished response with reasoning and a reply, records of several words each
-    created = background(service)
-    session_id = created["id"].split("_")[1]
-    records = turn_records(
-        session_id, 1, ["You said:", " hi and", " more  words "], reasoning=["Let me think.", " Done"]
+    created, records = background_turn(
+        service, ["You said:", " hi and", " more  words "], reasoning=["Let me think.", " Done"]
     )
     chat_table.complete_turn(records[-1], assistant_text(records))
     chat_table.put_records(records)
@@ -370,9 +377,7 @@ def test_deltas_are_word_pieces_and_a_resume_after_any_number_is_exactly_the_res
 
 def test_a_resume_while_the_turn_goes_on_is_exact(service: RelayService, chat_table: ChatTable) -> None:
     # GIVEN a response whose first records are stored, and a client that had part of the first record
-    created = background(service)
-    session_id = created["id"].split("_")[1]
-    records = turn_records(session_id, 1, ["One two three", " four five"])
+    created, records = background_turn(service, ["One two three", " four five"])
     chat_table.put_records(records[:2])
     first = call(service, "GET", f"/v1/responses/{created['id']}?stream=true")
     had = []
@@ -397,9 +402,7 @@ def test_a_resume_after_any_number_the_stream_sent_its_error_event_included_is_e
 ) -> None:
     # GIVEN a response whose first records are stored, then whose model falls silent: its stream ends with an error
     # event (the relay's idle reconnect), after the events it could send
-    created = background(service)
-    session_id = created["id"].split("_")[1]
-    records = turn_records(session_id, 1, ["One two", " three", " four five"])
+    created, records = background_turn(service, ["One two", " three", " four five"])
     chat_table.put_records(records[:3])
     url = f"/v1/responses/{created['id']}?stream=true"
     interrupted = stream_events(call(service, "GET", url))
