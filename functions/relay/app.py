@@ -97,6 +97,8 @@ def _measured(body: Iterable[str], stream: StreamInfo) -> Iterator[str]:
             metrics.add_metric(name="Reconnects", unit=MetricUnit.Count, value=1)
         if stats.outcome is StreamOutcome.ERROR:
             metrics.add_metric(name="StreamErrors", unit=MetricUnit.Count, value=1)
+        if stats.error_code == "relay_error":  # the relay could not read its own table: its failure, not the model's
+            metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=1)
         logger.info(
             "stream ended",
             extra={

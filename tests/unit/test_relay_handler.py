@@ -7,9 +7,11 @@ need Docker to run the proxy), so the invoke's parameters are checked against th
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import ANY, Stubber
 
 from chatstream.config import RelayConfig
@@ -259,6 +261,29 @@ def test_a_500_after_a_v1_turn_started_is_counted_for_its_alarm(
     # THEN it is a 500 internal_error the SDKs do not retry, and counted as the relay's own failure
     assert response.status_code == 500 and body_json(response)["error"]["code"] == "internal_error"
     assert emf_metrics(capsys.readouterr().out)["InternalErrors"] == [1.0]
+
+
+def test_a_stream_the_relay_could_not_read_on_is_counted_for_its_alarm(
+    app: ModuleType,
+    sample_session: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN a turn being followed, and the relay's reads of its records failing (a deleted table, a lost permission)
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}, "Query")
+
+    monkeypatch.setattr(app.SERVICE.table, "query_records", refused)
+    # WHEN a client resumes the turn
+    stream = read_stream(run(app, "relay-events.json").body)
+    # THEN its stream ends in relay_error (retryable), and the relay's own failure is counted (InternalErrors,
+    # RelayInternalErrorsAlarm's metric) and logged at ERROR with its code: the invocation itself succeeds
+    assert stream.kinds == ["error"] and stream.events[-1].json()["code"] == "relay_error"
+    assert emf_metrics(capsys.readouterr().out)["InternalErrors"] == [1.0]
+    (logged,) = [r for r in caplog.records if r.getMessage() == "reading the turn failed"]
+    assert logged.levelno == logging.ERROR
+    assert (logged.error_code, logged.session_id) == ("AccessDeniedException", sample_session)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("sample", ["relay-chat.json", "relay-v1-chat-completions.json"])

@@ -62,7 +62,12 @@ WATCHED = {
     ("Chatstream", "UnrecognizedMessages", "chatstream-reaper"),  # a failure record naming no turn
     ("Chatstream", "ServiceFailures", "chatstream-proxy"),  # most replies end in error (throttled, model errors)
     ("Chatstream", "InternalErrors", "chatstream-relay"),  # the relay answers 500 itself, its invocations succeed
+    ("Chatstream", "GenerationErrors", "chatstream-proxy"),  # nearly every reply fails, a request's errors included
+    ("AWS/Lambda", "Throttles", "RelayFunction"),  # clients get 429
+    ("AWS/Lambda", "Throttles", "ConsumerFunction"),  # a throttled consumer reports no IteratorAge
 }
+# Lambda's metrics of an invocation, stamped with the time it started (a failure at the end of a long one lands back).
+STAMPED_AT_START = {"Errors", "AsyncEventsDropped", "DestinationDeliveryFailures"}
 # What deleting (or replacing) the stack does to what holds data: only the conversations are kept.
 DELETION_POLICIES = {
     "AWS::DynamoDB::Table": "Retain",
@@ -406,6 +411,26 @@ def test_every_failure_that_would_be_silent_has_an_alarm(deployment: Deployment)
         for metric in _watched_metrics(alarm)
     }
     assert watched >= WATCHED, WATCHED - watched
+
+
+def test_an_alarm_on_an_invocation_metric_looks_back_past_the_function_timeout(deployment: Deployment) -> None:
+    # GIVEN the functions' timeouts, and the alarms on Lambda's metrics of an invocation ("The timestamp on a metric
+    # reflects when the function was invoked ... if your function has a 10-minute timeout, look more than 10 minutes
+    # in the past", the Lambda developer guide, monitoring-metrics)
+    functions = deployment.of_type("AWS::Lambda::Function")
+    checked = set()
+    for name, alarm in deployment.of_type("AWS::CloudWatch::Alarm").items():
+        properties = alarm["Properties"]
+        if properties.get("Namespace") != "AWS/Lambda" or properties["MetricName"] not in STAMPED_AT_START:
+            continue
+        timeout = functions[_target(properties["Dimensions"][0]["Value"])]["Properties"]["Timeout"]
+        # THEN its window covers an invocation that started a whole timeout ago, and one datapoint in it alarms
+        periods = properties["EvaluationPeriods"]
+        assert properties["Period"] * periods >= timeout + 60, name
+        assert properties.get("DatapointsToAlarm", periods) == 1, name
+        checked.add(name)
+    # AND the relay's and the proxy's (15-minute functions) are among them
+    assert {"RelayErrorsAlarm", "ProxyAsyncEventsDroppedAlarm"} <= checked
 
 
 def test_an_alarm_on_a_chatstream_metric_watches_the_service_that_emits_it(deployment: Deployment) -> None:

@@ -47,7 +47,8 @@ when the table answers slowly, followers ask less often instead of queueing more
 read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new
 follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A
 ``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
-other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id).
+other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id), logged at
+ERROR and counted by the relay as its own failure (``InternalErrors``).
 
 The follower never learns that its client went away: on Lambda a Function URL client that disconnects does not
 interrupt a streamed response, and the invocation runs on, billed ("streamed responses are not interrupted or
@@ -58,6 +59,7 @@ is still there follows the ``reconnect`` and pays one new request for it.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -70,6 +72,8 @@ from chatstream.records import ErrorInfo, RecordType, TokenRecord
 from chatstream.relay import sse
 from chatstream.relay.pace import Pacer, Position, TextEvent
 from chatstream.status import TurnStatus
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -500,6 +504,12 @@ class Follower:
         return _terminal_from_turn(turn)
 
     def _read_failed(self, err: Exception) -> str:
+        # The error's type and code, not its message: an invalid record's may quote the record's text.
+        code = err.response.get("Error", {}).get("Code") if isinstance(err, ClientError) else None
+        logger.error(
+            "reading the turn failed",
+            extra={"session_id": self.session_id, "turn": self.turn, "error": type(err).__name__, "error_code": code},
+        )
         return self._fail("relay_error", f"reading the turn failed ({type(err).__name__})", retryable=True)
 
     def _fail(self, code: str, message: str, *, retryable: bool) -> str:
