@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from chatstream.coalescer import Coalescer, Step, WriterAction
-from chatstream.records import RecordType
+from chatstream.coalescer import MAX_RECORD_CHARS, Coalescer, Step, WriterAction
+from chatstream.records import RecordType, TokenRecord
+
+if TYPE_CHECKING:
+    from chatstream.table import ChatTable
 
 
 def coalescer(interval_s: float = 0.3, max_chars: int = 10, cancel_s: float = 0.5, **kw: int) -> Coalescer:
@@ -115,3 +120,13 @@ def test_a_full_buffer_never_takes_the_next_kind_along() -> None:
     # THEN each record is one kind, in order, though all would fit in flush_max_chars
     assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "cd", kind=RecordType.REASONING)
     assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "efgh")
+
+
+@pytest.mark.parametrize("char", ["\x01", '"', "\U0001f600", "\u00e9"], ids=["control", "quote", "astral", "latin"])
+def test_the_largest_record_fits_a_kinesis_record_and_a_table_item(chat_table: ChatTable, char: str) -> None:
+    # GIVEN a record of MAX_RECORD_CHARS characters, each of those that take the most room in its JSON
+    record = TokenRecord.delta("s" * 32, 1, 1, char * MAX_RECORD_CHARS, 1)
+    # THEN its data is within Kinesis's 1 MiB per record, and the table stores it as one item (400 KB)
+    assert len(record.encode()) + len(record.session_id) <= 1024 * 1024
+    chat_table.put_records([record])
+    assert chat_table.query_records(record.session_id, 1) == [record]

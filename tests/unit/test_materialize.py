@@ -104,6 +104,22 @@ def test_a_whole_turn_is_written_and_the_turn_completed_with_the_exact_text(chat
     assert session is not None and session.active_turn is None
 
 
+def test_a_reply_larger_than_a_table_item_completes_its_turn(chat_table, materializer) -> None:
+    # GIVEN a turn in progress and a reply of four full records (480 KB in UTF-8, more than a 400 KB item holds)
+    session_id, turn = new_turn(chat_table)
+    words = ["\u00e9" * 60_000] * 4
+    batch = Stream().records(turn_records(session_id, turn, words))
+    # WHEN the batch is materialized
+    outcome = materializer.process(batch)
+    # THEN the batch succeeds (no retries, nothing for the DLQ), the turn is complete with the exact text, and the
+    # session is free: before, DynamoDB refused the turn item's update and the turn stayed in progress
+    assert outcome.ok and outcome.turns_completed == 1
+    stored = chat_table.get_turn(session_id, turn)
+    assert stored is not None and (stored.status, stored.assistant) == (TurnStatus.COMPLETE, "".join(words))
+    session = chat_table.get_session(session_id)
+    assert session is not None and session.active_turn is None
+
+
 def test_error_and_cancelled_turns_get_their_status(chat_table, materializer) -> None:
     # GIVEN one turn that ends in error and, after it, one that is cancelled
     session_id, first = new_turn(chat_table)

@@ -407,3 +407,26 @@ def test_wire_form_is_recognized_strictly() -> None:
     for odd in ({"X": "?"}, {"N": 1}, {"L": [{"S": 1}]}, {"M": {"k": "bare"}}, {"SS": ["a", 1]}, ["S", "x"]):
         with pytest.raises(NotWireForm):
             wire_attribute_value(odd, b64)
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["an item", "no item"])
+def test_a_refused_update_leaves_the_item_as_it_was(dynamodb: DynamoDBClient, table_name: str, exists: bool) -> None:
+    # GIVEN an item in progress (or none)
+    key = {"pk": {"S": "big"}, "sk": {"S": "T#000001"}}
+    if exists:
+        dynamodb.put_item(TableName=table_name, Item={**key, "status": {"S": "in_progress"}})
+    before = dynamodb.get_item(TableName=table_name, Key=key).get("Item")
+    # WHEN an update sets its status and an attribute that makes it larger than 400 KB
+    with pytest.raises(ClientError) as refused:
+        dynamodb.update_item(
+            TableName=table_name,
+            Key=key,
+            UpdateExpression="SET #status = :done, assistant = :text",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={":done": {"S": "complete"}, ":text": {"S": "x" * 500_000}},
+        )
+    # THEN DynamoDB's error, and the item is as it was: no action of the update applied (DynamoDB's updates are
+    # all or nothing), no item created
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert "maximum allowed size" in refused.value.response["Error"]["Message"]
+    assert dynamodb.get_item(TableName=table_name, Key=key).get("Item") == before

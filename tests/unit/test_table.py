@@ -162,6 +162,29 @@ def test_history_lists_turns_with_outcomes(chat_table: ChatTable) -> None:
     assert turns[1].error == {"code": "throttled", "message": "slow down", "retryable": True}
 
 
+def test_a_reply_too_large_for_its_turn_item_is_read_from_its_records(chat_table: ChatTable) -> None:
+    # GIVEN a turn whose reply and reasoning (900 KB and 300 KB in UTF-8) are stored as its records, more than
+    # DynamoDB's 400 KB item can hold, and another turn after it
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "write a book")
+    reply, thought = ["\u00e9" * 150_000] * 3, ["\u00e8" * 150_000]
+    records = turn_records(session_id, 1, reply, reasoning=thought)
+    chat_table.put_records(records[:-1])
+    # WHEN its terminal record completes it with those texts
+    chat_table.complete_turn(records[-1], "".join(reply), reasoning="".join(thought))
+    # THEN the turn ended (its outcome written without the texts) and the session is free for the next turn
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and (turn.status, turn.stop_reason) == (TurnStatus.COMPLETE, StopReason.END_TURN)
+    assert chat_table.start_turn(session_id, OWNER, "thanks") == 2
+    # AND every read of it has its exact texts, assembled from its records
+    assert (turn.assistant, turn.reasoning) == ("".join(reply), "".join(thought))
+    first = chat_table.list_turns(session_id)[0]
+    assert (first.assistant, first.reasoning, first.usage) == ("".join(reply), "".join(thought), turn.usage)
+    # AND a later outcome that fits (the same record redelivered after a trim, say) is stored in the item again
+    chat_table.complete_turn(records[-1], "short")
+    assert chat_table.get_turn(session_id, 1).assistant == "short"  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(("asked", "stored"), [(1.57e-176, 0.0), (1e-130, 1e-130), (0.0, 0.0), (1.0, 1.0)])
 def test_a_number_closer_to_zero_than_dynamodb_numbers_go_is_stored_as_zero(
     chat_table: ChatTable, asked: float, stored: float

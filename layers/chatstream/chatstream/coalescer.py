@@ -27,8 +27,10 @@ from enum import Enum
 
 from chatstream.records import RecordType
 
-# 4 bytes a character at most in UTF-8: a record's text stays under Kinesis's 1 MiB per record.
-MAX_RECORD_CHARS = 200_000
+# A record is stored whole: as the JSON data of one Kinesis record (1 MiB at most) and as one table item (DynamoDB's
+# 400 KB, the record's JSON its largest attribute). In that JSON a character takes at most 6 bytes (a control
+# character's escape, ``\u0001``; 4 for any other in UTF-8), so 60,000 characters are 360 KB at worst.
+MAX_RECORD_CHARS = 60_000
 MIN_WAIT_S = 0.001
 
 

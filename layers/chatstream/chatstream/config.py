@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.config import Config
 
+from chatstream.coalescer import MAX_RECORD_CHARS
 from chatstream.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class ProxyConfig:
             stream_name=env.required(TOKEN_STREAM_NAME),
             model_id=env.required(MODEL_ID),
             flush_interval_ms=env.integer(FLUSH_INTERVAL_MS, 300, minimum=0, maximum=60_000),
-            flush_max_chars=env.integer(FLUSH_MAX_CHARS, 1024, minimum=1, maximum=200_000),
+            flush_max_chars=env.integer(FLUSH_MAX_CHARS, 1024, minimum=1, maximum=MAX_RECORD_CHARS),
             cancel_check_interval_ms=env.integer(CANCEL_CHECK_INTERVAL_MS, 500, minimum=0, maximum=60_000),
             put_max_attempts=env.integer(PUT_MAX_ATTEMPTS, 8, minimum=1, maximum=100),
             system_prompt=env.optional(SYSTEM_PROMPT, ""),

@@ -12,7 +12,9 @@ turn                        ``S#<id>`` / ``T#<turn:06d>``     user, status, canc
                                                             the model showed any), max_tokens,
                                                             temperature, system, top_p, stop, history
                                                             (``TurnOptions``), created_at, updated_at,
-                                                            generator (who claimed the generation)
+                                                            generator (who claimed the generation),
+                                                            texts_in_records (a reply too large for the
+                                                            item: its texts are read from its records)
 token record                ``S#<id>`` / ``R#<turn:06d>#<seq:08d>``  record (the record's JSON), ts
 ==========================  ==============================  =====================================
 
@@ -20,13 +22,18 @@ Every read a function makes is a key lookup or a key-range Query in one partitio
 ``begins_with(sk, "T#")``; following a turn is ``sk BETWEEN R#<turn>#<after+1> AND R#<turn>#<max>``.
 Token items are written idempotently (a redelivered record rewrites its own item). The session's
 ``active_turn`` enforces one generating turn per session with conditional writes.
+
+A finished turn's item keeps its reply and reasoning, so history is one Query. DynamoDB refuses an item over
+400 KB, and a reply of a few hundred thousand characters (with the turn's message and the history a client sent)
+is more: such a turn's outcome is written without its texts, marked ``texts_in_records``, and its reads assemble
+them from its token records, which hold them anyway (:meth:`ChatTable.complete_turn`).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from typing import TYPE_CHECKING, Any
 
@@ -334,7 +341,7 @@ class ChatTable:
             Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
             ConsistentRead=True,
         ).get("Item")
-        return None if raw is None else _turn_from_item(session_id, _deser(raw))
+        return None if raw is None else self._turn(session_id, _deser(raw))
 
     def claim_turn(self, session_id: str, turn: int, generator: str) -> Turn:
         """Claim a turn in progress for one generation and return its item, in one conditional write (which reads
@@ -376,7 +383,7 @@ class ChatTable:
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
             ExpressionAttributeValues=_ser({":pk": _pk(session_id), ":prefix": "T#"}),
         )
-        return [_turn_from_item(session_id, item) for item in items]
+        return [self._turn(session_id, item) for item in items]
 
     def request_cancel(self, session_id: str, turn: int) -> None:
         """Set the turn's cancel flag; :class:`TurnFinished` if it ended, :class:`TurnNotFound` if none."""
@@ -447,17 +454,17 @@ class ChatTable:
             condition += " AND #status = :in_progress"
             values[":in_progress"] = TurnStatus.IN_PROGRESS
         try:
-            self._call(
-                self.client.update_item,
-                TableName=self.table_name,
-                Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
-                UpdateExpression="SET "
-                + ", ".join(f"#{name} = :{name}" for name in fields)
-                + (" REMOVE " + ", ".join(f"#{name}" for name in cleared) if cleared else ""),
-                ConditionExpression=condition,
-                ExpressionAttributeNames={f"#{name}": name for name in (*fields, *cleared)},
-                ExpressionAttributeValues=_ser(values),
-            )
+            try:
+                self._update_turn(record, fields, [*cleared, _TEXTS_IN_RECORDS], condition, values)
+            except ClientError as err:
+                if not _too_large(err):
+                    raise
+                # The texts make the item larger than DynamoDB allows: the outcome without them, read from the
+                # turn's records instead (the consumer stores a turn's text records before it completes the turn).
+                texts = {name: fields.pop(name) for name in _TEXT_FIELDS if name in fields}
+                values = {key: value for key, value in values.items() if key[1:] not in texts}
+                fields[_TEXTS_IN_RECORDS] = values[f":{_TEXTS_IN_RECORDS}"] = True
+                self._update_turn(record, fields, [*cleared, *_TEXT_FIELDS], condition, values)
             written = True
         except ClientError as err:
             # No such turn (expired, or a record replayed from the stream after its TTL): nothing to complete.
@@ -522,6 +529,37 @@ class ChatTable:
 
     # -------------------------------------------------------------------------- internals
 
+    def _update_turn(
+        self,
+        record: TokenRecord,
+        fields: Mapping[str, Any],
+        removed: Sequence[str],
+        condition: str,
+        values: Mapping[str, Any],
+    ) -> None:
+        """Set ``fields`` of the record's turn item (``values`` holds their values and the condition's), remove
+        ``removed`` (those of them not set)."""
+        removed = [name for name in removed if name not in fields]
+        self._call(
+            self.client.update_item,
+            TableName=self.table_name,
+            Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
+            UpdateExpression="SET "
+            + ", ".join(f"#{name} = :{name}" for name in fields)
+            + (" REMOVE " + ", ".join(f"#{name}" for name in removed) if removed else ""),
+            ConditionExpression=condition,
+            ExpressionAttributeNames={f"#{name}": name for name in (*fields, *removed)},
+            ExpressionAttributeValues=_ser(values),
+        )
+
+    def _turn(self, session_id: str, item: Mapping[str, Any]) -> Turn:
+        """The turn an item holds, with its texts read from its records when they did not fit in it."""
+        turn = _turn_from_item(session_id, item)
+        if not item.get(_TEXTS_IN_RECORDS):
+            return turn
+        assistant, reasoning = self.assemble_texts(session_id, turn.turn)
+        return replace(turn, assistant=assistant, reasoning=reasoning or None)
+
     def _record_item(self, record: TokenRecord) -> dict[str, Any]:
         return _ser(
             {
@@ -581,6 +619,14 @@ def _outcome(record: TokenRecord, assistant: str, reasoning: str, now_ms: int) -
 
 
 _OUTCOME_FIELDS = ("stop_reason", "usage", "error")  # what a terminal record carries, one outcome's or the other's
+_TEXT_FIELDS = ("assistant", "reasoning")
+_TEXTS_IN_RECORDS = "texts_in_records"  # a finished turn whose texts did not fit in its item
+
+
+def _too_large(err: ClientError) -> bool:
+    """DynamoDB refused a write for the item's size ("Item size to update has exceeded the maximum allowed size")."""
+    error = err.response.get("Error", {})
+    return error.get("Code") == "ValidationException" and "maximum allowed size" in str(error.get("Message", ""))
 
 
 # A turn a generation may claim: it exists, is in progress, and no generation has claimed it yet.
