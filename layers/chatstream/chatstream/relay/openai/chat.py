@@ -119,7 +119,8 @@ class ChunkStream:
                 return
             elif isinstance(event, Reconnect):
                 url = f"/sessions/{self.session_id}/turns/1/events"
-                message = f"the relay's time is up; the reply goes on at {url} (Last-Event-ID {event.last_event_id})"
+                message = f"this stream ended before the reply ({event.why}); it goes on at {url}"
+                message += f" (Last-Event-ID {event.last_event_id})"
                 yield error_data("stream_interrupted", message)
                 return
 

@@ -280,7 +280,9 @@ class ResponseStream:
                 return
             elif isinstance(event, Reconnect):
                 resume = f"GET /v1/responses/{self._id}?stream=true&starting_after={self._last_number}"
-                yield self._error("stream_interrupted", f"the relay's time is up; resume with {resume}")
+                yield self._error(
+                    "stream_interrupted", f"this stream ended before the reply ({event.why}); resume with {resume}"
+                )
                 return
 
     def resume_point(self, records: Iterable[TokenRecord]) -> tuple[list[Token], Position | None]:

@@ -46,11 +46,14 @@ class Failed:
 
 @dataclass(frozen=True)
 class Reconnect:
-    """The relay's time is up; the stream continues in a new request after ``last_event_id``: a record's ``seq``, or
+    """The relay ends this stream before the turn (its invocation's time is nearly up, or nothing new came for
+    ``IDLE_RECONNECT_S``); the stream continues in a new request after ``last_event_id``: a record's ``seq``, or
     a piece's id (``<seq>.<offset>``) when the client has only part of a record, as the native ``reconnect`` says it
     (kept as its text: it is said back, never counted with)."""
 
     last_event_id: str
+
+    why = "the relay's time was nearly up, or nothing new came for a minute"
 
 
 @dataclass(frozen=True)
