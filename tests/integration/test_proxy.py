@@ -293,6 +293,61 @@ def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_t
     assert plan_reply("/long 5000").text.startswith(assistant_text(records))
 
 
+class _UncalledBedrock:
+    """A Bedrock client the test must not see called."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def converse_stream(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise AssertionError("the model was called")
+
+
+def cancelled_before_claim(chat_table: ChatTable, message: str) -> Turn:
+    """A turn whose cancel flag was set before a generation claimed it, as the claim returns it."""
+    session_id = chat_table.create_session(OWNER)
+    turn = chat_table.start_turn(session_id, OWNER, message)
+    chat_table.request_cancel(session_id, turn)
+    return turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
+
+
+def test_a_turn_cancelled_before_the_claim_is_not_generated(kinesis, stream_name, chat_table) -> None:
+    # GIVEN a turn whose cancel flag was set before this generation claimed it
+    current = cancelled_before_claim(chat_table, "/long 300")
+    assert current.cancel_requested
+    # WHEN the proxy generates it
+    bedrock = _UncalledBedrock()
+    result = generate(current, bedrock, kinesis, stream_name, chat_table)
+    # THEN the model was not called, and the turn ends cancelled with nothing generated: start, then stop
+    assert bedrock.calls == 0
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert [r.type for r in records] == [RecordType.START, RecordType.STOP]
+    assert records[-1].stop_reason is StopReason.CANCELLED and records[-1].usage == Usage(0, 0)
+    assert result.terminal == records[-1] and (result.deltas, result.records_written) == (0, 2)
+    assert not result.terminal_via_table
+
+
+def test_a_turn_cancelled_before_the_claim_ends_through_the_table_when_kinesis_is_down(
+    kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN a turn cancelled before the claim, and Kinesis refusing everything
+    current = cancelled_before_claim(chat_table, "hello")
+    flaky = FlakyKinesis(kinesis, ["raise"] * 1000)
+    writer = TokenStreamWriter(flaky, stream_name, max_attempts=3, sleep=lambda _: None)  # type: ignore[arg-type]
+    settings = GenerationSettings(model_id="m")
+    bedrock = _UncalledBedrock()
+    result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()
+    # THEN the model was not called, and the turn ends cancelled in the read model, its start and stop stored
+    assert bedrock.calls == 0 and result.terminal_via_table
+    stored = chat_table.query_records(current.session_id, current.turn)
+    assert [(r.seq, r.type) for r in stored] == [(0, RecordType.START), (1, RecordType.STOP)]
+    turn = chat_table.get_turn(current.session_id, current.turn)
+    assert turn is not None and (turn.status, turn.stop_reason) == (TurnStatus.CANCELLED, StopReason.CANCELLED)
+    assert chat_table.get_session(current.session_id).active_turn is None  # type: ignore[union-attr]
+
+
 def prompt_of(chat_table: ChatTable, session_id: str, turn: int) -> list[tuple[str, str]]:
     """The Converse messages the proxy builds for ``turn``, as (role, text) pairs (each message is one text block)."""
     messages = build_messages(chat_table, turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy"))

@@ -15,6 +15,8 @@ reach the shard in ``seq`` order (but for a refused ``start`` put again after th
 :meth:`Generation._open_turn`) and a slow Kinesis makes records larger instead of reordering them.
 Between flushes, at most every ``cancel_check_interval_ms``, the writer reads the turn's cancel
 flag; when it is set the Bedrock stream is closed and the turn ends with ``stop_reason: "cancelled"``.
+A turn whose flag was set before the claim (the claim returns it) is not generated at all: its ``start`` and a
+``cancelled`` ``stop`` are written and the model is not called.
 
 Reasoning (``contentBlockDelta.delta.reasoningContent``): its ``text`` deltas become ``reasoning`` records,
 coalesced like the reply's deltas but never in the same record. Its ``signature`` and ``redactedContent``
@@ -276,6 +278,8 @@ class Generation:
 
     def run(self) -> GenerationResult:
         self._started_at = self.monotonic()
+        if self.turn.cancel_requested:
+            return self._cancelled_before_start()
         writer = threading.Thread(target=self._write_loop, name="chatstream-writer", daemon=True)
         writer.start()
         outcome = self._read_stream()
@@ -305,6 +309,29 @@ class Generation:
             put_calls=self.writer.put_calls,
             throttle_retries=self.writer.throttle_retries,
             ttft_ms=ttft,
+            terminal_via_table=via_table,
+        )
+
+    def _cancelled_before_start(self) -> GenerationResult:
+        """The turn was cancelled before this generation claimed it: the model is not called (it would be paid for
+        the whole history's input tokens, for a reply nobody wants), the turn ends ``cancelled`` with no text."""
+        logger.info("cancel requested before the generation started; the model is not called")
+        req = self.turn
+        now = self.now_ms()
+        start = TokenRecord.start(req.session_id, req.turn, now)
+        stop = TokenRecord.stop(req.session_id, req.turn, 1, StopReason.CANCELLED, Usage(0, 0), now)
+        via_table = False
+        try:
+            self._write(start, stop)
+            self._result_terminal = stop
+        except Exception as err:  # Kinesis refused them: the turn still ends, through the table
+            logger.error("token stream write failed at seq %d: %s", self._next_seq, err)
+            via_table = self._end_through_table(lambda _seq: stop, opening=start)
+        return GenerationResult(
+            terminal=stop,
+            records_written=self._records_written,
+            put_calls=self.writer.put_calls,
+            throttle_retries=self.writer.throttle_retries,
             terminal_via_table=via_table,
         )
 
@@ -494,8 +521,9 @@ class Generation:
         self._next_seq = records[-1].seq + 1
         self._records_written += len(records)
 
-    def _end_through_table(self, terminal: Callable[[int], TokenRecord]) -> bool:
-        """Kinesis refused the reply: write the error record straight into the read model."""
+    def _end_through_table(self, terminal: Callable[[int], TokenRecord], opening: TokenRecord | None = None) -> bool:
+        """Kinesis refused the reply: write the terminal record (after ``opening``, the start record, if given)
+        straight into the read model."""
         record = terminal(self._next_seq)
         self._result_terminal = record
         for attempt in range(self.settings.table_attempts):
@@ -503,7 +531,7 @@ class Generation:
                 self.table.complete_turn(
                     record, assistant_text(self._written_deltas), reasoning=reasoning_text(self._written_deltas)
                 )
-                self.table.put_records([record])
+                self.table.put_records([record] if opening is None else [opening, record])
                 return True
             except Exception:  # retried below; the relay's timeouts are the last resort
                 logger.exception("could not end the turn through the table (attempt %d)", attempt + 1)
