@@ -223,7 +223,9 @@ def test_events_near_the_deadline_end_with_reconnect(
 
 
 def test_cancel_sample_is_202(app: ModuleType, chat_table: ChatTable, sample_session: str) -> None:
-    # GIVEN the samples' turn generating WHEN the cancel sample is handled THEN 202 and the flag is set
+    # GIVEN the samples' turn generating (a proxy claimed it) WHEN the cancel sample is handled THEN 202 and the flag
+    # is set
+    chat_table.claim_turn(sample_session, 1, "proxy-request")
     response = run(app, "relay-cancel.json")
     assert response.status_code == 202
     assert body_json(response) == {"session_id": sample_session, "turn": 1, "status": "cancelling"}

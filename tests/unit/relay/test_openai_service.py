@@ -19,6 +19,7 @@ from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo, assistant_text
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
+from chatstream.status import StopReason
 from chatstream.turn_options import HistoryMessage
 from tests.builders import turn_records
 from tests.support import load_event
@@ -186,6 +187,47 @@ def test_a_conflict_a_retry_cannot_clear_tells_the_sdk_not_to_retry_and_speaks_o
     assert openai_error(finished, 409)["code"] == "response_finished"
     assert finished.headers["x-should-retry"] == "false"
     assert proxy.invocations == 2
+
+
+def test_cancel_of_a_background_response_no_generation_claimed_answers_cancelled_at_once(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> None:
+    # GIVEN a background response whose proxy invocation waits in Lambda's queue: no generation has claimed its turn
+    clock = FakeClock()
+    service = RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=clock.as_clock())  # type: ignore[arg-type]
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    # WHEN the client cancels it
+    answer = call(service, "POST", f"/v1/responses/{created['id']}/cancel")
+    # THEN the answer is the response cancelled, at once: nothing was waited for
+    assert answer.status_code == 200
+    cancelled = body_of(answer)
+    assert (cancelled["id"], cancelled["status"]) == (created["id"], "cancelled")
+    assert clock.sleeps == []
+    # AND it stays so: the turn ended, a proxy invocation that runs later finds it ended (and generates nothing)
+    assert body_of(call(service, "GET", f"/v1/responses/{created['id']}"))["status"] == "cancelled"
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.generator == "relay" and not turn.cancel_requested
+    # AND cancelling it again answers the same object
+    assert body_of(call(service, "POST", f"/v1/responses/{created['id']}/cancel"))["status"] == "cancelled"
+
+
+def test_cancel_of_a_background_response_a_generation_claimed_sets_the_flag_and_waits(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> None:
+    # GIVEN a background response a proxy invocation claimed, which ends its turn cancelled 2 s after the flag is set
+    clock = FakeClock()
+    service = RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=clock.as_clock())  # type: ignore[arg-type]
+    created = background(service)
+    session_id = created["id"].split("_")[1]
+    chat_table.claim_turn(session_id, 1, "proxy-request")
+    clock.at(2.0, lambda: write_turn(chat_table, session_id, 1, ["Hel", "lo"], stop_reason=StopReason.CANCELLED))
+    # WHEN the client cancels it
+    answer = body_of(call(service, "POST", f"/v1/responses/{created['id']}/cancel"))
+    # THEN the generation's flag was set, and the answer came once it ended: cancelled, with what it had generated
+    assert chat_table.cancel_requested(session_id, 1)
+    assert answer["status"] == "cancelled" and 2.0 <= clock.t < 3.0
+    assert answer["output"][0]["content"][0]["text"] == "Hello"
 
 
 @pytest.mark.parametrize(

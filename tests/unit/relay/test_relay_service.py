@@ -15,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatstream.errors import Throttled, TurnFinished
-from chatstream.records import ErrorInfo
+from chatstream.generation import turn_to_generate
+from chatstream.proxy_event import GenerateRequest
+from chatstream.records import ErrorInfo, RecordType
 from chatstream.relay.follow import StreamOutcome
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
@@ -552,14 +554,47 @@ def test_events_of_an_unknown_session_are_404_session_not_found(service: RelaySe
 
 
 def test_cancel_of_a_generating_turn_is_202_and_sets_the_flag(service: RelayService, chat_table: ChatTable) -> None:
-    # GIVEN a turn generating
+    # GIVEN a turn a proxy invocation claimed and generates
     session_id = meta_of(chat(service, "hello"))["session_id"]
+    chat_table.claim_turn(session_id, 1, "proxy-request")
     # WHEN the client cancels it
     response = service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel"))
-    # THEN 202 cancelling, and the flag the proxy checks is set
+    # THEN 202 cancelling, and the flag the proxy checks is set; the turn is the generation's to end
     assert response.status_code == 202
     assert json_body(response) == {"session_id": session_id, "turn": 1, "status": "cancelling"}
     assert chat_table.cancel_requested(session_id, 1)
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS and turn.generator == "proxy-request"
+    assert chat_table.query_records(session_id, 1) == []
+
+
+def test_cancel_before_a_proxy_claimed_the_turn_ends_it_cancelled_at_once(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN a turn whose proxy invocation waits in Lambda's queue (throttled): no generation has claimed it
+    response = chat(service, "hello")
+    session_id = meta_of(response)["session_id"]
+    # WHEN the client cancels it
+    cancel = service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel"))
+    # THEN 202 cancelling, as for any cancel
+    assert cancel.status_code == 202
+    assert json_body(cancel) == {"session_id": session_id, "turn": 1, "status": "cancelling"}
+    # AND the turn ended cancelled now, with nothing generated, as a turn the proxy cancelled reads
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and (turn.status, turn.stop_reason) == (TurnStatus.CANCELLED, StopReason.CANCELLED)
+    assert (turn.assistant, turn.usage, turn.generator) == ("", {"input_tokens": 0, "output_tokens": 0}, "relay")
+    records = chat_table.query_records(session_id, 1)
+    assert [(r.seq, r.type) for r in records] == [(0, RecordType.START), (1, RecordType.STOP)]
+    # AND the stream that started it ends with done cancelled at once, no timeout
+    stream = rest_of(response)
+    assert stream.kinds == ["done"] and stream.events[0].json()["stop_reason"] == "cancelled"
+    # AND the session takes its next message at once
+    assert meta_of(chat(service, "again", session_id=session_id))["turn"] == 2
+    # AND a cancel sent again is 409 turn_finished
+    assert_error(service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel")), 409, "turn_finished")
+    # WHEN the proxy invocation runs at last, and tries to claim the turn THEN it has ended: nothing is generated
+    with pytest.raises(TurnFinished):
+        turn_to_generate(chat_table, GenerateRequest(session_id, 1), "late-proxy-request")
 
 
 def test_cancel_of_a_finished_turn_is_409_turn_finished(service: RelayService, chat_table: ChatTable) -> None:

@@ -23,6 +23,10 @@ in the table as an ``error`` (``proxy_unavailable``, retryable) so the session i
 the stream's ``meta`` is followed by that error; unless a proxy invocation has claimed the turn meanwhile (a failed
 ``Invoke`` may still have been queued), which then generates it as usual.
 
+``POST …/cancel`` ends at once a turn no proxy invocation has claimed yet (its event still waits in Lambda's
+queue), ``cancelled``, in a claiming write as that one; a turn a generation claimed gets its cancel flag
+(:meth:`_Exchange.cancel_turn`).
+
 Failures that are nobody's input (DynamoDB throttling before a stream starts) answer
 ``503 unavailable`` with ``Retry-After``; anything unexpected ``500 internal_error`` — never a traceback.
 """
@@ -40,7 +44,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInProgress, TurnLimitReached, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord
+from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord, Usage
 from chatstream.relay import sse
 from chatstream.relay.follow import Clock, Follower, FollowSettings, FollowStats, StreamOutcome, events_url, render
 from chatstream.relay.http import (
@@ -57,7 +61,7 @@ from chatstream.relay.http import (
 )
 from chatstream.relay.openai.errors import render_error
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
-from chatstream.status import TurnStatus
+from chatstream.status import StopReason, TurnStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -94,7 +98,7 @@ def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
 
 RETRY_MS = 1000
 PROXY_UNAVAILABLE = "proxy_unavailable"
-RELAY_CLAIM = "relay"  # the turn item's generator when the relay ended a turn it could not start
+RELAY_CLAIM = "relay"  # the turn item's generator when the relay ended a turn before a generation claimed it
 # How long an answer that is not streamed (a /v1 request without a stream) waits for its turn, from the request's
 # arrival. OpenAI's SDKs give up on a request after 600 s (openai-python's and openai-node's DEFAULT_TIMEOUT) and send
 # it again, twice (DEFAULT_MAX_RETRIES): each send would start a new generation beside the first. So such an answer
@@ -236,7 +240,7 @@ class _Exchange:
         owned = self.owned(params)
         session_id, turn = owned.session_id, owned.turn
         try:
-            self.table.request_cancel(session_id, turn)
+            self.cancel_turn(session_id, turn)
         except TurnNotFound:
             raise _turn_not_found(session_id, turn) from None
         except TurnFinished:
@@ -382,6 +386,34 @@ class _Exchange:
             )
             return self._end_turn_in_error(request.session_id, request.turn, err)
         return None
+
+    def cancel_turn(self, session_id: str, turn: int) -> bool:
+        """Cancel a turn (the native cancel's and ``/v1``'s): whether it ended now, or only its flag was set.
+
+        A turn no generation has claimed yet (its proxy invocation waits in Lambda's queue: throttled, a burst) is
+        ended here, ``cancelled`` with nothing generated, in the write that claims it for the relay: its followers
+        get ``done`` at once, its session is free at once, and the invocation, when it runs, finds it ended and calls
+        no model. A turn a generation claimed gets its flag, which the generation reads between flushes.
+        :class:`TurnFinished` when it had ended, :class:`TurnNotFound` when there is none.
+        """
+        now = self.table.now_ms()
+        start = TokenRecord.start(session_id, turn, now)
+        stop = TokenRecord.stop(session_id, turn, 1, StopReason.CANCELLED, Usage(0, 0), now)
+        # The consumer's order: the turn item first (frees the session), then its records. A turn that is not
+        # claimable (claimed, ended, or none) is left as it is: request_cancel tells which.
+        if not self.table.complete_turn(stop, "", claim=RELAY_CLAIM):
+            self.table.request_cancel(session_id, turn)
+            return False
+        try:
+            self.table.put_records([start, stop])
+        except (ClientError, BotoCoreError, Throttled) as table_err:
+            # The turn item says cancelled: a follower rebuilds the ending from it (gap_timeout_s).
+            logger.error(
+                "could not record the cancelled turn's records; followers end from its item",
+                extra={"session_id": session_id, "turn": turn, "error": str(table_err)},
+            )
+        logger.info("cancelled before a generation started", extra={"session_id": session_id, "turn": turn})
+        return True
 
     def _end_turn_in_error(self, session_id: str, turn: int, err: Exception) -> TokenRecord | None:
         code = err.response.get("Error", {}).get("Code", "") if isinstance(err, ClientError) else type(err).__name__

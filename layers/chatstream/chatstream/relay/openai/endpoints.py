@@ -151,7 +151,7 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
     turn = _owned_response(exchange, params["response_id"])
     try:
-        exchange.table.request_cancel(turn.session_id, turn.turn)
+        ended_now = exchange.cancel_turn(turn.session_id, turn.turn)
     except TurnNotFound:
         raise _response_not_found(params["response_id"]) from None
     except TurnFinished:
@@ -164,6 +164,8 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
             f"response {params['response_id']} already ended; there is nothing to cancel",
             headers=_NOT_RETRIED,  # it stays ended: OpenAI's SDKs would send it again twice for nothing
         ) from None
+    if ended_now:  # no generation had claimed it: it ended cancelled here, nothing to wait for
+        return json_response(200, _object(exchange, _turn(exchange, turn.session_id, turn.turn)))
     clock = exchange.clock
     deadline = clock.monotonic() + CANCEL_WAIT_S
     while not turn.finished and clock.monotonic() < deadline:
