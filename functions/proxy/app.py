@@ -64,8 +64,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # Another delivery of this event generates (or generated) the turn: generating again would write a second
         # reply over the first one's records.
         metrics.add_metric(name="DuplicateInvocations", unit=MetricUnit.Count, value=1)
-        claimed_by = duplicate.claimed_by if isinstance(duplicate, TurnClaimed) else None
-        logger.warning("duplicate invocation; not generated", extra={"claimed_by": claimed_by})
+        logger.warning("duplicate invocation; not generated", extra={"claimed_by": duplicate.claimed_by})
         return {**request.to_event(), "type": "duplicate", "stop_reason": None, "error": None, "records": 0}
     logger.debug("generating", extra={"message_text": turn.user})
     writer = TokenStreamWriter(KINESIS, CONFIG.stream_name, max_attempts=CONFIG.put_max_attempts)

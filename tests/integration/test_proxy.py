@@ -532,6 +532,9 @@ def test_a_duplicate_delivery_of_the_event_generates_nothing(
     chat_table.complete_turn(generated[-1], assistant_text(generated))
     result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="third-delivery"))
     assert result["type"] == "duplicate" and read_stream(kinesis, stream_name) == generated
+    # AND its line too names the invocation that generated it
+    last = [r for r in caplog.records if r.getMessage() == "duplicate invocation; not generated"][-1]
+    assert last.claimed_by == "first-delivery"  # type: ignore[attr-defined]
 
 
 def test_an_event_from_an_earlier_relay_is_answered_from_the_turn_item(

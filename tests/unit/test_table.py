@@ -216,8 +216,9 @@ def test_a_turn_is_claimed_for_one_generation_only(chat_table: ChatTable) -> Non
     assert raised.value.claimed_by == "request-1"
     # AND once the turn has ended, a late delivery is told so
     chat_table.complete_turn(TokenRecord.stop(session_id, 1, 2, StopReason.END_TURN, Usage(1, 1), 5), "Hi")
-    with pytest.raises(TurnFinished):
+    with pytest.raises(TurnFinished) as finished:
         chat_table.claim_turn(session_id, 1, "request-3")
+    assert finished.value.claimed_by == "request-1"  # the duplicate's log names who generated it
     # AND a turn that does not exist is not found
     with pytest.raises(TurnNotFound):
         chat_table.claim_turn(session_id, 2, "request-4")
@@ -260,8 +261,9 @@ def test_ending_a_turn_with_a_claim_only_ends_an_unclaimed_one(chat_table: ChatT
     turn = chat_table.get_turn(unclaimed, 1)
     assert turn is not None and turn.status is TurnStatus.ERROR
     assert chat_table.owned_session(unclaimed, OWNER).active_turn is None
-    with pytest.raises(TurnFinished):
+    with pytest.raises(TurnFinished) as finished:
         chat_table.claim_turn(unclaimed, 1, "request-2")
+    assert finished.value.claimed_by == "relay"
 
 
 def test_start_session_allocates_turn_one_in_one_write(chat_table: ChatTable) -> None:

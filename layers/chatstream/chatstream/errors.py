@@ -56,7 +56,12 @@ class TurnLimitReached(ChatstreamError):
 
 
 class TurnFinished(ChatstreamError):
-    """The turn already ended (cancel of a finished turn; a generation event for a turn that ended)."""
+    """The turn already ended (cancel of a finished turn; a generation event for a turn that ended). ``claimed_by``:
+    who had claimed its generation, when known (a proxy invocation's request id, or ``relay``)."""
+
+    def __init__(self, message: str, claimed_by: str | None = None) -> None:
+        super().__init__(message)
+        self.claimed_by = claimed_by
 
 
 class TurnClaimed(ChatstreamError):

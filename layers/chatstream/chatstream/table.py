@@ -371,9 +371,9 @@ class ChatTable:
             if not isinstance(old, dict) or not old:
                 raise TurnNotFound(f"session {session_id} has no turn {turn}") from err
             item = _deser(old)
-            if item.get("status", TurnStatus.IN_PROGRESS) != TurnStatus.IN_PROGRESS:
-                raise TurnFinished(f"turn {turn} of session {session_id} already ended") from err
             claimed_by = str(item.get("generator", ""))
+            if item.get("status", TurnStatus.IN_PROGRESS) != TurnStatus.IN_PROGRESS:
+                raise TurnFinished(f"turn {turn} of session {session_id} already ended", claimed_by or None) from err
             raise TurnClaimed(f"turn {turn} of session {session_id} is claimed by {claimed_by}", claimed_by) from err
         return _turn_from_item(session_id, _deser(raw))
 
