@@ -31,6 +31,7 @@ them from its token records, which hold them anyway (:meth:`ChatTable.complete_t
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field, replace
@@ -52,6 +53,8 @@ from chatstream.errors import (
 from chatstream.records import MAX_SEQ, TokenRecord, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import TurnOptions
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -462,6 +465,10 @@ class ChatTable:
                 # The texts make the item larger than DynamoDB allows: the outcome without them, read from the
                 # turn's records instead (the consumer stores a turn's text records before it completes the turn).
                 texts = {name: fields.pop(name) for name in _TEXT_FIELDS if name in fields}
+                logger.info(
+                    "turn's texts too large for its item; read from its records",
+                    extra={"session_id": record.session_id, "turn": record.turn},
+                )
                 values = {key: value for key, value in values.items() if key[1:] not in texts}
                 fields[_TEXTS_IN_RECORDS] = values[f":{_TEXTS_IN_RECORDS}"] = True
                 self._update_turn(record, fields, [*cleared, *_TEXT_FIELDS], condition, values)
