@@ -33,7 +33,7 @@ with collector_paused():
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.logs import function_logger
     from chatstream.proxy_event import GenerateRequest
-    from chatstream.table import ChatTable
+    from chatstream.table import RELAY_CLAIM, ChatTable
     from chatstream.tracing import traced_handler
 
     logger = function_logger()  # chatstream's own modules log through it too (chatstream/logs.py)
@@ -60,12 +60,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     table = ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days)
     try:
         turn = turn_to_generate(table, request, context.aws_request_id)
-    except (TurnClaimed, TurnFinished) as duplicate:
-        # Another delivery of this event generates (or generated) the turn: generating again would write a second
-        # reply over the first one's records.
-        metrics.add_metric(name="DuplicateInvocations", unit=MetricUnit.Count, value=1)
-        logger.warning("duplicate invocation; not generated", extra={"claimed_by": duplicate.claimed_by})
-        return {**request.to_event(), "type": "duplicate", "stop_reason": None, "error": None, "records": 0}
+    except TurnFinished as ended:
+        if ended.claimed_by == RELAY_CLAIM:
+            # The relay ended the turn before any generation claimed it (a cancel came first, or its Invoke seemed to
+            # fail): this event is its only delivery, not a duplicate, and there is nothing left to generate.
+            logger.info("turn ended before its generation started; not generated")
+            return {**request.to_event(), "type": "ended", "stop_reason": None, "error": None, "records": 0}
+        return _duplicate(request, ended.claimed_by)
+    except TurnClaimed as claimed:
+        return _duplicate(request, claimed.claimed_by)
     logger.debug("generating", extra={"message_text": turn.user})
     writer = TokenStreamWriter(KINESIS, CONFIG.stream_name, max_attempts=CONFIG.put_max_attempts)
     result = Generation(
@@ -115,3 +118,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "error": terminal.error.to_dict() if terminal.error else None,
         "records": result.records_written,
     }
+
+
+def _duplicate(request: GenerateRequest, claimed_by: str | None) -> dict[str, Any]:
+    """Another delivery of this event generates (or generated) the turn: generating again would write a second
+    reply over the first one's records."""
+    metrics.add_metric(name="DuplicateInvocations", unit=MetricUnit.Count, value=1)
+    logger.warning("duplicate invocation; not generated", extra={"claimed_by": claimed_by})
+    return {**request.to_event(), "type": "duplicate", "stop_reason": None, "error": None, "records": 0}

@@ -537,6 +537,26 @@ def test_a_duplicate_delivery_of_the_event_generates_nothing(
     assert last.claimed_by == "first-delivery"  # type: ignore[attr-defined]
 
 
+def test_the_event_of_a_turn_the_relay_ended_first_is_no_duplicate(
+    monkeypatch, proxy_app, kinesis, stream_name, chat_table, caplog, capsys
+) -> None:
+    # GIVEN the sample's turn, ended by the relay before any proxy claimed it (a Stop while the event waited in
+    # Lambda's queue): claimed for the relay, cancelled
+    start_sample_turn(monkeypatch, chat_table, "hello")
+    session_id, turn = SAMPLE["session_id"], SAMPLE["turn"]
+    stop = TokenRecord.stop(session_id, turn, 1, StopReason.CANCELLED, Usage(0, 0), 5)
+    assert chat_table.complete_turn(stop, "", claim="relay")
+    # WHEN its event's only delivery runs
+    result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="only-delivery"))
+    # THEN nothing is generated, and it is not counted or logged as a duplicate delivery (an operator reads
+    # DuplicateInvocations as Lambda delivering an event twice): an INFO line says what happened
+    assert read_stream(kinesis, stream_name) == [] and result["type"] == "ended"
+    assert "DuplicateInvocations" not in capsys.readouterr().out
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("INFO", "turn ended before its generation started; not generated") in messages
+    assert not any(m == "duplicate invocation; not generated" for _, m in messages)
+
+
 def test_an_event_from_an_earlier_relay_is_answered_from_the_turn_item(
     monkeypatch, proxy_app, kinesis, stream_name, chat_table
 ) -> None:

@@ -62,6 +62,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 SESSION_SK = "SESSION"
+# A turn item's generator when the relay ended the turn before any generation claimed it (its Invoke of the proxy
+# failed, or a cancel came first): the proxy invocation that arrives after it generates nothing.
+RELAY_CLAIM = "relay"
 BATCH_WRITE_MAX = 25
 THROTTLE_CODES = frozenset(
     {

@@ -62,6 +62,7 @@ from chatstream.relay.http import (
 from chatstream.relay.openai.errors import render_error
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import StopReason, TurnStatus
+from chatstream.table import RELAY_CLAIM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -98,7 +99,6 @@ def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
 
 RETRY_MS = 1000
 PROXY_UNAVAILABLE = "proxy_unavailable"
-RELAY_CLAIM = "relay"  # the turn item's generator when the relay ended a turn before a generation claimed it
 # How long an answer that is not streamed (a /v1 request without a stream) waits for its turn, from the request's
 # arrival. OpenAI's SDKs give up on a request after 600 s (openai-python's and openai-node's DEFAULT_TIMEOUT) and send
 # it again, twice (DEFAULT_MAX_RETRIES): each send would start a new generation beside the first. So such an answer
@@ -427,7 +427,7 @@ class _Exchange:
             # The consumer's order: the turn item first (frees the session), then the terminal token item.
             if not self.table.complete_turn(failure, "", claim=RELAY_CLAIM):
                 logger.warning(
-                    "the proxy was invoked after all; its generation is followed",
+                    "the turn was claimed or ended meanwhile (a proxy invocation went through, or a cancel); followed",
                     extra={"session_id": session_id, "turn": turn},
                 )
                 return None
