@@ -180,6 +180,9 @@ def test_a_reply_too_large_for_its_turn_item_is_read_from_its_records(chat_table
     assert (turn.assistant, turn.reasoning) == ("".join(reply), "".join(thought))
     first = chat_table.list_turns(session_id)[0]
     assert (first.assistant, first.reasoning, first.usage) == ("".join(reply), "".join(thought), turn.usage)
+    # AND a read for its outcome alone (a follower's status check, the reaper's) does not read its records
+    bare = chat_table.get_turn(session_id, 1, texts=False)
+    assert bare is not None and (bare.status, bare.assistant, bare.usage) == (TurnStatus.COMPLETE, None, turn.usage)
     # AND a later outcome that fits (the same record redelivered after a trim, say) is stored in the item again
     chat_table.complete_turn(records[-1], "short")
     assert chat_table.get_turn(session_id, 1).assistant == "short"  # type: ignore[union-attr]

@@ -304,7 +304,7 @@ class Materializer:
         return [_Step(members, partial(self._reconcile, key[0], key[1], outcome)) for key, members in turns.items()]
 
     def _reconcile(self, session_id: str, turn: int, outcome: BatchOutcome) -> None:
-        current = self.table.get_turn(session_id, turn)
+        current = self.table.get_turn(session_id, turn, texts=False)
         if current is None or not current.finished:
             return
         stored = self.table.query_records(session_id, turn)

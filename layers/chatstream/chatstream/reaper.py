@@ -110,7 +110,7 @@ class FailedGeneration:
 def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Callable[[], int]) -> Reaping:
     """End the failed generation's turn if it is still in progress and not another delivery's."""
     request = failed.request
-    turn = table.get_turn(request.session_id, request.turn)
+    turn = table.get_turn(request.session_id, request.turn, texts=False)
     if turn is None or turn.finished:
         return Reaping.NOTHING_TO_END
     if failed.claimed_elsewhere(turn):

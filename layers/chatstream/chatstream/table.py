@@ -340,14 +340,18 @@ class ChatTable:
             self._batch_write_requests([{"DeleteRequest": {"Key": _ser(key)}} for key in batch])
         return len(keys)
 
-    def get_turn(self, session_id: str, turn: int) -> Turn | None:
+    def get_turn(self, session_id: str, turn: int, *, texts: bool = True) -> Turn | None:
+        """The turn, or None. ``texts=False``: without the reply and reasoning of a turn whose texts did not fit in
+        its item (a read for its status or outcome only, which then needs no Query of its records)."""
         raw = self._call(
             self.client.get_item,
             TableName=self.table_name,
             Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
             ConsistentRead=True,
         ).get("Item")
-        return None if raw is None else self._turn(session_id, _deser(raw))
+        if raw is None:
+            return None
+        return self._turn(session_id, _deser(raw)) if texts else _turn_from_item(session_id, _deser(raw))
 
     def claim_turn(self, session_id: str, turn: int, generator: str) -> Turn:
         """Claim a turn in progress for one generation and return its item, in one conditional write (which reads
@@ -408,7 +412,7 @@ class ChatTable:
         except ClientError as err:
             if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-            if self.get_turn(session_id, turn) is None:
+            if self.get_turn(session_id, turn, texts=False) is None:
                 raise TurnNotFound(f"session {session_id} has no turn {turn}") from err
             raise TurnFinished(f"turn {turn} of session {session_id} already ended") from err
 

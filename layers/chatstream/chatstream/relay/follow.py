@@ -463,7 +463,7 @@ class Follower:
     def _check_turn(self, last: int, now: float, finished_since: float | None) -> bool:
         """Read the turn item while idle. Raises :class:`_End` with the ending event to send; else whether the
         turn ended with its terminal record still on its way."""
-        item = self.table.get_turn(self.session_id, self.turn)
+        item = self.table.get_turn(self.session_id, self.turn, texts=False)
         if item is None:
             raise _End(self._fail("turn_not_found", f"turn {self.turn} no longer exists", retryable=False))
         if not item.finished:

@@ -228,7 +228,7 @@ class _Exchange:
         pace = parse_pace(self.request.query.get("pace"))
         after = header if header is not None else query
         owned = self.owned(params)
-        turn = self.table.get_turn(owned.session_id, owned.turn)
+        turn = self.table.get_turn(owned.session_id, owned.turn, texts=False)
         if turn is None:
             raise _turn_not_found(owned.session_id, owned.turn)
         stats = FollowStats()
