@@ -448,6 +448,26 @@ def test_enhanced_fan_out_delivers_a_put_to_the_read_already_waiting(stack) -> N
     assert recorder.sequence_numbers(0) == [sequence_number]
 
 
+def test_enhanced_fan_out_delivers_a_record_its_push_latency_after_the_put(stack) -> None:
+    # GIVEN an enhanced fan-out mapping whose records reach the consumer 300 ms after their put (Kinesis pushes them
+    # "typically an average of 70 ms" after it; the benchmark sets that)
+    template = Template.load(region=REGION, parameter_overrides={"EnhancedFanOut": "true"})
+    delivered: list[float] = []
+    recorder = Recorder(lambda event: (delivered.append(time.time()), Invoked(b"{}"))[1])
+    mapping = stack.mapping(recorder, template=template, push_wait_ms=4000, push_latency_s=0.3).start()
+    try:
+        # WHEN a record is put
+        put_at = time.time()
+        stack.put(b"pushed", "k")
+        deadline = time.monotonic() + 20
+        while not delivered and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        mapping.stop(timeout=10)
+    # THEN the consumer gets it no sooner than the latency after the put (and not much later)
+    assert delivered and 0.25 <= delivered[0] - put_at < 3
+
+
 def test_a_throttled_batch_is_tried_again_whole_using_no_retry(stack, monkeypatch) -> None:
     # GIVEN five records, and a consumer throttled (at its reserved concurrency) more times than the mapping's
     # retries, then free

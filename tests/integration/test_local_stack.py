@@ -16,7 +16,7 @@ from chatstream.status import StopReason, TurnStatus
 from chatstream_client.api import ApiError, ChatClient, ids_in_order
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
-from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, StackError, StackSettings
+from chatstream_local.stack import ENHANCED_FAN_OUT_ENV, FAN_OUT_LATENCY_ENV, StackError, StackSettings
 from tests.fixtures.local_handlers.specs import wait_until
 from tests.layer_operations import FUNCTION_OPERATIONS
 
@@ -209,6 +209,16 @@ def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
         reply = client.chat("/long 40")
     assert reply.text == plan_reply("/long 40").text and reply.done is not None
     assert ids_in_order(reply.ids)
+
+
+@pytest.mark.parametrize(("raw", "ms"), [("70", 70), ("", 0), ("70.5", None), ("-1", None), ("99999", None)])
+def test_the_fan_out_latency_is_read_from_its_variable_or_refused_in_one_line(raw: str, ms: int | None) -> None:
+    # GIVEN CHATSTREAM_LOCAL_FANOUT_LATENCY_MS WHEN the stack's settings are read THEN milliseconds, or a clear error
+    if ms is None:
+        with pytest.raises(StackError, match=f"{FAN_OUT_LATENCY_ENV} must be milliseconds"):
+            StackSettings.from_env({FAN_OUT_LATENCY_ENV: raw})
+    else:
+        assert StackSettings.from_env({FAN_OUT_LATENCY_ENV: raw}).fan_out_latency_ms == ms
 
 
 def test_a_proxy_event_delivered_twice_is_generated_once(start_stack: Callable[..., LocalStack]) -> None:

@@ -220,6 +220,7 @@ class EventSourceMapping:
         read_mode: ReadMode = ReadMode.POLLING,
         push_wait_ms: int = PUSH_WAIT_MS,
         push_pause_s: float = 0.02,
+        push_latency_s: float = 0.0,
         retry_delay_s: float = 0.0,
         now: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -227,7 +228,8 @@ class EventSourceMapping:
     ) -> None:
         """``read_mode`` decides how shards are read (see the module docstring). With enhanced fan-out each
         ``GetRecords`` waits up to ``push_wait_ms`` for a put, and ``push_pause_s`` separates two empty answers (a
-        moto without the push patch answers at once). ``now`` is the wall clock of record ages and on-failure
+        moto without the push patch answers at once); a pushed batch is delivered ``push_latency_s`` after its first
+        record's arrival (Kinesis's push latency, default none). ``now`` is the wall clock of record ages and on-failure
         records; ``monotonic`` and ``sleep`` (default: wait until :meth:`stop`) pace the polling."""
         if read_mode is ReadMode.ENHANCED_FAN_OUT and push_wait_ms:
             kinesis.meta.events.register("before-sign.kinesis.GetRecords", _wait_header(push_wait_ms))
@@ -241,6 +243,7 @@ class EventSourceMapping:
         self.role_arn = role_arn or f"arn:aws:iam::{ACCOUNT_ID}:role/{stream_name}-consumer-role"
         self.read_mode = read_mode
         self.push_pause_s = push_pause_s
+        self.push_latency_s = push_latency_s
         self.retry_delay_s = retry_delay_s
         self.now = now
         self.monotonic = monotonic
@@ -471,6 +474,7 @@ class _ShardReader:
         with self._lock:
             batch = self._next_batch()
             if batch:
+                self._await_push_latency(batch[0])
                 try:
                     self._deliver(batch)
                 except BaseException:
@@ -481,6 +485,14 @@ class _ShardReader:
                     raise
                 self.checkpoint = batch[-1].sequence_number
             return len(batch)
+
+    def _await_push_latency(self, first: _Record) -> None:
+        """Enhanced fan-out: wait until the batch's first record is ``push_latency_s`` old, as Kinesis pushes it."""
+        mapping = self.mapping
+        if mapping.read_mode is ReadMode.ENHANCED_FAN_OUT and mapping.push_latency_s:
+            wait = first.arrival + mapping.push_latency_s - mapping.now()
+            if wait > 0:
+                mapping.sleep(wait)
 
     # ------------------------------------------------------------------------------ reading
 
