@@ -107,9 +107,41 @@ def test_a_stale_active_turn_is_taken_over(chat_table: ChatTable) -> None:
     chat_table.now_ms = lambda: clock[0]
     session_id = chat_table.create_session(OWNER)
     chat_table.start_turn(session_id, OWNER, "lost")
+    chat_table.put_records(turn_records(session_id, 1, ["half", " a reply"])[:-1])  # no terminal record
     # WHEN a new turn is requested after the staleness bound THEN it is allocated
     clock[0] += 61_000
     assert chat_table.start_turn(session_id, OWNER, "retry", stale_after_ms=60_000) == 2
+    # AND the lost turn is ended, not left in progress for good: error timeout (retryable), its text the records it has
+    lost = chat_table.list_turns(session_id)[0]
+    assert (lost.status, lost.assistant, lost.error) == (
+        TurnStatus.ERROR,
+        "half a reply",
+        {"code": "timeout", "message": "the generation stopped without finishing", "retryable": True},
+    )
+    # AND its terminal record, if it comes after all (a redrive), still has the last word
+    stop = turn_records(session_id, 1, ["half", " a reply"])[-1]
+    chat_table.complete_turn(stop, "half a reply")
+    done = chat_table.get_turn(session_id, 1)
+    assert done is not None and (done.status, done.error, done.stop_reason) == (
+        TurnStatus.COMPLETE,
+        None,
+        stop.stop_reason,
+    )
+
+
+def test_a_stale_turn_whose_item_is_gone_does_not_stop_the_session(chat_table: ChatTable) -> None:
+    # GIVEN a session whose stale active turn's item no longer exists (expired, deleted by hand)
+    clock = [1_000_000]
+    chat_table.now_ms = lambda: clock[0]
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "lost")
+    chat_table.client.delete_item(
+        TableName=chat_table.table_name, Key={"pk": {"S": f"S#{session_id}"}, "sk": {"S": "T#000001"}}
+    )
+    # WHEN a new turn is requested after the staleness bound THEN it is allocated, and no turn 1 item is made up
+    clock[0] += 61_000
+    assert chat_table.start_turn(session_id, OWNER, "retry", stale_after_ms=60_000) == 2
+    assert [t.turn for t in chat_table.list_turns(session_id)] == [2]
 
 
 def test_records_are_idempotent_and_queried_in_seq_order(chat_table: ChatTable) -> None:

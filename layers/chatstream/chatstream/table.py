@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.backoff import Backoff
 from chatstream.errors import (
@@ -244,7 +244,47 @@ class ChatTable:
             if err.response["Error"]["Code"] == "TransactionCanceledException":
                 raise TurnInProgress(f"another turn of session {session_id} was started concurrently") from err
             raise
+        if stale and session.active_turn is not None:
+            self._end_stale_turn(session_id, session.active_turn, now)
         return turn
+
+    def _end_stale_turn(self, session_id: str, turn: int, now: int) -> None:
+        """End a stale turn the session has moved on from, if it is still in progress: ``error`` ``timeout``
+        (retryable), its texts read from its records (``texts_in_records``: the records it has are its text), so its
+        item does not say in progress for good (history, a ``/v1`` response polled until it ends). A terminal record
+        that comes later still overrides it, as it does the reaper's. After the new turn's transaction, not in it: a
+        turn item that is gone or ended must never stop a session from going on."""
+        error = {"code": "timeout", "message": "the generation stopped without finishing", "retryable": True}
+        try:
+            self._call(
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+                UpdateExpression="SET #status = :error, #error = :info, #texts = :true, updated_at = :now"
+                " REMOVE assistant, reasoning, stop_reason, #usage",
+                ConditionExpression="attribute_exists(pk) AND #status = :in_progress",
+                ExpressionAttributeNames={
+                    "#status": "status",
+                    "#error": "error",
+                    "#texts": _TEXTS_IN_RECORDS,
+                    "#usage": "usage",  # a DynamoDB reserved word
+                },
+                ExpressionAttributeValues=_ser(
+                    {
+                        ":error": TurnStatus.ERROR,
+                        ":info": error,
+                        ":true": True,
+                        ":now": now,
+                        ":in_progress": TurnStatus.IN_PROGRESS,
+                    }
+                ),
+            )
+        except (ClientError, BotoCoreError, Throttled) as err:  # ended meanwhile, or gone: nothing to end
+            if not isinstance(err, ClientError) or err.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                logger.warning(
+                    "could not end the stale turn taken over",
+                    extra={"session_id": session_id, "turn": turn, "error": type(err).__name__, "detail": str(err)},
+                )
 
     def start_session(
         self,
