@@ -98,6 +98,23 @@ def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(cha
     assert chat_table.start_turn(session_id, OWNER, "again") == 2
 
 
+def test_records_that_reach_the_table_after_the_reaper_are_part_of_the_turns_reply(chat_table: ChatTable) -> None:
+    # GIVEN a turn the reaper ended with the records the lagging consumer had written by then
+    session_id = chat_table.create_session(OWNER)
+    chat_table.start_turn(session_id, OWNER, "hello")
+    records = opening_records(session_id, 1, ["one", " two", " three"])
+    chat_table.put_records(records[:2])
+    failure = FailedGeneration.from_destination_record(destination_record(session_id))
+    assert end_abandoned_turn(chat_table, failure, lambda: 9) is Reaping.ENDED
+    # WHEN the rest reach the table (the consumer caught up, or a redrive of the DLQ wrote them)
+    chat_table.put_records(records[2:])
+    # THEN history, the model's history and /v1 read the whole reply, as a resumed stream replays it: the turn item
+    # keeps the reaper's outcome, its text is its records
+    (turn,) = chat_table.list_turns(session_id)
+    assert (turn.status, turn.assistant) == (TurnStatus.ERROR, "one two three")
+    assert turn.error is not None and turn.error["code"] == "generation_failed"
+
+
 def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
     session_id = chat_table.create_session(OWNER)
     chat_table.start_turn(session_id, OWNER, "hello")

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import InvalidEvent
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import ErrorInfo, TokenRecord, assistant_text, reasoning_text
+from chatstream.records import ErrorInfo, TokenRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -118,10 +118,10 @@ def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Calla
     records = table.query_records(request.session_id, request.turn)
     if any(record.is_terminal for record in records):
         return Reaping.NOTHING_TO_END  # the terminal record is in; the consumer completes the turn
-    text, reasoning = assistant_text(records), reasoning_text(records)
     next_seq = max((record.seq for record in records), default=0) + 1
     terminal = TokenRecord.failure(request.session_id, request.turn, next_seq, failed.error(), now_ms())
     # Conditional: the terminal record may have been put just before the proxy died, and the consumer may end the
-    # turn from it between the reads above and this write; then its outcome stands.
-    ended = table.complete_turn(terminal, text, reasoning=reasoning, if_in_progress=True)
+    # turn from it between the reads above and this write; then its outcome stands. Its texts are read from its
+    # records, not stored now: records a lagging consumer (or a redrive) writes after this are part of its reply.
+    ended = table.complete_turn(terminal, "", if_in_progress=True, texts_in_records=True)
     return Reaping.ENDED if ended else Reaping.NOTHING_TO_END

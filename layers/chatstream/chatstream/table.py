@@ -474,6 +474,7 @@ class ChatTable:
         reasoning: str = "",
         if_in_progress: bool = False,
         claim: str | None = None,
+        texts_in_records: bool = False,
     ) -> bool:
         """Record a turn's outcome from its terminal record, then free the session for the next turn.
 
@@ -485,11 +486,17 @@ class ChatTable:
         turn still in progress is ended, in the same conditional write, so a turn its terminal record ended
         meanwhile keeps that outcome. ``claim`` (the relay's, ending a turn whose proxy it could not invoke): only a
         turn in progress that no generation has claimed (:meth:`claim_turn`) is ended, and the claim is written with
-        it, so a proxy invocation that arrives after all generates nothing. Returns whether the turn item was written.
+        it, so a proxy invocation that arrives after all generates nothing. ``texts_in_records`` (the reaper's): the
+        turn's texts are not stored in its item but read from its records, so records that reach the table after this
+        write (a lagging consumer's, a redrive's) are part of its reply. Returns whether the turn item was written.
         """
         if not record.is_terminal:
             raise ValueError("complete_turn takes the turn's stop or error record")
         fields = _outcome(record, assistant, reasoning, self.now_ms())
+        if texts_in_records:
+            for name in _TEXT_FIELDS:
+                fields.pop(name, None)
+            fields[_TEXTS_IN_RECORDS] = True
         # An outcome written over another (a terminal record after the reaper's error) leaves none of the other's:
         # a complete turn carries no error, an errored one no stop_reason.
         cleared = [name for name in _OUTCOME_FIELDS if name not in fields]
@@ -504,21 +511,7 @@ class ChatTable:
             condition += " AND #status = :in_progress"
             values[":in_progress"] = TurnStatus.IN_PROGRESS
         try:
-            try:
-                self._update_turn(record, fields, [*cleared, _TEXTS_IN_RECORDS], condition, values)
-            except ClientError as err:
-                if not _too_large(err):
-                    raise
-                # The texts make the item larger than DynamoDB allows: the outcome without them, read from the
-                # turn's records instead (the consumer stores a turn's text records before it completes the turn).
-                texts = {name: fields.pop(name) for name in _TEXT_FIELDS if name in fields}
-                logger.info(
-                    "turn's texts too large for its item; read from its records",
-                    extra={"session_id": record.session_id, "turn": record.turn},
-                )
-                values = {key: value for key, value in values.items() if key[1:] not in texts}
-                fields[_TEXTS_IN_RECORDS] = values[f":{_TEXTS_IN_RECORDS}"] = True
-                self._update_turn(record, fields, [*cleared, *_TEXT_FIELDS], condition, values)
+            self._write_outcome(record, fields, cleared, condition, values)
             written = True
         except ClientError as err:
             # No such turn (expired, or a record replayed from the stream after its TTL): nothing to complete.
@@ -582,6 +575,29 @@ class ChatTable:
         return assistant_text(records), reasoning_text(records)
 
     # -------------------------------------------------------------------------- internals
+
+    def _write_outcome(
+        self, record: TokenRecord, fields: dict[str, Any], cleared: list[str], condition: str, values: dict[str, Any]
+    ) -> None:
+        """Write a turn's outcome (:meth:`complete_turn`): with its texts, or, when they make the item larger than
+        DynamoDB allows, without them, read from the turn's records instead (the consumer stores a turn's text
+        records before it completes the turn)."""
+        if fields.get(_TEXTS_IN_RECORDS):
+            self._update_turn(record, fields, [*cleared, *_TEXT_FIELDS], condition, values)
+            return
+        try:
+            self._update_turn(record, fields, [*cleared, _TEXTS_IN_RECORDS], condition, values)
+        except ClientError as err:
+            if not _too_large(err):
+                raise
+            logger.info(
+                "turn's texts too large for its item; read from its records",
+                extra={"session_id": record.session_id, "turn": record.turn},
+            )
+            texts = {name: fields.pop(name) for name in _TEXT_FIELDS if name in fields}
+            values = {key: value for key, value in values.items() if key[1:] not in texts}
+            fields[_TEXTS_IN_RECORDS] = values[f":{_TEXTS_IN_RECORDS}"] = True
+            self._update_turn(record, fields, [*cleared, *_TEXT_FIELDS], condition, values)
 
     def _update_turn(
         self,
