@@ -33,7 +33,7 @@ SCHEMA_VERSION = 2  # the newest version this module reads and writes
 SCHEMA_VERSIONS = frozenset({1, 2})
 MAX_TURN = 999_999
 MAX_SEQ = 99_999_999
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9_-]{1,128}\Z")  # \Z: "$" would also take a trailing newline
 
 
 class RecordType(StrEnum):

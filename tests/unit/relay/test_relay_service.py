@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from chatstream.errors import Throttled, TurnFinished
 from chatstream.generation import turn_to_generate
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import ErrorInfo, RecordType
+from chatstream.records import SESSION_ID_PATTERN, ErrorInfo, RecordType
 from chatstream.relay.follow import StreamOutcome
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
@@ -175,7 +175,11 @@ def test_chat_streams_meta_at_once_then_the_turn(
     response = chat(service, "hello", max_tokens=64, temperature=0.5)
     # THEN the answer is an SSE stream whose first chunk is retry + meta, before the model produced anything
     assert response.status_code == 200
-    assert response.headers == {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+    assert response.headers == {
+        "Content-Type": "text/event-stream; charset=utf-8",
+        "Cache-Control": "no-store",  # a conversation: no cache in front of the URL may keep it
+        "X-Content-Type-Options": "nosniff",
+    }
     meta = meta_of(response)
     session_id = meta["session_id"]
     assert len(session_id) == 32 and int(session_id, 16) >= 0
@@ -671,6 +675,18 @@ def test_history_keeps_reasoning_apart_from_the_reply(service: RelayService, cha
 def test_history_of_an_unknown_session_is_404(service: RelayService) -> None:
     # WHEN the session does not exist THEN 404 session_not_found
     assert_error(service.handle(request("GET", "/sessions/nope")), 404, "session_not_found")
+    # AND a session id with a trailing newline is no session id (a "$" anchor took it)
+    assert SESSION_ID_PATTERN.match("a" * 32) and not SESSION_ID_PATTERN.match("a" * 32 + "\n")
+
+
+@pytest.mark.parametrize("path", ["/sessions/{sid}", "/sessions/nope", "/v1/responses/resp_{sid}_1", "/v1/models"])
+def test_no_json_answer_may_be_cached_or_sniffed(service: RelayService, chat_table: ChatTable, path: str) -> None:
+    # GIVEN a session WHEN a client reads its history, an unknown one, a /v1 response or the model list
+    session_id = finished_session(service, chat_table, ["Hi"])
+    response = service.handle(request("GET", path.format(sid=session_id)))
+    # THEN, found or not, the answer tells every cache not to keep it and browsers not to sniff its type
+    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
 
 
 # ---------------------------------------------------------------------------------- identity

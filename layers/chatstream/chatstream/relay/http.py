@@ -31,7 +31,11 @@ if TYPE_CHECKING:
 
 JSON_CONTENT_TYPE = "application/json"
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
-SSE_HEADERS: Mapping[str, str] = {"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"}
+# Every API answer is one caller's conversation (or about it): no cache may keep it, whatever sits in front of the
+# URL (a CDN's heuristic freshness would serve a 200 without Cache-Control to the next caller), and no browser may
+# sniff it into another type.
+PRIVATE_HEADERS: Mapping[str, str] = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+SSE_HEADERS: Mapping[str, str] = {"Content-Type": SSE_CONTENT_TYPE, **PRIVATE_HEADERS}
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ class RouteError(HttpError):
 
 def json_response(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return Response(status, {"Content-Type": JSON_CONTENT_TYPE, **(headers or {})}, [text])
+    return Response(status, {"Content-Type": JSON_CONTENT_TYPE, **PRIVATE_HEADERS, **(headers or {})}, [text])
 
 
 def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
