@@ -14,7 +14,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from chatstream.errors import TurnNotFound
+from chatstream.errors import Throttled, TurnNotFound
 from chatstream.generation import Generation, GenerationSettings, build_messages, turn_to_generate
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
@@ -102,6 +102,37 @@ def test_long_reply_is_exact_ordered_and_coalesced(bedrock, kinesis, stream_name
     assert records[-1].type is RecordType.STOP and records[-1].stop_reason is StopReason.END_TURN
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 2000
     assert all(r.session_id == current.session_id and r.turn == current.turn for r in records)
+
+
+def test_the_first_records_are_written_through_to_the_table_once_the_stream_has_them(
+    bedrock, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN a turn, and no consumer materializing the stream (the table gets nothing from it)
+    current = start_turn(chat_table, "/long 200")
+    # WHEN the proxy generates it
+    generate(current, bedrock, kinesis, stream_name, chat_table)
+    # THEN the table holds the turn's first records, the start and the first delta, as the stream holds them (the
+    # consumer writes the same items again), and no later ones: the first token needs no consumer
+    records = read_stream(kinesis, stream_name)
+    stored = chat_table.query_records(current.session_id, current.turn)
+    assert [r.type for r in records[:2]] == [RecordType.START, RecordType.DELTA]
+    assert stored == records[:2]
+
+
+def test_a_failed_write_through_leaves_the_first_records_to_the_consumer(
+    bedrock, kinesis, stream_name, chat_table, monkeypatch
+) -> None:
+    # GIVEN a table that throttles every token write
+    def throttled(records: Any, **kwargs: Any) -> None:
+        raise Throttled("DynamoDB ProvisionedThroughputExceededException")
+
+    monkeypatch.setattr(chat_table, "put_records", throttled)
+    current = start_turn(chat_table, "/long 20")
+    # WHEN the proxy generates a turn
+    result = generate(current, bedrock, kinesis, stream_name, chat_table)
+    # THEN the reply is whole on the stream all the same: the write-through is only a shortcut
+    assert result.terminal.type is RecordType.STOP and not result.terminal_via_table
+    assert assistant_text(read_stream(kinesis, stream_name)) == plan_reply("/long 20").text
 
 
 class GatedBedrock:
@@ -259,8 +290,8 @@ def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_n
     # THEN the turn still ends: an error record in the read model, the turn marked error
     assert result.terminal_via_table and result.terminal.error is not None
     assert result.terminal.error.code == "write_failed"
-    stored = chat_table.query_records(current.session_id, current.turn)
-    assert [r.type for r in stored] == [RecordType.ERROR] and stored[0].seq == 2
+    stored = chat_table.query_records(current.session_id, current.turn)  # the first two written through, then
+    assert [(r.type, r.seq) for r in stored] == [(RecordType.START, 0), (RecordType.DELTA, 1), (RecordType.ERROR, 2)]
     turn = chat_table.get_turn(current.session_id, current.turn)
     assert turn is not None and turn.status is TurnStatus.ERROR
     assert turn.assistant and plan_reply("/long 50").text.startswith(turn.assistant)  # the first delta got through

@@ -40,7 +40,7 @@ from urllib3.exceptions import ReadTimeoutError as StreamReadTimeout
 
 from chatstream.backoff import Backoff
 from chatstream.coalescer import Coalescer, Step, WriterAction
-from chatstream.errors import TurnNotFound
+from chatstream.errors import Throttled, TurnNotFound
 from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
 from chatstream.text import is_blank
@@ -496,13 +496,26 @@ class Generation:
         make = TokenRecord.reasoning if kind is RecordType.REASONING else TokenRecord.delta
         seq = self._next_seq if opening is None else opening.seq + 1
         record = make(self.turn.session_id, self.turn.turn, seq, text, self.now_ms())
-        if opening is None:
-            self._write(record)
-        else:
-            self._write(opening, record)
+        written = (record,) if opening is None else (opening, record)
+        self._write(*written)
         self._written_deltas.append(record)
         if self._first_delta_at is None:
             self._first_delta_at = self.monotonic()
+            self._write_through(written)
+
+    def _write_through(self, records: tuple[TokenRecord, ...]) -> None:
+        """The first delta's records, stored in the token log, also written straight into the read model.
+
+        The relay reads the table, where the consumer writes what the stream pushes to it (on AWS ~70 ms after the
+        put, through enhanced fan-out, then a consumer invocation). For the first token that hop is most of the
+        wait, so the proxy writes the turn's first records itself, once the stream has them (the log stays the
+        record of what happened). The consumer writes the same items again, unchanged (token items are written
+        idempotently). One attempt: a failed write only leaves the first token to the consumer, as before.
+        """
+        try:
+            self.table.put_records(records, attempts=1)
+        except (ClientError, BotoCoreError, Throttled) as err:
+            logger.debug("first records not written through (the consumer writes them): %s", type(err).__name__)
 
     def _check_cancel(self) -> None:
         with self._cond:

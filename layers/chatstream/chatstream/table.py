@@ -538,15 +538,15 @@ class ChatTable:
 
     # ---------------------------------------------------------------------- token records
 
-    def put_records(self, records: Sequence[TokenRecord]) -> None:
+    def put_records(self, records: Sequence[TokenRecord], *, attempts: int | None = None) -> None:
         """Write token items idempotently (BatchWriteItem, unprocessed items retried with backoff).
 
-        Raises :class:`Throttled` when items are still unprocessed after ``max_attempts``.
+        Raises :class:`Throttled` when items are still unprocessed after ``attempts`` (``max_attempts``).
         """
         unique: dict[tuple[str, int, int], TokenRecord] = {record.key: record for record in records}
         items = [self._record_item(record) for record in unique.values()]
         for start in range(0, len(items), BATCH_WRITE_MAX):
-            self._batch_write(items[start : start + BATCH_WRITE_MAX])
+            self._batch_write(items[start : start + BATCH_WRITE_MAX], attempts or self.max_attempts)
 
     def query_records(
         self, session_id: str, turn: int, after_seq: int = -1, limit: int | None = None
@@ -641,18 +641,20 @@ class ChatTable:
             }
         )
 
-    def _batch_write(self, items: list[dict[str, Any]]) -> None:
-        self._batch_write_requests([{"PutRequest": {"Item": item}} for item in items])
+    def _batch_write(self, items: list[dict[str, Any]], attempts: int) -> None:
+        self._batch_write_requests([{"PutRequest": {"Item": item}} for item in items], attempts)
 
-    def _batch_write_requests(self, requests: list[dict[str, Any]]) -> None:
+    def _batch_write_requests(self, requests: list[dict[str, Any]], attempts: int | None = None) -> None:
+        attempts = attempts or self.max_attempts
         pending: list[Any] = requests
-        for attempt in range(self.max_attempts):
+        for attempt in range(attempts):
             response = self._call(self.client.batch_write_item, RequestItems={self.table_name: pending})
             pending = list(response.get("UnprocessedItems", {}).get(self.table_name, []))
             if not pending:
                 return
-            self.sleep(self.backoff.delay(attempt))
-        raise Throttled(f"{len(pending)} items still unprocessed after {self.max_attempts} attempts")
+            if attempt + 1 < attempts:
+                self.sleep(self.backoff.delay(attempt))
+        raise Throttled(f"{len(pending)} items still unprocessed after {attempts} attempts")
 
     def _query(self, single_page: bool = False, **params: Any) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True, **params}
