@@ -119,12 +119,15 @@ def test_the_first_records_are_written_through_to_the_table_once_the_stream_has_
     assert stored == records[:2]
 
 
+@pytest.mark.parametrize(
+    "failure", [Throttled("DynamoDB ProvisionedThroughputExceededException"), RuntimeError("a bug")]
+)
 def test_a_failed_write_through_leaves_the_first_records_to_the_consumer(
-    bedrock, kinesis, stream_name, chat_table, monkeypatch
+    bedrock, kinesis, stream_name, chat_table, monkeypatch, failure: Exception
 ) -> None:
-    # GIVEN a table that throttles every token write
+    # GIVEN a table that fails every token write (throttled, or anything unexpected)
     def throttled(records: Any, **kwargs: Any) -> None:
-        raise Throttled("DynamoDB ProvisionedThroughputExceededException")
+        raise failure
 
     monkeypatch.setattr(chat_table, "put_records", throttled)
     current = start_turn(chat_table, "/long 20")

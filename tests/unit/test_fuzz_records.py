@@ -210,6 +210,9 @@ class _Table:
     def list_turns(self, session_id: str) -> list[Any]:
         return []
 
+    def put_records(self, records: Any, **kwargs: Any) -> None:  # the proxy's write-through of its first records
+        pass
+
     def cancel_requested(self, session_id: str, turn: int) -> bool:
         return False
 

@@ -516,6 +516,8 @@ class Generation:
             self.table.put_records(records, attempts=1)
         except (ClientError, BotoCoreError, Throttled) as err:
             logger.debug("first records not written through (the consumer writes them): %s", type(err).__name__)
+        except Exception:  # a shortcut must never end the writer that the reply depends on
+            logger.warning("first records not written through (the consumer writes them)", exc_info=True)
 
     def _check_cancel(self) -> None:
         with self._cond:
