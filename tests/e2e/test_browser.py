@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from chatstream_client.api import ChatClient
 from chatstream_local.stack import LocalStack, StackSettings
 from tests.support import isolate_aws
 
@@ -1347,6 +1348,106 @@ def test_an_unknown_session_in_the_url_is_reported_and_a_new_chat_begins(chat: C
     assert chat.page.evaluate("location.hash") == ""
     chat.send("fresh start")
     assert chat.wait_status("complete") == "You said: fresh start"
+
+
+# ------------------------------------------------------------------------------ links
+
+# What an attacker seeds a session with before sending its link: words in the user's voice, asking for a secret.
+SEEDED = "Support desk: to verify your account, paste your API key below."
+
+
+def test_a_conversation_opened_from_someone_elses_link_is_read_only_until_the_user_continues(
+    chat: ChatPage, stack: LocalStack
+) -> None:
+    # GIVEN a session another client started and seeded, and the page opened from its link
+    with ChatClient(stack.url) as client:
+        seeded = client.chat(SEEDED)
+    assert seeded.done is not None
+    posts: list[str] = []
+    chat.page.route("**/chat", lambda route: (posts.append(route.request.method), route.continue_()))
+    chat.page.goto(f"{chat.url}/#session={seeded.session_id}")
+    # THEN the conversation is shown under a notice, read out as an alert, that says where it came from and who can
+    # read what is sent in it
+    notice = chat.page.locator("#shared")
+    expect(notice).to_be_visible()
+    expect(notice).to_have_attribute("role", "alert")
+    expect(notice).to_contain_text("opened from a link")
+    expect(notice).to_contain_text("Anyone who has the link can read it, and everything you send here")
+    expect(chat.turns().locator(".assistant .text")).to_have_text([f"You said: {SEEDED}"])
+    # AND its messages are not labelled as the user's
+    expect(chat.turns().locator(".user .who")).to_have_text(["User"])
+    # AND nothing can be sent in it: the message box and Send are off, and the safe choice has the focus
+    expect(chat.page.locator("#message")).to_be_disabled()
+    expect(chat.page.locator("#send")).to_be_disabled()
+    expect(notice.get_by_role("button", name="Start a new conversation")).to_be_focused()
+    chat.page.evaluate("document.getElementById('message').value = 'my key'")
+    chat.page.evaluate("document.getElementById('composer').requestSubmit()")
+    expect(chat.turns()).to_have_count(1)
+    assert posts == [] and chat.session_id() == seeded.session_id
+    chat.page.evaluate("document.getElementById('message').value = ''")
+    # WHEN the user chooses to continue it
+    notice.get_by_role("button", name="Continue this conversation").click()
+    # THEN the notice is gone, the messages are labelled the user's, and a message goes on in that session
+    expect(notice).to_be_hidden()
+    expect(chat.page.locator("#message")).to_be_focused()
+    expect(chat.turns().locator(".user .who")).to_have_text(["You"])
+    chat.send("go on")
+    assert chat.wait_status("complete") == "You said: go on"
+    assert posts == ["POST"] and chat.session_id() == seeded.session_id
+    assert [t["user"] for t in chat.history()["turns"]] == [SEEDED, "go on"]
+    # AND the choice is remembered: after a reload it opens as the user's own
+    chat.page.reload()
+    expect(chat.turns()).to_have_count(2)
+    expect(chat.page.locator("#message")).to_be_focused()
+    expect(notice).to_be_hidden()
+
+
+def test_a_conversation_started_in_this_browser_opens_without_the_notice(
+    chat: ChatPage, browser: Browser, stack: LocalStack
+) -> None:
+    # GIVEN a conversation the page started
+    chat.open()
+    chat.send("mine")
+    chat.wait_status("complete")
+    mine = chat.session_id()
+    # WHEN the page is reloaded, and the link is opened in another tab of the same browser
+    chat.page.reload()
+    other_tab = ChatPage.new(chat.page.context, stack.url)
+    other_tab.open(f"#session={mine}")
+    # THEN both show it as the user's, with no notice, ready for the next message
+    for page in (chat, other_tab):
+        expect(page.turns().locator(".user .who")).to_have_text(["You"])
+        expect(page.page.locator("#shared")).to_be_hidden()
+        expect(page.page.locator("#message")).to_be_enabled()
+    assert other_tab.problems.seen == []
+    # WHEN the same link is opened in another browser (its own storage)
+    context = browser.new_context()
+    elsewhere = ChatPage.new(context, stack.url)
+    try:
+        elsewhere.page.goto(f"{stack.url}/#session={mine}")
+        # THEN there it is a link like any other: the notice, and no message until the user chooses
+        notice = elsewhere.page.locator("#shared")
+        expect(notice).to_be_visible()
+        expect(elsewhere.turns().locator(".user .text")).to_have_text(["mine"])
+        expect(elsewhere.page.locator("#message")).to_be_disabled()
+        # WHEN that user starts a new conversation instead
+        notice.get_by_role("button", name="Start a new conversation").click()
+        # THEN the page is empty and ready, and the next message starts a session of its own
+        expect(notice).to_be_hidden()
+        expect(elsewhere.turns()).to_have_count(0)
+        expect(elsewhere.page.locator("#message")).to_be_focused()
+        elsewhere.send("not yours")
+        assert elsewhere.wait_status("complete") == "You said: not yours"
+        assert elsewhere.session_id() != mine
+        # AND Back returns to the link, under the notice again
+        elsewhere.page.go_back()
+        expect(elsewhere.turns().locator(".user .text")).to_have_text(["mine"])
+        expect(notice).to_be_visible()
+        assert elsewhere.session_id() == mine
+    finally:
+        context.close()
+    assert elsewhere.problems.seen == []
+    assert [t["user"] for t in chat.history()["turns"]] == ["mine"]
 
 
 # ------------------------------------------------------------------------- phone and keyboard

@@ -4,6 +4,11 @@
 // Stop through POST …/cancel, history from GET /sessions/{id} with the session id kept in the URL (#session=…).
 // Model and user text only ever reach the page as text nodes (textContent), never as HTML.
 //
+// A session id is a capability (docs/HTTP_API.md, "Identity"): whoever has a conversation's link can read it and
+// write in it. The page remembers (localStorage) the sessions this browser started and those its user chose to go
+// on with; a session the URL names that is not among them (a link someone sent) opens read only, under a notice
+// saying so, until the user chooses "Continue this conversation" or "Start a new conversation".
+//
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
 // "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
 // turn may exist, so in a session whose turns the page shows it reads the history and follows the turn
@@ -34,6 +39,10 @@
     send: document.getElementById("send"),
     stop: document.getElementById("stop"),
     newChat: document.getElementById("new-chat"),
+    shared: document.getElementById("shared"),
+    sharedText: document.getElementById("shared-text"),
+    sharedNew: document.getElementById("shared-new"),
+    sharedContinue: document.getElementById("shared-continue"),
   };
 
   let sessionId = sessionFromUrl();
@@ -41,6 +50,7 @@
   let generation = 0; // bumped by "new chat" and session loads, so a stale load cannot draw
   let loading = null; // the AbortController of the history being read, while it is
   let unloaded = false; // the URL names a session whose history could not be read
+  let linked = false; // the conversation shown came from a link, not from this browser: read only until the user chooses
 
   // ------------------------------------------------------------------------------ the session
 
@@ -59,6 +69,37 @@
     const url = location.pathname + location.search + hash;
     if (sessionFromUrl() !== null && !replace) history.pushState(null, "", url);
     else history.replaceState(null, "", url);
+  }
+
+  // The sessions this browser started, or whose link its user chose to go on with: ids in this origin's localStorage,
+  // the most recent last, at most KNOWN_MAX of them. Where storage is refused (a browser set so), they are known for
+  // as long as the page is open.
+  const KNOWN_KEY = "chatstream.sessions";
+  const KNOWN_MAX = 500;
+  const knownHere = new Set();
+
+  function storedSessions() {
+    try {
+      const ids = JSON.parse(localStorage.getItem(KNOWN_KEY) || "[]");
+      return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
+    } catch (err) {
+      return []; // no storage, or not ours to read
+    }
+  }
+
+  function isKnown(id) {
+    return knownHere.has(id) || storedSessions().includes(id);
+  }
+
+  function markKnown(id) {
+    knownHere.add(id);
+    try {
+      const ids = storedSessions().filter((known) => known !== id);
+      ids.push(id);
+      localStorage.setItem(KNOWN_KEY, JSON.stringify(ids.slice(-KNOWN_MAX)));
+    } catch (err) {
+      // storage refused or full: knownHere remembers it while the page is open
+    }
   }
 
   // ---------------------------------------------------------------------------- HTTP helpers
@@ -162,9 +203,9 @@
     return box;
   }
 
-  // The user's message, as typed.
+  // The user's message, as typed. In a conversation opened from a link, "User": the page cannot tell who wrote it.
   function userBubble(userText) {
-    const box = bubble("user", "You");
+    const box = bubble("user", linked ? "User" : "You");
     const text = document.createElement("p");
     text.className = "text";
     text.dir = "auto"; // right to left when the text is (Arabic, Hebrew…)
@@ -303,10 +344,25 @@
     return "";
   }
 
+  // Send is off while a reply streams, and while the conversation shown is one from a link the user has not chosen
+  // to go on with, or one not loaded; Stop shows while a reply streams in a conversation of the user's.
   function setBusy(busy) {
-    el.send.disabled = busy;
-    el.stop.hidden = !busy;
+    el.send.disabled = busy || linked || unloaded;
+    el.stop.hidden = !busy || linked;
     el.stop.disabled = false;
+  }
+
+  const LINKED =
+    "This conversation was opened from a link; it was not started in this browser, and its messages may not be " +
+    "yours. Anyone who has the link can read it, and everything you send here. Continue it only if the link is your own.";
+
+  // A conversation from a link (`on`): the notice above it, the message box and Send off until the user chooses.
+  function setLinked(on) {
+    linked = on;
+    el.sharedText.textContent = on ? LINKED : "";
+    el.shared.hidden = !on;
+    el.message.disabled = on;
+    setBusy(run !== null);
   }
 
   // ----------------------------------------------------------------------------- streaming
@@ -358,7 +414,10 @@
         r.turn = data.turn;
         r.eventsUrl = data.events_url;
         r.view.setTurn(data.turn);
-        if (data.session_id && data.session_id !== sessionId) rememberSession(data.session_id);
+        if (data.session_id && data.session_id !== sessionId) {
+          markKnown(data.session_id); // a session this browser started
+          rememberSession(data.session_id);
+        }
         el.stop.disabled = false;
         return null;
       case "token":
@@ -569,7 +628,10 @@
     el.stop.disabled = true; // until meta names the turn
     setStatus("Sending…");
     const body = { message };
-    if (sessionId) body.session_id = sessionId;
+    if (sessionId) {
+      body.session_id = sessionId;
+      markKnown(sessionId); // the user's, and now the most recent
+    }
     const known = sessionId ? latestTurn(r) : null; // the session's newest turn the page shows
     for (let attempt = 1; ; attempt++) {
       let answer = await postChat(r, body);
@@ -711,7 +773,7 @@
   // turn_finished) until the turn's stream ends.
   async function stop() {
     const r = run;
-    if (!r || r.turn === null || r.stopping) return;
+    if (!r || r.turn === null || r.stopping || linked) return;
     r.stopping = true;
     el.stop.disabled = true;
     setStatus("Stopping…");
@@ -757,7 +819,7 @@
       run.controller.abort(); // closing is not cancelling: the reply is still saved in its session
       run = null;
     }
-    setBusy(false);
+    setLinked(false);
     el.transcript.replaceChildren();
     el.empty.hidden = false;
     showError("");
@@ -769,6 +831,11 @@
     clearConversation();
     sessionId = sessionFromUrl();
     if (!sessionId) return;
+    if (!isKnown(sessionId)) {
+      // Someone's link, perhaps not the user's: shown, but nothing is sent in it until the user chooses.
+      setLinked(true);
+      el.sharedNew.focus();
+    }
     setStatus("Loading the conversation…");
     loading = new AbortController();
     let history;
@@ -779,6 +846,10 @@
       setStatus("");
       if (err instanceof ApiError && err.code === "session_not_found") {
         rememberSession(null, true);
+        if (linked) {
+          setLinked(false); // nothing to go on with: a new chat
+          el.message.focus();
+        }
         showError("That conversation was not found (it may have expired). This is a new chat.");
       } else {
         // A message now would go on with a conversation the page does not show: not until it has loaded.
@@ -820,6 +891,7 @@
 
   el.composer.addEventListener("submit", (event) => {
     event.preventDefault();
+    if (linked) return; // not until the user chooses to continue it
     const message = el.message.value;
     if (!message.trim()) {
       showError("Type a message first.");
@@ -847,10 +919,22 @@
 
   el.stop.addEventListener("click", () => stop());
 
-  el.newChat.addEventListener("click", () => {
+  function newChat() {
     generation++;
     clearConversation();
     rememberSession(null);
+    el.message.focus();
+  }
+
+  el.newChat.addEventListener("click", newChat);
+  el.sharedNew.addEventListener("click", newChat);
+
+  // The user goes on with the conversation from a link: it is theirs now, here and when it is opened again.
+  el.sharedContinue.addEventListener("click", () => {
+    if (!linked || !sessionId) return;
+    markKnown(sessionId);
+    setLinked(false);
+    for (const who of el.transcript.querySelectorAll(".msg.user > .who")) who.textContent = "You";
     el.message.focus();
   });
 
@@ -859,5 +943,5 @@
   });
 
   loadSession();
-  el.message.focus();
+  if (!linked) el.message.focus();
 })();
