@@ -14,9 +14,9 @@ overlaps the first token's path, even where the first token takes a second (a po
   moto does not serve: the relay's asynchronous ``Invoke`` of the proxy and the proxy's ``ConverseStream``. The
   relay's ``Query`` polls are counted apart: only the last of them, the one that found the token, is on the path.
   ``sequential`` is the length of that chain: every call on it waits for the one before it (the relay's turn write,
-  its invoke, the proxy's claim, ConverseStream, its put of the start and the first delta, its write of them
-  through to the table, the relay's poll that finds them). The consumer writes the same items again ~70 ms after the
-  put (``bench.run.FAN_OUT_LATENCY_MS``, Kinesis's push latency), after the first token: not on the path.
+  its invoke, the proxy's claim, ConverseStream, its put of the start and the first delta, its write of the
+  delta through to the table, the relay's poll that finds it). The consumer writes the same item again ~70 ms after
+  the put (``bench.run.FAN_OUT_LATENCY_MS``, Kinesis's push latency), after the first token: not on the path.
 """
 
 from __future__ import annotations

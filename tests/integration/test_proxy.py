@@ -111,12 +111,12 @@ def test_the_first_records_are_written_through_to_the_table_once_the_stream_has_
     current = start_turn(chat_table, "/long 200")
     # WHEN the proxy generates it
     generate(current, bedrock, kinesis, stream_name, chat_table)
-    # THEN the table holds the turn's first records, the start and the first delta, as the stream holds them (the
-    # consumer writes the same items again), and no later ones: the first token needs no consumer
+    # THEN the table holds the turn's first delta, as the stream holds it (the consumer writes the same item again,
+    # and the start before it), and no other record: the first token needs no consumer
     records = read_stream(kinesis, stream_name)
     stored = chat_table.query_records(current.session_id, current.turn)
     assert [r.type for r in records[:2]] == [RecordType.START, RecordType.DELTA]
-    assert stored == records[:2]
+    assert stored == records[1:2]
 
 
 @pytest.mark.parametrize(
@@ -293,8 +293,8 @@ def test_kinesis_down_ends_the_turn_through_the_table(bedrock, kinesis, stream_n
     # THEN the turn still ends: an error record in the read model, the turn marked error
     assert result.terminal_via_table and result.terminal.error is not None
     assert result.terminal.error.code == "write_failed"
-    stored = chat_table.query_records(current.session_id, current.turn)  # the first two written through, then
-    assert [(r.type, r.seq) for r in stored] == [(RecordType.START, 0), (RecordType.DELTA, 1), (RecordType.ERROR, 2)]
+    stored = chat_table.query_records(current.session_id, current.turn)  # the first delta written through, then
+    assert [(r.type, r.seq) for r in stored] == [(RecordType.DELTA, 1), (RecordType.ERROR, 2)]
     turn = chat_table.get_turn(current.session_id, current.turn)
     assert turn is not None and turn.status is TurnStatus.ERROR
     assert turn.assistant and plan_reply("/long 50").text.startswith(turn.assistant)  # the first delta got through

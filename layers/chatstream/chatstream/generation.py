@@ -496,28 +496,29 @@ class Generation:
         make = TokenRecord.reasoning if kind is RecordType.REASONING else TokenRecord.delta
         seq = self._next_seq if opening is None else opening.seq + 1
         record = make(self.turn.session_id, self.turn.turn, seq, text, self.now_ms())
-        written = (record,) if opening is None else (opening, record)
-        self._write(*written)
+        self._write(*((record,) if opening is None else (opening, record)))
         self._written_deltas.append(record)
         if self._first_delta_at is None:
             self._first_delta_at = self.monotonic()
-            self._write_through(written)
+            self._write_through(record)
 
-    def _write_through(self, records: tuple[TokenRecord, ...]) -> None:
-        """The first delta's records, stored in the token log, also written straight into the read model.
+    def _write_through(self, record: TokenRecord) -> None:
+        """The first delta record, stored in the token log, also written straight into the read model.
 
         The relay reads the table, where the consumer writes what the stream pushes to it (on AWS ~70 ms after the
         put, through enhanced fan-out, then a consumer invocation). For the first token that hop is most of the
-        wait, so the proxy writes the turn's first records itself, once the stream has them (the log stays the
-        record of what happened). The consumer writes the same items again, unchanged (token items are written
-        idempotently). One attempt: a failed write only leaves the first token to the consumer, as before.
+        wait, so the proxy writes the turn's first delta itself, once the stream has it (the log stays the record
+        of what happened). The consumer writes the same item again, unchanged (token items are written
+        idempotently), and the ``start`` it carried (readers take a ``start`` not there yet as seen once seq 1 is:
+        ARCHITECTURE.md, "Coalescing"; one item, one write unit per turn). One attempt: a failed write only leaves
+        the first token to the consumer, as before.
         """
         try:
-            self.table.put_records(records, attempts=1)
+            self.table.put_records([record], attempts=1)
         except (ClientError, BotoCoreError, Throttled) as err:
-            logger.debug("first records not written through (the consumer writes them): %s", type(err).__name__)
+            logger.debug("first delta not written through (the consumer writes it): %s", type(err).__name__)
         except Exception:  # a shortcut must never end the writer that the reply depends on
-            logger.warning("first records not written through (the consumer writes them)", exc_info=True)
+            logger.warning("first delta not written through (the consumer writes it)", exc_info=True)
 
     def _check_cancel(self) -> None:
         with self._cond:
