@@ -22,6 +22,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
+# moto 5.2.5's DynamoDBBackend.update_item, as both patches of it call it (this one and the write lock's).
+UPDATE_ITEM_PARAMETERS = (
+    "self",
+    "table_name",
+    "key",
+    "update_expression",
+    "expression_attribute_names",
+    "expression_attribute_values",
+    "attribute_updates",
+    "expected",
+    "condition_expression",
+    "return_values_on_condition_check_failure",
+)
+
+
 def atomic(
     update_item: Callable[..., Any], self: DynamoDBBackend, table_name: str, key: dict[str, Any], *args: Any, **kw: Any
 ) -> Any:
@@ -51,18 +66,7 @@ ATOMIC_UPDATE_ITEM = Patch(
     "update_item",
     atomic,
     pass_original=True,
-    parameters=(
-        "self",
-        "table_name",
-        "key",
-        "update_expression",
-        "expression_attribute_names",
-        "expression_attribute_values",
-        "attribute_updates",
-        "expected",
-        "condition_expression",
-        "return_values_on_condition_check_failure",
-    ),
+    parameters=UPDATE_ITEM_PARAMETERS,
     source_sha256="218984588dd689a5",  # it changes the item in place, action by action, before the size check
     uses=("get_table", "get_keys_value"),
     why=(

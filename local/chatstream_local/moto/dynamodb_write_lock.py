@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from moto.dynamodb.models import DynamoDBBackend
 
+from chatstream_local.moto.dynamodb_atomic_update import UPDATE_ITEM_PARAMETERS
 from chatstream_local.moto.patch import Patch
 
 if TYPE_CHECKING:
@@ -64,18 +65,7 @@ LOCKED_UPDATE_ITEM = Patch(
     "update_item",
     locked,
     pass_original=True,
-    parameters=(
-        "self",
-        "table_name",
-        "key",
-        "update_expression",
-        "expression_attribute_names",
-        "expression_attribute_values",
-        "attribute_updates",
-        "expected",
-        "condition_expression",
-        "return_values_on_condition_check_failure",
-    ),
+    parameters=UPDATE_ITEM_PARAMETERS,
     why=_WHY,
     measured=_MEASURED,
 )

@@ -189,14 +189,22 @@ def test_a_conflict_a_retry_cannot_clear_tells_the_sdk_not_to_retry_and_speaks_o
     assert proxy.invocations == 2
 
 
+def background_on_a_clock(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> tuple[FakeClock, RelayService, dict[str, Any], str]:
+    """A service on a fake clock, and a background response it started: the clock, the service, the response
+    object and its session id."""
+    clock = FakeClock()
+    service = RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=clock.as_clock())  # type: ignore[arg-type]
+    created = background(service)
+    return clock, service, created, created["id"].split("_")[1]
+
+
 def test_cancel_of_a_background_response_no_generation_claimed_answers_cancelled_at_once(
     chat_table: ChatTable, proxy: RecordingLambda, table_name: str
 ) -> None:
     # GIVEN a background response whose proxy invocation waits in Lambda's queue: no generation has claimed its turn
-    clock = FakeClock()
-    service = RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=clock.as_clock())  # type: ignore[arg-type]
-    created = background(service)
-    session_id = created["id"].split("_")[1]
+    clock, service, created, session_id = background_on_a_clock(chat_table, proxy, table_name)
     # WHEN the client cancels it
     answer = call(service, "POST", f"/v1/responses/{created['id']}/cancel")
     # THEN the answer is the response cancelled, at once: nothing was waited for
@@ -216,10 +224,7 @@ def test_cancel_of_a_background_response_a_generation_claimed_sets_the_flag_and_
     chat_table: ChatTable, proxy: RecordingLambda, table_name: str
 ) -> None:
     # GIVEN a background response a proxy invocation claimed, which ends its turn cancelled 2 s after the flag is set
-    clock = FakeClock()
-    service = RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=clock.as_clock())  # type: ignore[arg-type]
-    created = background(service)
-    session_id = created["id"].split("_")[1]
+    clock, service, created, session_id = background_on_a_clock(chat_table, proxy, table_name)
     chat_table.claim_turn(session_id, 1, "proxy-request")
     clock.at(2.0, lambda: write_turn(chat_table, session_id, 1, ["Hel", "lo"], stop_reason=StopReason.CANCELLED))
     # WHEN the client cancels it
