@@ -661,3 +661,81 @@ def test_the_local_models_reasoning_reaches_the_stream_apart_from_the_reply(
     assert kinds == sorted(kinds, key=lambda kind: kind is RecordType.DELTA) and RecordType.REASONING in kinds
     assert records[-1].usage is not None and records[-1].usage.output_tokens == 6
     assert result.reasoning_deltas == 3
+
+
+class WatchedBedrock:
+    """A scripted ConverseStream that notes, when each event is asked for, what ``seen`` returns."""
+
+    def __init__(self, deltas: list[str], seen: Any) -> None:
+        self.deltas = deltas
+        self.seen = seen
+        self.asked: list[Any] = []
+
+    def converse_stream(self, **_: Any) -> dict[str, Any]:
+        def events() -> Iterator[dict[str, Any]]:
+            yield {"messageStart": {"role": "assistant"}}
+            for text in self.deltas:
+                self.asked.append(self.seen())
+                yield {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": text}}}
+            yield {"messageStop": {"stopReason": StopReason.END_TURN}}
+            yield {"metadata": {"usage": {"inputTokens": 2, "outputTokens": len(self.deltas)}, "metrics": {}}}
+
+        return {"stream": ConverseEventStream(events())}
+
+
+def test_the_stream_is_read_on_only_once_the_first_delta_is_written(kinesis, stream_name, chat_table) -> None:
+    # GIVEN a model that sends its whole reply at once, and a Kinesis that takes 50 ms to store a call
+    writer = TokenStreamWriter(kinesis, stream_name)
+    put = writer.put
+
+    def slow_put(*records: TokenRecord) -> None:
+        time.sleep(0.05)
+        put(*records)
+
+    writer.put = slow_put  # type: ignore[method-assign]
+    current = start_turn(chat_table, "hello there")
+    bedrock = WatchedBedrock(
+        ["You", " said:", " hello"], lambda: len(chat_table.query_records(current.session_id, current.turn))
+    )
+    # WHEN the reply is generated
+    settings = GenerationSettings(model_id="m")
+    Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()  # type: ignore[arg-type]
+    # THEN the events after the first delta were read only once it was on the stream and in the table: the first
+    # token's calls did not share the interpreter with the parsing of the rest
+    assert bedrock.asked == [0, 1, 1]
+    assert assistant_text(read_stream(kinesis, stream_name)) == "You said: hello"
+
+
+def test_a_first_write_that_hangs_holds_the_stream_only_so_long(kinesis, stream_name, chat_table, monkeypatch) -> None:
+    # GIVEN a Kinesis whose first call hangs until the model's reply has been read
+    monkeypatch.setattr("chatstream.generation.FIRST_WRITE_WAIT_S", 0.05)
+    read_all = threading.Event()
+    writer = TokenStreamWriter(kinesis, stream_name)
+    put = writer.put
+
+    def hanging_put(*records: TokenRecord) -> None:
+        assert read_all.wait(timeout=10), "the reader waited for the first write past FIRST_WRITE_WAIT_S"
+        put(*records)
+
+    writer.put = hanging_put  # type: ignore[method-assign]
+    current = start_turn(chat_table, "hello there")
+    deltas = ["You", " said:", " hello"]
+    bedrock = WatchedBedrock(deltas, lambda: None)
+    original = bedrock.converse_stream
+
+    def converse_stream(**kwargs: Any) -> dict[str, Any]:
+        stream = original(**kwargs)["stream"]
+
+        def events() -> Iterator[dict[str, Any]]:
+            yield from stream
+            read_all.set()
+
+        return {"stream": ConverseEventStream(events())}
+
+    bedrock.converse_stream = converse_stream  # type: ignore[method-assign]
+    # WHEN the reply is generated
+    settings = GenerationSettings(model_id="m")
+    result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()  # type: ignore[arg-type]
+    # THEN the reader went on after the wait, and the reply is whole once Kinesis answered
+    assert result.terminal.type is RecordType.STOP
+    assert assistant_text(read_stream(kinesis, stream_name)) == "You said: hello"
