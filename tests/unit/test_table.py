@@ -72,6 +72,49 @@ def test_a_session_in_use_expires_ttl_days_after_its_latest_turn(chat_table: Cha
     assert expires_at("T#000001") == created + chat_table.ttl_days * day
 
 
+def test_an_expired_session_reads_as_gone_before_dynamodb_deletes_it(chat_table: ChatTable) -> None:
+    # GIVEN a session whose turn ended, and a clock past the session's expiry (DynamoDB has not deleted it yet)
+    clock = {"ms": 1_700_000_000_000}
+    chat_table.now_ms = lambda: clock["ms"]
+    session_id = chat_table.start_session(OWNER, "hello")
+    records = turn_records(session_id, 1, ["Hi"])
+    chat_table.put_records(records)
+    chat_table.complete_turn(records[-1], "Hi")
+    clock["ms"] += chat_table.ttl_days * 86_400 * 1000
+    # WHEN it is read, and continued
+    # THEN it is not found, nor is its turn, and no new turn revives it
+    assert chat_table.get_session(session_id) is None
+    assert chat_table.get_turn(session_id, 1) is None
+    assert chat_table.list_turns(session_id) == []
+    with pytest.raises(SessionNotFound):
+        chat_table.start_turn(session_id, OWNER, "anyone there?")
+    # AND a second earlier it was all there
+    clock["ms"] -= 1000
+    assert chat_table.get_session(session_id) is not None
+    assert [turn.assistant for turn in chat_table.list_turns(session_id)] == ["Hi"]
+
+
+def test_a_live_session_s_history_leaves_out_its_expired_turns(chat_table: ChatTable) -> None:
+    # GIVEN a session whose first turn was 20 days before its second, and a clock past the first turn's expiry
+    clock = {"ms": 1_700_000_000_000}
+    chat_table.now_ms = lambda: clock["ms"]
+    session_id = chat_table.start_session(OWNER, "first")
+    for turn, text in ((1, "One"), (2, "Two")):
+        if turn == 2:
+            clock["ms"] += 20 * 86_400 * 1000
+            chat_table.start_turn(session_id, OWNER, "second")
+        records = turn_records(session_id, turn, [text])
+        chat_table.put_records(records)
+        chat_table.complete_turn(records[-1], text)
+    clock["ms"] += (chat_table.ttl_days - 20) * 86_400 * 1000
+    # WHEN its history is read
+    # THEN only the turn that has not expired is in it (the model is sent no more), and the expired one is not found
+    assert [turn.turn for turn in chat_table.list_turns(session_id)] == [2]
+    assert chat_table.get_turn(session_id, 1) is None
+    assert chat_table.get_turn(session_id, 2) is not None
+    assert chat_table.get_session(session_id) is not None
+
+
 def test_concurrent_turn_starts_yield_exactly_one_turn(chat_table: ChatTable) -> None:
     # GIVEN a fresh session WHEN eight requests race to start a turn
     session_id = chat_table.create_session(OWNER)

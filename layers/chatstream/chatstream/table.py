@@ -23,6 +23,13 @@ Every read a function makes is a key lookup or a key-range Query in one partitio
 Token items are written idempotently (a redelivered record rewrites its own item). The session's
 ``active_turn`` enforces one generating turn per session with conditional writes.
 
+Expiry is exact: DynamoDB's TTL deletes an expired item in the background, typically within a few days, and until
+then reads return it (and a session item kept being written would live on past it). So a session or turn item whose
+``expires_at`` has passed reads as gone, as AWS advises ("Working with expired items"): an expired session is not
+found and gets no new turn, and a live session's history leaves out its turns that expired, from the moment they
+did. Token records are read only through their turn, which expires first (its ``expires_at`` counts from its
+creation, a record's from its write).
+
 A finished turn's item keeps its reply and reasoning, so history is one Query. DynamoDB refuses an item over
 400 KB, and a reply of a few hundred thousand characters (with the turn's message and the history a client sent)
 is more: such a turn's outcome is written without its texts, marked ``texts_in_records``, and its reads assemble
@@ -162,6 +169,8 @@ class ChatTable:
         if raw is None:
             return None
         item = _deser(raw)
+        if self._expired(item):
+            return None
         return Session(
             session_id=session_id,
             owner=str(item.get("owner", "")),
@@ -389,9 +398,9 @@ class ChatTable:
             Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
             ConsistentRead=True,
         ).get("Item")
-        if raw is None:
+        if raw is None or self._expired(item := _deser(raw)):
             return None
-        return self._turn(session_id, _deser(raw)) if texts else _turn_from_item(session_id, _deser(raw))
+        return self._turn(session_id, item) if texts else _turn_from_item(session_id, item)
 
     def claim_turn(self, session_id: str, turn: int, generator: str) -> Turn:
         """Claim a turn in progress for one generation and return its item, in one conditional write (which reads
@@ -428,12 +437,12 @@ class ChatTable:
         return _turn_from_item(session_id, _deser(raw))
 
     def list_turns(self, session_id: str) -> list[Turn]:
-        """Every turn of the session, oldest first (one Query, paginated)."""
+        """Every turn of the session that has not expired, oldest first (one Query, paginated)."""
         items = self._query(
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
             ExpressionAttributeValues=_ser({":pk": _pk(session_id), ":prefix": "T#"}),
         )
-        return [self._turn(session_id, item) for item in items]
+        return [self._turn(session_id, item) for item in items if not self._expired(item)]
 
     def request_cancel(self, session_id: str, turn: int) -> None:
         """Set the turn's cancel flag; :class:`TurnFinished` if it ended, :class:`TurnNotFound` if none."""
@@ -678,6 +687,12 @@ class ChatTable:
 
     def _expires_at(self, now_ms: int) -> int:
         return now_ms // 1000 + self.ttl_days * 86_400
+
+    def _expired(self, item: Mapping[str, Any]) -> bool:
+        """Whether an item's TTL has passed (its ``expires_at`` is now or earlier: DynamoDB's own rule), deleted by
+        DynamoDB or not yet."""
+        expires_at = item.get("expires_at")
+        return expires_at is not None and int(expires_at) <= self.now_ms() // 1000
 
 
 def _outcome(record: TokenRecord, assistant: str, reasoning: str, now_ms: int) -> dict[str, Any]:
