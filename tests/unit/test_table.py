@@ -45,14 +45,20 @@ def test_start_turn_allocates_consecutive_turns_one_at_a_time(chat_table: ChatTa
     assert chat_table.start_turn(session_id, OWNER, "next") == 2
 
 
-def test_a_session_in_use_expires_ttl_days_after_its_latest_turn(chat_table: ChatTable) -> None:
-    # GIVEN a session created at day 0 whose first turn ended
+def on_a_clock_with_a_finished_turn(chat_table: ChatTable) -> tuple[dict[str, int], str]:
+    """The table on a settable clock (``clock["ms"]``), and a session started on it whose turn 1 ended ("Hi")."""
     clock = {"ms": 1_700_000_000_000}
     chat_table.now_ms = lambda: clock["ms"]
     session_id = chat_table.start_session(OWNER, "hello")
     records = turn_records(session_id, 1, ["Hi"])
     chat_table.put_records(records)
     chat_table.complete_turn(records[-1], "Hi")
+    return clock, session_id
+
+
+def test_a_session_in_use_expires_ttl_days_after_its_latest_turn(chat_table: ChatTable) -> None:
+    # GIVEN a session created at day 0 whose first turn ended
+    clock, session_id = on_a_clock_with_a_finished_turn(chat_table)
 
     def expires_at(sk: str) -> int:
         item = chat_table.client.get_item(
@@ -74,12 +80,7 @@ def test_a_session_in_use_expires_ttl_days_after_its_latest_turn(chat_table: Cha
 
 def test_an_expired_session_reads_as_gone_before_dynamodb_deletes_it(chat_table: ChatTable) -> None:
     # GIVEN a session whose turn ended, and a clock past the session's expiry (DynamoDB has not deleted it yet)
-    clock = {"ms": 1_700_000_000_000}
-    chat_table.now_ms = lambda: clock["ms"]
-    session_id = chat_table.start_session(OWNER, "hello")
-    records = turn_records(session_id, 1, ["Hi"])
-    chat_table.put_records(records)
-    chat_table.complete_turn(records[-1], "Hi")
+    clock, session_id = on_a_clock_with_a_finished_turn(chat_table)
     clock["ms"] += chat_table.ttl_days * 86_400 * 1000
     # WHEN it is read, and continued
     # THEN it is not found, nor is its turn, and no new turn revives it
