@@ -707,20 +707,20 @@ def test_the_stream_is_read_on_only_once_the_first_delta_is_written(kinesis, str
 
 
 def test_a_first_write_that_hangs_holds_the_stream_only_so_long(kinesis, stream_name, chat_table, monkeypatch) -> None:
-    # GIVEN a Kinesis whose first call hangs until the model's reply has been read
+    # GIVEN a Kinesis whose first call hangs until the model's whole reply (40 deltas at once) has been read
     monkeypatch.setattr("chatstream.generation.FIRST_WRITE_WAIT_S", 0.05)
     read_all = threading.Event()
     writer = TokenStreamWriter(kinesis, stream_name)
     put = writer.put
 
     def hanging_put(*records: TokenRecord) -> None:
-        assert read_all.wait(timeout=10), "the reader waited for the first write past FIRST_WRITE_WAIT_S"
+        assert read_all.wait(timeout=10), "the reader never read on past its wait for the first write"
         put(*records)
 
     writer.put = hanging_put  # type: ignore[method-assign]
     current = start_turn(chat_table, "hello there")
-    deltas = ["You", " said:", " hello"]
-    bedrock = WatchedBedrock(deltas, lambda: None)
+    deltas = [f" w{i}" for i in range(40)]
+    bedrock = WatchedBedrock(deltas, time.monotonic)  # notes when each delta is asked for
     original = bedrock.converse_stream
 
     def converse_stream(**kwargs: Any) -> dict[str, Any]:
@@ -736,6 +736,8 @@ def test_a_first_write_that_hangs_holds_the_stream_only_so_long(kinesis, stream_
     # WHEN the reply is generated
     settings = GenerationSettings(model_id="m")
     result = Generation(turn=current, bedrock=bedrock, writer=writer, table=chat_table, settings=settings).run()  # type: ignore[arg-type]
-    # THEN the reader went on after the wait, and the reply is whole once Kinesis answered
+    # THEN the reader waited once, not once per event (40 waits would be 2 s), and the reply is whole once Kinesis
+    # answered
+    assert bedrock.asked[-1] - bedrock.asked[0] < 1.0
     assert result.terminal.type is RecordType.STOP
-    assert assistant_text(read_stream(kinesis, stream_name)) == "You said: hello"
+    assert assistant_text(read_stream(kinesis, stream_name)) == "".join(deltas)

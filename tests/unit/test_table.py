@@ -95,6 +95,23 @@ def test_an_expired_session_reads_as_gone_before_dynamodb_deletes_it(chat_table:
     assert [turn.assistant for turn in chat_table.list_turns(session_id)] == ["Hi"]
 
 
+def test_a_cancel_or_the_relay_s_claim_refuses_an_expired_turn_left_in_progress(chat_table: ChatTable) -> None:
+    # GIVEN a turn left in progress (its generation died, and nothing ended it), and a clock past its expiry
+    clock = {"ms": 1_700_000_000_000}
+    chat_table.now_ms = lambda: clock["ms"]
+    session_id = chat_table.start_session(OWNER, "hello")
+    clock["ms"] += chat_table.ttl_days * 86_400 * 1000
+    stop = TokenRecord.stop(session_id, 1, 1, StopReason.CANCELLED, Usage(0, 0), clock["ms"])
+    # WHEN a caller cancels it, and the relay tries to end it as unclaimed
+    # THEN neither acts on it: it is not found, as every read says, and stays untouched
+    with pytest.raises(TurnNotFound):
+        chat_table.request_cancel(session_id, 1)
+    assert not chat_table.complete_turn(stop, "", claim="relay")
+    clock["ms"] -= 1000
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS and not turn.cancel_requested
+
+
 def test_a_live_session_s_history_leaves_out_its_expired_turns(chat_table: ChatTable) -> None:
     # GIVEN a session whose first turn was 20 days before its second, and a clock past the first turn's expiry
     clock = {"ms": 1_700_000_000_000}

@@ -8,7 +8,7 @@ this invocation (Lambda may deliver an asynchronous event twice; only the first 
 
 Two threads per generation. The caller's thread reads the Bedrock stream and appends each delta to the
 coalescer; it never waits on Kinesis, but for the first delta: it reads on only once that delta's record is written
-(or after ``FIRST_WRITE_WAIT_S``), since the two threads share one interpreter lock, and parsing a burst of later
+(or after ``FIRST_WRITE_WAIT_S``, once), since the two threads share one interpreter lock, and parsing a burst of later
 events while the first token's calls wait for it made those calls twice as slow (a fast model sends its first events
 together; see :meth:`Generation._read_stream`). A writer thread takes the coalescer's steps: ``start`` and the
 first delta in one call as soon as that delta is here (time to first token; ``start`` alone after
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEADLINE_MARGIN_MS = 5_000
-FIRST_WRITE_WAIT_S = 0.5  # the reader waits for the first delta's write at most this long
+FIRST_WRITE_WAIT_S = 0.5  # the reader waits for the first delta's write at most this long, once
 
 # Bedrock error codes (as ClientError codes, or lower-camel event-stream exception types) →
 # (our error code, retryable).
@@ -346,10 +346,11 @@ class Generation:
         """Read Bedrock's events into the coalescer until the reply, a failure, a cancel or the deadline.
 
         After the first delta it waits for that delta's write (to Kinesis, then through to the table) before reading
-        on, at most ``FIRST_WRITE_WAIT_S``: the writer's calls need the interpreter lock too, and a model that
-        sends many events at once would otherwise have them parsed between every step of the first token's calls
-        (measured locally at full model speed: the first ``PutRecords`` 12–22 ms with the parsing beside it,
-        6–10 ms without). Later events wait in the connection's buffers meanwhile; none is lost.
+        on, once, at most ``FIRST_WRITE_WAIT_S`` (a slower first write then overlaps the reading, as every later one
+        does): the writer's calls need the interpreter lock too, and a model that sends many events at once would
+        otherwise have them parsed between every step of the first token's calls (measured locally at full model
+        speed: the first ``PutRecords`` 12–22 ms with the parsing beside it, 6–10 ms without). Later events wait in
+        the connection's buffers meanwhile; none is lost.
         """
         outcome = _Outcome()
         try:
@@ -357,10 +358,12 @@ class Generation:
             self._stream = response["stream"]
             if self._cancelled.is_set():
                 self._stream.close()
+            waited = False  # the wait for the first delta's write comes once, whatever it ends with
             for event in self._stream:
                 self._on_event(event, outcome)
-                if outcome.deltas and not self._first_written.is_set():
+                if outcome.deltas and not waited:
                     self._first_written.wait(FIRST_WRITE_WAIT_S)
+                    waited = True
                 if self._cancelled.is_set() or self._write_failed is not None:
                     break
                 if self.remaining_ms is not None and self.remaining_ms() < DEADLINE_MARGIN_MS:

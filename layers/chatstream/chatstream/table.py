@@ -27,8 +27,11 @@ Expiry is exact: DynamoDB's TTL deletes an expired item in the background, typic
 then reads return it (and a session item kept being written would live on past it). So a session or turn item whose
 ``expires_at`` has passed reads as gone, as AWS advises ("Working with expired items"): an expired session is not
 found and gets no new turn, and a live session's history leaves out its turns that expired, from the moment they
-did. Token records are read only through their turn, which expires first (its ``expires_at`` counts from its
-creation, a record's from its write).
+did; a write that acts on a turn for a caller (a cancel, the relay's claim) refuses an expired one as reads do.
+Token records are read only through their turn, which expires first: its ``expires_at`` counts from its creation, a
+record's from the record's ``ts`` (when the proxy made it, after the turn began, whoever writes it), both with the
+deployment's one ``TtlDays``. Lowering ``TtlDays`` while turns are live (or a redrive with a smaller one than the
+stack's) can make a turn's records expire first: its replay and a reply read from its records then lack them.
 
 A finished turn's item keeps its reply and reasoning, so history is one Query. DynamoDB refuses an item over
 400 KB, and a reply of a few hundred thousand characters (with the turn's message and the history a client sent)
@@ -445,17 +448,19 @@ class ChatTable:
         return [self._turn(session_id, item) for item in items if not self._expired(item)]
 
     def request_cancel(self, session_id: str, turn: int) -> None:
-        """Set the turn's cancel flag; :class:`TurnFinished` if it ended, :class:`TurnNotFound` if none."""
+        """Set the turn's cancel flag; :class:`TurnFinished` if it ended, :class:`TurnNotFound` if none (or it
+        expired)."""
+        now = self.now_ms()
         try:
             self._call(
                 self.client.update_item,
                 TableName=self.table_name,
                 Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
                 UpdateExpression="SET cancel_requested = :yes, updated_at = :now",
-                ConditionExpression="attribute_exists(pk) AND #status = :in_progress",
+                ConditionExpression=f"attribute_exists(pk) AND #status = :in_progress AND {_UNEXPIRED}",
                 ExpressionAttributeNames={"#status": "status"},
                 ExpressionAttributeValues=_ser(
-                    {":yes": True, ":now": self.now_ms(), ":in_progress": TurnStatus.IN_PROGRESS}
+                    {":yes": True, ":now": now, ":in_progress": TurnStatus.IN_PROGRESS, ":alive": now // 1000}
                 ),
             )
         except ClientError as err:
@@ -514,8 +519,9 @@ class ChatTable:
         values = {f":{name}": value for name, value in fields.items()}
         condition = "attribute_exists(pk)"
         if claim is not None:
-            condition = _CLAIMABLE
+            condition = f"{_CLAIMABLE} AND {_UNEXPIRED}"  # the relay acts for a caller, who cannot see an expired turn
             values[":in_progress"] = TurnStatus.IN_PROGRESS
+            values[":alive"] = self.now_ms() // 1000
         elif if_in_progress:
             condition += " AND #status = :in_progress"
             values[":in_progress"] = TurnStatus.IN_PROGRESS
@@ -718,6 +724,7 @@ def _too_large(err: ClientError) -> bool:
 
 # A turn a generation may claim: it exists, is in progress, and no generation has claimed it yet.
 _CLAIMABLE = "attribute_exists(pk) AND #status = :in_progress AND attribute_not_exists(#generator)"
+_UNEXPIRED = "(attribute_not_exists(expires_at) OR expires_at > :alive)"  # :alive: now, in epoch seconds
 
 
 def _decimal(value: float) -> Decimal:
