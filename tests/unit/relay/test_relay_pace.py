@@ -7,6 +7,7 @@ import pytest
 from chatstream.relay.pace import (
     DEFAULT_INTERVAL_S,
     MAX_INTERVAL_S,
+    MAX_PIECES,
     SPREAD_FACTOR,
     MalformedPosition,
     Pacer,
@@ -45,6 +46,37 @@ def test_a_record_is_cut_into_words_with_the_spaces_before_them(text: str, expec
     assert ids(cut)[-1] == "4"
     ends = [sum(len(t) for t in expected[: i + 1]) for i in range(len(expected) - 1)]
     assert ids(cut)[:-1] == [f"4.{end}" for end in ends]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("机器学习。", ["机", "器", "学", "习", "。"]),
+        ("今日は良い天気", ["今", "日", "は", "良", "い", "天", "気"]),
+        ("AI是 good 模型", ["AI", "是", " good", " 模", "型"]),
+        ("か\u3099き", ["か\u3099", "き"]),  # a kana with its combining voicing mark
+        ("葛\U000e0100葛\ufe00x", ["葛\U000e0100", "葛\ufe00", "x"]),  # ideographs with their variation selectors
+        ("𠀀𠀁 ok", ["𠀀", "𠀁", " ok"]),  # supplementary ideographs
+        ("สวัสดีครับ", ["สวัสดีครับ"]),  # Thai needs a dictionary to find its words: not cut
+    ],
+)
+def test_text_written_without_spaces_is_cut_at_every_character(text: str, expected: list[str]) -> None:
+    # WHEN a record of Chinese or Japanese text is cut THEN every character is a piece, with what belongs to it
+    cut = pieces(TextEvent("token", 3, text))
+    assert texts(cut) == expected
+    assert "".join(texts(cut)) == text
+
+
+@pytest.mark.parametrize("text", ["中" * 1000, " w" * 1000, "中" * 65])
+def test_a_record_of_many_words_is_cut_into_at_most_max_pieces(text: str) -> None:
+    # WHEN a full-size record (a fast model's) is cut
+    cut = pieces(TextEvent("token", 9, text))
+    # THEN its words are merged, evenly, into MAX_PIECES pieces that still join to its text, with exact ids
+    assert len(cut) == MAX_PIECES
+    assert "".join(texts(cut)) == text
+    assert max(len(piece.text) for piece in cut) <= 2 * min(len(piece.text) for piece in cut)
+    assert ids(cut)[-1] == "9"
+    assert ids(cut)[:-1] == [f"9.{sum(len(piece.text) for piece in cut[: i + 1])}" for i in range(len(cut) - 1)]
 
 
 def test_the_rest_of_a_record_keeps_its_offsets() -> None:

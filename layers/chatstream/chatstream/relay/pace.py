@@ -8,6 +8,13 @@ the client) and releases them evenly over a little more than the interval at whi
 follower's cadence, times :data:`SPREAD_FACTOR`: the next record is found a poll or two after it lands, and the
 pieces should last until then), so the client sees text at a rhythm close to the model's own, at no AWS cost.
 
+Chinese and Japanese are written without spaces, so a word boundary there is every character: each ideograph, kana
+or full-width sign is a piece of its own (with the spaces before it and a kana voicing mark or variation selector
+after it), as the AI SDK's documentation advises for ``smoothStream``'s chunking of CJK text. Scripts that need a
+dictionary to find their words (Thai, Lao, Khmer, Burmese) are not cut inside a run of letters. A record of more than
+:data:`MAX_PIECES` pieces (a fast model's full-size record) has them merged, evenly, into that many: the client
+still sees text every few milliseconds, and the relay does not write an event per character of it.
+
 - The first piece of a record that finds nothing waiting goes out at once: time to first token never waits.
 - A record that arrives while pieces still wait joins them, and the whole backlog is spread over one spread from
   now: the text never falls more than about one spread behind the table.
@@ -32,7 +39,14 @@ SPREAD_FACTOR = 1.2  # pieces are spread over this many cadences: they last unti
 MAX_INTERVAL_S = 1.0  # a slow turn's pieces are spread over at most this long: text never lags more
 MAX_SEQ_DIGITS = 8  # records.MAX_SEQ
 MAX_OFFSET_DIGITS = 7  # a record holds at most coalescer.MAX_RECORD_CHARS characters
-_WORD = re.compile(r"\s*\S+|\s+")  # a word with the spaces before it (a record may also be only spaces)
+MAX_PIECES = 64  # at most this many pieces a record: a fast model's 1,024-character record is not 1,024 events
+# Scripts written without spaces between words (CJK ideographs, kana, CJK and full-width signs; U+20000-U+2FA1F the
+# supplementary ideographs): every character is a word boundary.
+_UNSPACED = "\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\U00020000-\U0002fa1f"
+_ATTACHED = "\u3099\u309a\ufe00-\ufe0f\U000e0100-\U000e01ef"  # marks that belong to the character before them
+# A word with the spaces before it: one unspaced character (with its marks), or a run of other non-spaces; a record
+# may also be only spaces.
+_WORD = re.compile(rf"\s*[{_UNSPACED}][{_ATTACHED}]*|\s*[^\s{_UNSPACED}]+|\s+")
 _POSITION = re.compile(rf"0*([0-9]{{1,{MAX_SEQ_DIGITS}}})(?:\.0*([0-9]{{1,{MAX_OFFSET_DIGITS}}}))?")
 
 
@@ -92,12 +106,16 @@ class TextEvent:
 
 def pieces(event: TextEvent) -> list[TextEvent]:
     """``event`` cut at word boundaries: each piece a word with the spaces before it (trailing spaces go with the
-    last piece); the pieces' texts join to ``event.text``."""
+    last piece; in CJK text a word is a character), at most :data:`MAX_PIECES` of them (neighbours merged evenly);
+    the pieces' texts join to ``event.text``."""
     words = _WORD.findall(event.text)
     if len(words) > 1 and not words[-1].strip():
         words[-2:] = [words[-2] + words[-1]]
     if len(words) <= 1:
         return [event]
+    if len(words) > MAX_PIECES:
+        bounds = [len(words) * index // MAX_PIECES for index in range(MAX_PIECES + 1)]
+        words = ["".join(words[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False)]
     out: list[TextEvent] = []
     start = event.start
     for index, word in enumerate(words):
