@@ -300,7 +300,7 @@ class Smoke:
         return "GET /chat → 405 method_not_allowed, Allow: POST"
 
     def payload_too_large(self) -> str:
-        body = json.dumps({"message": "x" * (65 * 1024)}).encode()
+        body = json.dumps({"message": "x" * (257 * 1024)}).encode()
         response = self.http.post("/chat", content=body, headers={"content-type": "application/json"})
         _expect_error(response, 413, "payload_too_large")
         return f"POST /chat with {len(body)} bytes → 413 payload_too_large"

@@ -219,7 +219,7 @@ def test_twenty_concurrent_chats_are_each_exact(make_local: RunningStack) -> Non
         ("POST", "/chat", json.dumps({"message": "x" * 32_001}), 400, "invalid_request"),
         ("POST", "/chat", '{"message": "hi", "max_tokens": 0}', 400, "invalid_request"),
         ("POST", "/chat", '{"message": "hi", "temperature": 1.5}', 400, "invalid_request"),
-        ("POST", "/chat", json.dumps({"message": "x" * 70_000}), 413, "payload_too_large"),
+        ("POST", "/chat", json.dumps({"message": "x" * 270_000}), 413, "payload_too_large"),
         ("GET", "/nope", None, 404, "not_found"),
         ("GET", "/sessions/0123456789abcdef0123456789abcdef", None, 404, "session_not_found"),
         ("GET", "/chat", None, 405, "method_not_allowed"),

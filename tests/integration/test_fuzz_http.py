@@ -28,6 +28,7 @@ from referencing.jsonschema import DRAFT202012
 from schemathesis.config import SchemathesisConfig
 
 from chatstream.relay.openapi import DOCUMENT_PATH
+from chatstream.relay.validation import MAX_BODY_BYTES
 from chatstream_local.stack import LocalStack, StackSettings
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ ASCII = st.characters(min_codepoint=32, max_codepoint=126)
 SEGMENT = st.sampled_from(["0", "1", "-1", "99999999999999999999", "a" * 129, "%00", "..", "x y"]) | st.text(
     ASCII.filter(lambda c: c not in "/?#%"), min_size=1, max_size=20
 )
-KiB64 = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -255,10 +255,10 @@ BODIES = st.one_of(
             b"null",
             b"[]",
             json.dumps({"message": "x" * 32_001}).encode(),
-            _sized_message(KiB64 - 1),
-            _sized_message(KiB64),
-            _sized_message(KiB64 + 1),
-            b"x" * (KiB64 + 1),
+            _sized_message(MAX_BODY_BYTES - 1),
+            _sized_message(MAX_BODY_BYTES),
+            _sized_message(MAX_BODY_BYTES + 1),
+            b"x" * (MAX_BODY_BYTES + 1),
         ]
     ),
     st.dictionaries(

@@ -68,9 +68,9 @@ def test_message_text_is_never_logged_at_info(logged: tuple[LocalStack, list[tup
 
 def test_every_input_is_bounded(logged: tuple[LocalStack, list[tuple[str, str]]]) -> None:
     stack, _ = logged
-    # GIVEN a body over 64 KiB, a message over 32,000 characters, an oversized Last-Event-ID
+    # GIVEN a body over 256 KiB, a message over 32,000 characters, an oversized Last-Event-ID
     # WHEN each is sent, THEN each gets its documented error
-    too_big = _post(stack, b'{"message":"' + b"x" * (64 * 1024) + b'"}')
+    too_big = _post(stack, b'{"message":"' + b"x" * (256 * 1024) + b'"}')
     assert (too_big.status_code, too_big.json()["error"]["code"]) == (413, "payload_too_large")
     too_long = _post(stack, {"message": "x" * 32_001})
     assert (too_long.status_code, too_long.json()["error"]["code"]) == (400, "invalid_request")

@@ -369,6 +369,11 @@ def test_an_item_reference_is_the_earlier_output_it_names_and_only_its_owners(
     for references, says in (([reply] * 101, "the limit is 100"), ([f"msg_{long_session}_1_0"] * 5, "characters")):
         error = openai_error(ask(references), 400)
         assert error["param"] == "input" and says in error["message"]
+    # AND the instructions count with the messages, as the turn stores them too (48,004 characters of messages fit)
+    items = [{"role": "user", "content": "hi"}, *[{"type": "item_reference", "id": f"msg_{long_session}_1_0"}] * 3]
+    body = {"model": MODEL, "background": True, "instructions": "x" * 32_000, "input": [*items, USER_NEXT]}
+    error = openai_error(call(service, "POST", "/v1/responses", body), 400)
+    assert error["param"] == "input" and "characters" in error["message"]
 
 
 def test_the_stream_starts_with_created_at_once(service: RelayService) -> None:

@@ -361,8 +361,8 @@ def test_an_invoke_lambda_does_not_accept_is_a_failure(service: RelayService, pr
         ('{"message": ""}', False, 400, "invalid_request"),
         ('{"message": "hi", "max_tokens": 100000}', False, 400, "invalid_request"),
         ('{"message": "hi", "temperature": 2}', False, 400, "invalid_request"),
-        ('{"message": "' + "a" * 70_000 + '"}', False, 413, "payload_too_large"),
-        ('{"message": "' + "a" * 70_000 + '"}', True, 413, "payload_too_large"),
+        ('{"message": "' + "a" * 270_000 + '"}', False, 413, "payload_too_large"),
+        ('{"message": "' + "a" * 270_000 + '"}', True, 413, "payload_too_large"),
     ],
 )
 def test_bad_chat_bodies_are_answered_before_any_turn_starts(

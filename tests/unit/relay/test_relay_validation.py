@@ -53,11 +53,22 @@ def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
 
 
 def test_the_message_limit_counts_characters_not_bytes() -> None:
-    # GIVEN a message of exactly 32,000 non-ASCII characters (96,000 bytes of UTF-8 would be too long
-    # for the body, so use 2-byte characters: 64,000 bytes fit under 64 KiB with the JSON around them)
+    # GIVEN a message of exactly 32,000 non-ASCII characters
     message = "é" * MAX_MESSAGE_CHARS
     # WHEN it is sent THEN it is accepted
     assert parse(json.dumps({"message": message}, ensure_ascii=False)).message == message
+
+
+@pytest.mark.parametrize("character", ["é", "中", "\u200b"])
+@pytest.mark.parametrize("ensure_ascii", [False, True])
+def test_a_full_length_message_fits_the_body_in_any_script_and_escaping(character: str, ensure_ascii: bool) -> None:
+    # GIVEN a message of 32,000 characters of any script of the Basic Multilingual Plane, written as UTF-8 (3 bytes a
+    # character at most) or escaped as \uXXXX (6 bytes, Python's json.dumps by default), with every other field set
+    message = character * MAX_MESSAGE_CHARS
+    fields = {"message": message, "session_id": "0123456789abcdef0123456789abcdef", "max_tokens": 1, "temperature": 0.5}
+    body = json.dumps(fields, ensure_ascii=ensure_ascii).encode()
+    # WHEN it is sent THEN it is accepted, as the message limit promises
+    assert parse(body).message == message
 
 
 @pytest.mark.parametrize(
@@ -129,8 +140,8 @@ def test_a_body_marked_base64_that_is_not_base64_is_invalid_json() -> None:
     assert "base64" in error.message
 
 
-def test_the_body_limit_is_64_kib() -> None:
-    # GIVEN a valid body of exactly 64 KiB, and one byte more
+def test_the_body_limit_is_256_kib() -> None:
+    # GIVEN a valid body of exactly 256 KiB, and one byte more
     message = "a" * 32_000
     padding = MAX_BODY_BYTES - len(json.dumps({"message": message})) - 1
     exact = json.dumps({"message": message}) + " " * (padding + 1)
@@ -139,7 +150,7 @@ def test_the_body_limit_is_64_kib() -> None:
     assert parse(exact).message == message
     error = refused(exact + " ")
     assert (error.status, error.code) == (413, "payload_too_large")
-    assert "65537 bytes" in error.message and "64 KiB" in error.message
+    assert "262145 bytes" in error.message and "256 KiB" in error.message
 
 
 def test_an_oversized_body_is_refused_before_it_is_parsed() -> None:

@@ -2,7 +2,7 @@
 
 ``POST /chat`` body, checked in this order:
 
-1. more than 64 KiB (65,536 bytes, after base64 decoding) → ``413 payload_too_large``;
+1. more than 256 KiB (262,144 bytes, after base64 decoding) → ``413 payload_too_large``;
 2. not valid base64 or UTF-8, empty, not JSON (``NaN``/``Infinity`` are not JSON), nested beyond
    reason, or not a JSON object → ``400 invalid_json``;
 3. every field → ``400 invalid_request`` with a message that names the field:
@@ -39,8 +39,13 @@ from chatstream.relay.http import HttpError
 from chatstream.relay.pace import MAX_OFFSET_DIGITS, MalformedPosition, Position
 from chatstream.text import WHITESPACE, is_blank
 
-MAX_BODY_BYTES = 64 * 1024
 MAX_MESSAGE_CHARS = 32_000
+# A body holds a message of the full 32,000 characters however it is written: a character of the Basic Multilingual
+# Plane takes at most 6 bytes in JSON (\uXXXX, as Python's json.dumps writes any non-ASCII one), 192,000 bytes, with
+# room for the other fields (one beyond it, such as an emoji, escapes to a 12-byte surrogate pair: 21,000 of those
+# fit). Lambda takes a 6 MB request, but a /v1 body's texts become the turn item (400 KB), which they must fit with
+# room to spare: their UTF-8 is at most the body's size.
+MAX_BODY_BYTES = 256 * 1024
 CHAT_FIELDS = ("message", "session_id", "max_tokens", "temperature")
 
 
@@ -84,9 +89,8 @@ def parse_json_object(
     if not valid_base64:
         raise _invalid_json("the body is marked base64-encoded but is not valid base64")
     if body is not None and len(body) > MAX_BODY_BYTES:
-        raise HttpError(
-            413, "payload_too_large", f"the body is {len(body)} bytes; the limit is {MAX_BODY_BYTES} bytes (64 KiB)"
-        )
+        limit = f"{MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES // 1024} KiB)"
+        raise HttpError(413, "payload_too_large", f"the body is {len(body)} bytes; the limit is {limit}")
     if not body or not body.strip():
         raise _invalid_json(f"the body is empty; send a JSON object such as {example}")
     try:

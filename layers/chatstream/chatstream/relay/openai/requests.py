@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     ItemResolver = Callable[[str, str], tuple[str, str] | None]
 
 # item_reference input items: each costs two reads, and its reply joins the turn's stored history, which must stay
-# as small as a body's (a turn item is at most 400 KB).
+# as small as a body's (a turn item is at most 400 KB): the turn's texts, instructions and system messages too, at
+# most 65,536 characters once resolved, at most 256 KiB of UTF-8 (the body's limit).
 MAX_ITEM_REFERENCES = 100
 MAX_RESOLVED_CHARS = 64 * 1024
 
@@ -161,7 +162,8 @@ def parse_responses_request(
             raise invalid(f"input has {references} item references; the limit is {MAX_ITEM_REFERENCES}", "input")
         items = (_input_item(item, f"input[{index}]", resolve_item) for index, item in enumerate(raw_input))
         messages = _split_system((message for message in items if message is not None), system)
-        if references and (size := sum(len(text) for _, text in messages)) > MAX_RESOLVED_CHARS:
+        size = sum(len(text) for _, text in messages) + sum(len(text) for text in system)
+        if references and size > MAX_RESOLVED_CHARS:
             raise invalid(
                 f"input is {size} characters once its item references are resolved; the limit is "
                 f"{MAX_RESOLVED_CHARS} (send fewer earlier turns, or continue with previous_response_id)",
