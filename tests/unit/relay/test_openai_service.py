@@ -110,6 +110,14 @@ def background_turn(
     return created, turn_records(session_id, 1, words, **records)
 
 
+def test_a_percent_encoded_model_id_is_the_model(service: RelayService) -> None:
+    # WHEN the model is read by its id percent-encoded, as a URL library may write it (a Function URL passes it so)
+    response = call(service, "GET", "/v1/models/us.amazon.nova-lite-v1%3A0")
+    # THEN it is the model, as by the id itself
+    assert response.status_code == 200
+    assert json.loads("".join(response.body))["id"] == MODEL
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

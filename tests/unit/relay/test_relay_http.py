@@ -86,3 +86,21 @@ def test_route_templates_match_whole_segments() -> None:
     assert answer("/sessions//turns/3")[0] == 404
     assert answer("/sessions/abc/turns/3/")[0] == 404
     assert answer("/sessions/abc/turns")[0] == 404
+
+
+def test_path_parameters_are_percent_decoded_and_still_one_segment() -> None:
+    # GIVEN a router with a templated route (a Function URL's rawPath is not percent-decoded)
+    router: Router[None] = Router((Route("GET", "/v1/models/{model}", lambda _, params: json_response(200, params)),))
+
+    def answer(path: str) -> tuple[int, object]:
+        response = router.dispatch(Request(method="GET", path=path), None)
+        return response.status_code, json.loads("".join(response.body))
+
+    # WHEN a parameter is percent-encoded THEN the handler gets it decoded, UTF-8 included
+    assert answer("/v1/models/us.amazon.nova-lite-v1%3A0") == (200, {"model": "us.amazon.nova-lite-v1:0"})
+    assert answer("/v1/models/caf%C3%A9%20x") == (200, {"model": "café x"})
+    assert answer("/v1/models/%25") == (200, {"model": "%"})
+    # AND an encoded slash does not put a slash in a parameter, nor is invalid encoding passed on: no route matches
+    for path in ("/v1/models/a%2Fb", "/v1/models/%2f", "/v1/models/%zz", "/v1/models/50%", "/v1/models/%ff"):
+        status, body = answer(path)
+        assert (status, body["error"]["code"]) == (404, "not_found"), path  # type: ignore[index]

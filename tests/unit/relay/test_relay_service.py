@@ -679,6 +679,27 @@ def test_history_of_an_unknown_session_is_404(service: RelayService) -> None:
     assert SESSION_ID_PATTERN.match("a" * 32) and not SESSION_ID_PATTERN.match("a" * 32 + "\n")
 
 
+def test_path_parameters_are_percent_decoded_then_validated_as_strictly(
+    service: RelayService, chat_table: ChatTable
+) -> None:
+    # GIVEN a finished turn
+    session_id = finished_session(service, chat_table, ["Hi"])
+
+    def status(path: str) -> tuple[int, str | None]:
+        response = service.handle(request("GET", path))
+        body = json_body(response) if response.headers["Content-Type"] == "application/json" else {}
+        return response.status_code, body.get("error", {}).get("code")
+
+    # WHEN a session id or turn is percent-encoded THEN it names the same one
+    assert status(f"/sessions/{session_id[:4]}%{ord(session_id[4]):02x}{session_id[5:]}") == (200, None)
+    assert status(f"/sessions/{session_id}/turns/%31/events")[0] == 200
+    # AND what decodes to no valid id is refused as before, a slash or a stray % included
+    assert status(f"/sessions/{session_id}%0A") == (404, "session_not_found")
+    assert status(f"/sessions/{session_id}/turns/%201/events") == (404, "turn_not_found")
+    assert status(f"/sessions/{session_id}%2Fturns%2F1%2Fevents") == (404, "not_found")
+    assert status(f"/sessions/{session_id}%") == (404, "not_found")
+
+
 @pytest.mark.parametrize("path", ["/sessions/{sid}", "/sessions/nope", "/v1/responses/resp_{sid}_1", "/v1/models"])
 def test_no_json_answer_may_be_cached_or_sniffed(service: RelayService, chat_table: ChatTable, path: str) -> None:
     # GIVEN a session WHEN a client reads its history, an unknown one, a /v1 response or the model list

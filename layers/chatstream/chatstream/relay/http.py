@@ -13,6 +13,12 @@ with the request's context (whatever the router's user answers a request with) a
 parameters, answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
 ``Allow`` header for a known path with another method. An :class:`HttpError` a handler raises becomes
 its response.
+
+``rawPath`` is the path as the client sent it, not percent-decoded: a parameter is decoded as it is matched (a URL
+library may write the model ``us.amazon.nova-lite-v1:0`` as ``us.amazon.nova-lite-v1%3A0``). A segment
+that is not valid percent-encoding (a ``%`` without two hex digits, or bytes that are not UTF-8) names nothing, and
+neither does one that decodes to a ``/``: no parameter holds a slash (``/static/vendor%2Fx`` is not
+``/static/vendor/x``). Such a path matches no route, ``404 not_found``.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from urllib.parse import unquote_to_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -200,12 +208,29 @@ class Route(Generic[_C]):
         params: dict[str, str] = {}
         for pattern, segment in zip(want, got, strict=True):
             if pattern.startswith("{") and pattern.endswith("}"):
-                if not segment:
+                value = _decoded(segment)
+                if not value:
                     return None
-                params[pattern[1:-1]] = segment
+                params[pattern[1:-1]] = value
             elif pattern != segment:
                 return None
         return params
+
+
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _decoded(segment: str) -> str | None:
+    """A path segment percent-decoded, or ``None`` when it is not valid percent-encoding or decodes to a slash."""
+    if "%" not in segment:
+        return segment
+    if _STRAY_PERCENT.search(segment):
+        return None
+    try:
+        value = unquote_to_bytes(segment).decode("utf-8")
+    except UnicodeError:  # bytes that are not UTF-8 (or, in a hand-made event, a lone surrogate)
+        return None
+    return None if "/" in value else value
 
 
 def _native_error(request: Request, err: HttpError) -> Response:
