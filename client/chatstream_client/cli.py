@@ -108,8 +108,10 @@ class Failure(Exception):
     """A failure the user can act on: its message is the one line the client prints."""
 
 
-def explain(error: Exception, url: str, signed: bool) -> str:
-    """One line for ``error``: what went wrong talking to ``url``, and what to do about it."""
+def explain(error: Exception, url: str, signed: bool, session: str | None = None) -> str:
+    """One line for ``error``: what went wrong talking to ``url``, and what to do about it. ``session``: the
+    ``--session`` a one-shot message continued, if any: when it is not found, the advice is to drop the option (the
+    relay's names its API field). An interactive run passes none: it goes on in a new session, and says so."""
     if isinstance(error, NoCredentialsError):
         return (
             f"no AWS credentials to sign requests to {url}: configure them (`aws configure`, AWS_PROFILE or "
@@ -130,12 +132,17 @@ def explain(error: Exception, url: str, signed: bool) -> str:
     if isinstance(error, httpx.TransportError):
         return f"the connection to {url} failed ({type(error).__name__}: {error}): check the URL, then try again"
     if isinstance(error, ApiError):
-        return _explain_answer(error, url, signed)
+        return _explain_answer(error, url, signed, session)
     return str(error)
 
 
-def _explain_answer(error: ApiError, url: str, signed: bool) -> str:
+def _explain_answer(error: ApiError, url: str, signed: bool, session: str | None) -> str:
     """One line for an error answer, or for a failure the client gave up on."""
+    if error.code == "session_not_found" and session is not None:
+        return (
+            f"{url} has no session {session!r} of yours (unknown, expired, or another caller's): "
+            "drop --session to start a new one"
+        )
     if error.code == "resume_failed" and isinstance(error.__cause__, Exception):
         # The turn started, so the URL was right: the network or the stack went away mid-reply.
         cause = error.__cause__
@@ -354,7 +361,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         err.write(shown(f"error: {failure}\n", err))
         return EXIT_FAILED
     except (ApiError, BotoCoreError, httpx.TransportError) as error:
-        err.write(shown(f"error: {explain(error, args.url, signed)}\n", err))
+        session = args.session if args.follow is None else None  # --follow names its session in its URL
+        err.write(shown(f"error: {explain(error, args.url, signed, session)}\n", err))
         return EXIT_FAILED
     except KeyboardInterrupt:
         err.write("\n")

@@ -10,8 +10,8 @@ import pytest
 from botocore.exceptions import NoCredentialsError
 from httpx_sse import SSEError
 
-from chatstream_client.api import ApiError, TurnResult
-from chatstream_client.cli import DIM, THINKING, UNDIM, _Printer, explain, main, wants_color
+from chatstream_client.api import ApiError, ChatClient, TurnResult
+from chatstream_client.cli import DIM, EXIT_FAILED, THINKING, UNDIM, _Printer, explain, main, wants_color
 
 LOCAL = "http://127.0.0.1:3000"
 DEPLOYED = "https://abc.lambda-url.us-east-1.on.aws"
@@ -89,6 +89,22 @@ def test_a_url_that_is_not_http_is_refused_in_one_line(capsys: pytest.CaptureFix
     # THEN it says so in one line and exits 2
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "--url must be an http:// or https:// URL" in err
+
+
+def test_an_unknown_session_option_is_explained_as_the_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a relay that knows no session "nosuch" (the client reads a session's history before its first message)
+    def history(*args: object) -> dict[str, object]:
+        raise ApiError(404, "session_not_found", "no session 'nosuch'")
+
+    monkeypatch.setattr(ChatClient, "history", history)
+    # WHEN the client is told to continue it
+    status = main(["--url", LOCAL, "--session", "nosuch", "--message", "hi", "--no-iam"])
+    # THEN it fails in one line that names the session and tells the user to drop --session, not an API field
+    err = capsys.readouterr().err
+    assert status == EXIT_FAILED and err.count("\n") == 1
+    assert "'nosuch'" in err and "drop --session" in err
 
 
 class _Terminal(io.StringIO):

@@ -273,8 +273,27 @@ def test_concurrent_posts_on_one_session_give_one_stream_and_409s(
 def test_chat_on_an_unknown_session_is_404_session_not_found(service: RelayService, session_id: str) -> None:
     # WHEN a client names a session that does not exist (or cannot exist)
     response = chat(service, "hi", session_id=session_id)
-    # THEN 404 session_not_found
-    assert_error(response, 404, "session_not_found")
+    # THEN 404 session_not_found, whose message says to omit the field to start a new session
+    assert "omit session_id to start a new one" in assert_error(response, 404, "session_not_found")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/sessions/{sid}"),
+        ("GET", "/sessions/{sid}/turns/1/events"),
+        ("POST", "/sessions/{sid}/turns/1/cancel"),
+        ("GET", "/sessions/nope"),
+    ],
+)
+def test_a_path_naming_an_unknown_session_gives_no_advice_about_a_body_field(
+    service: RelayService, method: str, path: str
+) -> None:
+    # WHEN a path names a session that does not exist (or cannot exist)
+    response = service.handle(request(method, path.format(sid="0" * 32)))
+    # THEN 404 session_not_found names it, and does not send the client to a session_id field it has not got
+    message = assert_error(response, 404, "session_not_found")
+    assert message.startswith("no session '") and "session_id" not in message
 
 
 def test_a_failed_proxy_invoke_ends_the_turn_in_error_and_frees_the_session(

@@ -77,6 +77,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ANONYMOUS_OWNER = "anonymous"
+# The advice of a POST /chat's 404 session_not_found: a path's session id (history, events, cancel) has no field to
+# omit, and its 404 gives none.
+OMIT_SESSION_ID = "omit session_id to start a new one"
 
 
 def session_owner(auth_type: str, iam: Mapping[str, Any]) -> str | None:
@@ -208,7 +211,11 @@ class _Exchange:
             valid_base64=self.request.body_is_valid_base64,
         )
         session_id, turn = self.begin_turn(
-            chat.session_id, chat.message, max_tokens=chat.max_tokens, temperature=chat.temperature
+            chat.session_id,
+            chat.message,
+            max_tokens=chat.max_tokens,
+            temperature=chat.temperature,
+            not_found_advice=OMIT_SESSION_ID,
         )
         request = GenerateRequest(session_id, turn)
         failure = self.invoke_proxy(request)
@@ -264,8 +271,13 @@ class _Exchange:
         max_tokens: int | None,
         temperature: float | None,
         options: TurnOptions | None = None,
+        not_found_advice: str = "",
     ) -> tuple[str, int]:
-        """Allocate the caller's next turn: turn 1 of a new session (``session_id`` None), or the session's next."""
+        """Allocate the caller's next turn: turn 1 of a new session (``session_id`` None), or the session's next.
+
+        ``not_found_advice`` ends the ``404 session_not_found`` of a session that is not the caller's: what the
+        request can change, when it has a field to (``POST /chat``'s ``session_id``).
+        """
         owner = self.owner()
         try:
             if session_id is None:
@@ -273,7 +285,7 @@ class _Exchange:
                     owner, message, max_tokens=max_tokens, temperature=temperature, options=options
                 )
                 return session_id, 1
-            session_id = _session_param(session_id)
+            session_id = _session_param(session_id, not_found_advice)
             # The table checks ownership in the same read that allocates the turn.
             turn = self.table.start_turn(
                 session_id,
@@ -286,7 +298,7 @@ class _Exchange:
                 options=options,
             )
         except SessionNotFound:
-            raise _session_not_found(str(session_id)) from None
+            raise _session_not_found(str(session_id), not_found_advice) from None
         except TurnInProgress as err:
             raise HttpError(
                 409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
@@ -487,9 +499,9 @@ class _InvokeRefused(Exception):
     """Lambda took the Invoke call but not the asynchronous invocation (private: its name is in the error message)."""
 
 
-def _session_param(session_id: str) -> str:
+def _session_param(session_id: str, advice: str = "") -> str:
     if not SESSION_ID_PATTERN.match(session_id):
-        raise _session_not_found(session_id)
+        raise _session_not_found(session_id, advice)
     return session_id
 
 
@@ -500,9 +512,9 @@ def _turn_param(session_id: str, value: str) -> int:
     return int(digits)
 
 
-def _session_not_found(session_id: str) -> HttpError:
+def _session_not_found(session_id: str, advice: str = "") -> HttpError:
     shown = session_id if len(session_id) <= 128 else session_id[:128] + "…"
-    return HttpError(404, "session_not_found", f"no session {shown!r}; omit session_id to start a new one")
+    return HttpError(404, "session_not_found", f"no session {shown!r}" + (f"; {advice}" if advice else ""))
 
 
 def _turn_not_found(session_id: str, turn: int) -> HttpError:
