@@ -95,6 +95,11 @@ FINISHED = "finished"
 ENDED_EARLY = "the stream ended without done, error or reconnect"
 
 
+# The relay sends a keep-alive every 10 s (KEEPALIVE_S): a stream silent for three of them was lost without a reset
+# (Wi-Fi gone, a NAT that forgot it), and is resumed, as the chat page does after the same 30 s (IDLE_MS).
+READ_TIMEOUT_S = 30.0
+
+
 class ApiError(Exception):
     """A JSON error response (HTTP_API.md, "Errors before a stream starts"), or a failure the client gave up on
     (the module's docstring lists the codes the client raises itself).
@@ -197,7 +202,7 @@ class ChatClient:
 
     - ``auth``: an ``httpx.Auth`` for every request (``SigV4Auth()`` for an ``AWS_IAM`` Function URL);
     - ``timeout``: seconds to connect, write and wait for a pool connection; ``read_timeout``: seconds without a
-      byte before a stream counts as broken (the relay sends a keep-alive every 10 s);
+      byte before a stream counts as broken (:data:`READ_TIMEOUT_S`);
     - ``max_resumes``: unplanned resumes in a row (the stream broke or ended early) that bring no new event before
       the client gives up (``resume_limit``); the relay's planned ``reconnect``s never count;
     - ``outage_s``: how long a resume keeps trying while the relay cannot be reached (a network outage) before the
@@ -218,7 +223,7 @@ class ChatClient:
         *,
         auth: httpx.Auth | None = None,
         timeout: float = 30.0,
-        read_timeout: float = 60.0,  # the relay sends a keep-alive every 10 s: a silent minute is a dead stream
+        read_timeout: float = READ_TIMEOUT_S,
         max_resumes: int = 20,  # unplanned resumes in a row that bring no new event before the client gives up
         outage_s: float = 300.0,  # how long a resume keeps trying to reach the relay before the client gives up
         retry: RetryPolicy | None = None,

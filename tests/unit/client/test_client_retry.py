@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from chatstream_client.api import ChatClient
 from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy, retry_after_s
 
 
@@ -56,3 +60,16 @@ def test_only_throttles_and_unavailable_are_answered_before_a_turn_exists() -> N
     # 502, 500 and 504 can come after the relay allocated the turn: they are retryable only for idempotent requests
     assert {429, 503} == NOT_STARTED
     assert {502, 500, 504} <= RETRYABLE and NOT_STARTED <= RETRYABLE and 409 not in RETRYABLE
+
+
+def test_a_silent_stream_is_taken_for_dropped_when_the_page_takes_it_so() -> None:
+    # GIVEN the chat page's limit on a stream without a byte: three of the relay's 10 s keep-alive periods
+    retry_js = Path(__file__).parents[3] / "layers/chatstream/chatstream/relay/static/retry.js"
+    factors = re.search(r"const IDLE_MS = ([\d *]+);", retry_js.read_text())
+    assert factors is not None
+    idle_ms = math.prod(int(factor) for factor in factors[1].split("*"))
+    # WHEN a client is made with its defaults
+    with ChatClient() as client:
+        read_timeout = client._http.timeout.read
+    # THEN it waits for a byte as long as the page does, 30 s, before it resumes a silent stream
+    assert read_timeout == idle_ms / 1000 == 30
