@@ -776,7 +776,7 @@ def test_a_streamed_chat_completion_that_fails_ends_with_the_error_typed_as_with
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
-@pytest.mark.parametrize("value", ["abc", "-1", "3.2"])
+@pytest.mark.parametrize("value", ["abc", "-1", "3.2", " 2", "2 ", ""])
 def test_a_malformed_starting_after_is_a_400_with_or_without_a_stream(
     service: RelayService, stream: str, value: str
 ) -> None:

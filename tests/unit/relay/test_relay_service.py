@@ -484,7 +484,13 @@ def test_events_replays_a_finished_turn(service: RelayService, chat_table: ChatT
 
 @pytest.mark.parametrize(
     ("headers", "query"),
-    [({"last-event-id": "2"}, None), (None, {"after": "2"}), ({"last-event-id": "2"}, {"after": "0"})],
+    [
+        ({"last-event-id": "2"}, None),
+        ({"last-event-id": " 2 "}, None),
+        (None, {"after": "2"}),
+        ({"last-event-id": "2"}, {"after": "0"}),
+        ({"last-event-id": ""}, {"after": "2"}),
+    ],
 )
 def test_events_resume_after_the_last_event_id(
     service: RelayService, chat_table: ChatTable, headers: dict[str, str] | None, query: dict[str, str] | None
@@ -547,6 +553,9 @@ def test_events_follow_a_live_turn(service: RelayService, chat_table: ChatTable,
         ({"last-event-id": "2.3.4"}, None, "Last-Event-ID"),
         (None, {"pace": "no"}, "pace"),
         (None, {"after": ""}, "after"),
+        (None, {"after": " 2"}, "after"),
+        (None, {"after": "2\n"}, "after"),
+        (None, {"pace": " 0"}, "pace"),
     ],
 )
 def test_events_with_a_bad_position_are_400_invalid_request(

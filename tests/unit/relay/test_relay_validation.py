@@ -163,7 +163,6 @@ def test_an_oversized_body_is_refused_before_it_is_parsed() -> None:
     [
         (None, None),
         ("0", Position(0)),
-        (" 42 ", Position(42)),
         ("007", Position(7)),
         ("99999999", Position(99999999)),
         ("3.12", Position(3, 12)),
@@ -181,7 +180,24 @@ def test_positions_are_event_ids(value: str | None, expected: Position | None) -
 
 @pytest.mark.parametrize(
     "value",
-    ["", "-1", "1.", ".5", "1.5.2", "1.-5", "1,5", "1.99999999", "abc", "1e3", "٣", "100000000", "9" * 5000],
+    [
+        "",
+        " 2",
+        "2 ",
+        "\t2",
+        "-1",
+        "1.",
+        ".5",
+        "1.5.2",
+        "1.-5",
+        "1,5",
+        "1.99999999",
+        "abc",
+        "1e3",
+        "٣",
+        "100000000",
+        "9" * 5000,
+    ],
 )
 def test_other_positions_are_invalid_requests_naming_the_parameter(value: str) -> None:
     # WHEN a position is not an event id THEN 400 invalid_request names the parameter and the grammar
@@ -192,9 +208,12 @@ def test_other_positions_are_invalid_requests_naming_the_parameter(value: str) -
     assert "<seq>.<offset>" in caught.value.message
 
 
-def test_a_blank_last_event_id_is_no_position() -> None:
+def test_a_blank_last_event_id_is_no_position_and_its_surrounding_whitespace_is_not_part_of_it() -> None:
     # WHEN EventSource sends an empty Last-Event-ID THEN it counts as absent
-    assert parse_position("", "Last-Event-ID", blank_is_absent=True) is None
+    assert parse_position("", "Last-Event-ID", header=True) is None
+    assert parse_position(" \t", "Last-Event-ID", header=True) is None
+    # AND an id with whitespace around it is the id (a query parameter's is refused, as ?pace=%200 is)
+    assert parse_position(" 42 ", "Last-Event-ID", header=True) == Position(42)
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, None), ("0", False), ("1", True)])

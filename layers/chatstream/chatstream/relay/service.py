@@ -230,7 +230,7 @@ class _Exchange:
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
-        header = parse_position(self.request.header("last-event-id"), "Last-Event-ID", blank_is_absent=True)
+        header = parse_position(self.request.header("last-event-id"), "Last-Event-ID", header=True)
         query = parse_position(self.request.query.get("after"), "after")
         pace = parse_pace(self.request.query.get("pace"))
         after = header if header is not None else query

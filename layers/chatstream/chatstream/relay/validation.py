@@ -19,9 +19,9 @@
      ``"max_token"`` fails loudly instead of being ignored.
 
 Resume position (``Last-Event-ID`` header or ``?after=``): an event id, ``<seq>`` (a non-negative decimal
-integer of at most 8 digits) or ``<seq>.<offset>`` (a piece of a record: its offset at most 7 digits), surrounding
-whitespace allowed; else ``400 invalid_request``. A blank ``Last-Event-ID`` counts as absent; a blank ``?after=``
-is an error.
+integer of at most 8 digits) or ``<seq>.<offset>`` (a piece of a record: its offset at most 7 digits); else
+``400 invalid_request``. The header's surrounding whitespace is allowed, and a blank one counts as absent; a query
+parameter is taken exactly as sent, as ``?pace=`` is: ``?after=%202`` and a blank ``?after=`` are errors.
 
 Pacing (``?pace=``): ``0`` (each record's text as one event) or ``1`` (paced text), whatever the relay's setting
 (``PACE_TEXT``) says; else ``400 invalid_request``.
@@ -174,15 +174,17 @@ def _temperature(value: object) -> float | None:
     return float(value)
 
 
-def parse_position(value: str | None, name: str, *, blank_is_absent: bool = False) -> Position | None:
+def parse_position(value: str | None, name: str, *, header: bool = False) -> Position | None:
     """A resume position: the last event id the client has (``None`` when not given).
 
-    ``blank_is_absent``: an empty ``Last-Event-ID`` means "no event yet" (what EventSource sends).
+    ``header``: a ``Last-Event-ID``, whose surrounding whitespace is not part of its value (HTTP trims a field's),
+    and whose blank value means "no event yet" (what EventSource sends). A query parameter is taken as it is, as
+    ``?pace=`` is: a client that writes ``?after=`` writes the id itself, and one it did not mean is an error.
     """
     if value is None:
         return None
-    text = value.strip(WHITESPACE)
-    if not text and blank_is_absent:
+    text = value.strip(WHITESPACE) if header else value
+    if not text and header:
         return None
     try:
         return Position.parse(text)
