@@ -344,7 +344,7 @@ def test_each_error_family_raises_the_sdks_exception(client: openai.OpenAI, stac
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=ALIAS, messages=user, n=2)
     with pytest.raises(openai.APIStatusError) as too_large:
-        client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "x" * 70_000}])
+        client.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "x" * 270_000}])
     assert too_large.value.status_code == 413
     finished = client.responses.create(model=ALIAS, input="hi")
     with pytest.raises(openai.ConflictError):
