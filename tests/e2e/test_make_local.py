@@ -247,6 +247,28 @@ def test_turn_and_cancel_errors(make_local: RunningStack) -> None:
     assert not_allowed.status_code == 405 and "POST" in not_allowed.headers["allow"]
 
 
+def test_curl_head_gets_what_get_would_without_the_body(make_local: RunningStack) -> None:
+    # GIVEN a finished turn
+    with ChatClient(make_local.url) as client:
+        done = client.chat("hello")
+    events = f"/sessions/{done.session_id}/turns/1/events"
+    for path, status, content_type in [
+        ("/", 200, "text/html"),
+        ("/health", 200, "application/json"),
+        (events, 200, "text/event-stream"),
+        ("/chat", 405, "application/json"),
+    ]:
+        # WHEN curl asks for the path's headers only (curl -I sends HEAD)
+        result = curl("-I", f"{make_local.url}{path}")
+        # THEN GET's status line and content type, with no body (curl would wait for one, then time out)
+        lines = result.stdout.splitlines()
+        assert result.returncode == 0 and int(lines[0].split()[1]) == status, (path, result.stdout, result.stderr)
+        headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if ": " in line)}
+        assert headers["content-type"].startswith(content_type), (path, headers)
+        if status == 405:
+            assert headers["allow"] == "POST"
+
+
 def test_the_local_aws_services_answer_tools_but_no_browser_page(make_local: RunningStack) -> None:
     # GIVEN moto's URL, region and chat table, as the stack prints them at start
     deadline = time.monotonic() + 30  # the line after the ready line

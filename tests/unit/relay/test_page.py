@@ -202,10 +202,10 @@ def test_paths_below_static_that_are_not_one_name_match_no_route(service: RelayS
 
 
 def test_other_methods_on_the_page_are_405_with_allow(service: RelayService) -> None:
-    # WHEN the page's paths are POSTed to THEN 405 with Allow: GET
+    # WHEN the page's paths are POSTed to THEN 405 with Allow: GET, HEAD
     for path in ("/", "/static/app.js"):
         response = get(service, path, method="POST")
-        assert response.status_code == 405 and response.headers["Allow"] == "GET"
+        assert response.status_code == 405 and response.headers["Allow"] == "GET, HEAD"
 
 
 def test_a_package_without_the_page_fails_at_load_naming_the_file(tmp_path: Path) -> None:

@@ -417,10 +417,10 @@ def test_unknown_routes_are_404_not_found(service: RelayService, path: str) -> N
     [
         ("GET", "/chat", "POST"),
         ("PUT", "/chat", "POST"),
-        ("POST", "/", "GET"),
-        ("POST", "/health", "GET"),
-        ("DELETE", "/sessions/abc", "GET"),
-        ("POST", "/sessions/abc/turns/1/events", "GET"),
+        ("POST", "/", "GET, HEAD"),
+        ("POST", "/health", "GET, HEAD"),
+        ("DELETE", "/sessions/abc", "GET, HEAD"),
+        ("POST", "/sessions/abc/turns/1/events", "GET, HEAD"),
         ("GET", "/sessions/abc/turns/1/cancel", "POST"),
     ],
 )
@@ -432,6 +432,29 @@ def test_a_known_route_with_another_method_is_405_with_allow(
     # THEN 405 method_not_allowed with the Allow header
     assert_error(response, 405, "method_not_allowed")
     assert response.headers["Allow"] == allow
+
+
+def test_head_answers_what_get_would_without_the_body(service: RelayService, chat_table: ChatTable) -> None:
+    # GIVEN a finished turn
+    session_id = finished_session(service, chat_table, ["a", "b"])
+    for path, status in [
+        ("/health", 200),
+        (f"/sessions/{session_id}", 200),
+        (f"/sessions/{session_id}/turns/1/events", 200),
+        (f"/sessions/{session_id}/turns/9/events", 404),
+        ("/sessions/nosuch", 404),
+        ("/nope", 404),
+    ]:
+        # WHEN the path is asked for with HEAD, and with GET
+        head = service.handle(request("HEAD", path))
+        got = service.handle(request("GET", path))
+        # THEN GET's status and headers, and no body; a stream is not started (nothing is followed)
+        assert (head.status_code, dict(head.headers)) == (status, dict(got.headers)), path
+        assert list(head.body) == [] and head.stream is None, path
+        assert list(got.body), path
+    # AND a path GET does not serve is 405 to HEAD too, with its Allow
+    refused = service.handle(request("HEAD", "/chat"))
+    assert (refused.status_code, refused.headers["Allow"], list(refused.body)) == (405, "POST", [])
 
 
 def test_an_error_quotes_at_most_a_few_hundred_characters_of_the_request(service: RelayService) -> None:

@@ -12,7 +12,8 @@ non-empty segment, and a handler). It matches ``rawPath`` against the templates 
 with the request's context (whatever the router's user answers a request with) and the path's
 parameters, answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
 ``Allow`` header for a known path with another method. An :class:`HttpError` a handler raises becomes
-its response.
+its response. ``HEAD`` is answered wherever ``GET`` is, as ``GET`` would be but without the body (an uptime check's
+``HEAD /``, ``curl -I``); a stream's body is never started, so a ``HEAD`` of a turn's events follows nothing.
 
 ``rawPath`` is the path as the client sent it, not percent-decoded: a parameter is decoded as it is matched (a URL
 library may write the model ``us.amazon.nova-lite-v1:0`` as ``us.amazon.nova-lite-v1%3A0``). A segment
@@ -244,19 +245,27 @@ class Router(Generic[_C]):
     render_error: Callable[[Request, HttpError], Response] = _native_error
 
     def dispatch(self, request: Request, context: _C) -> Response:
-        allowed: list[str] = []
+        """The route's answer; to ``HEAD``, what ``GET`` would answer, without its body (RFC 9110, 9.3.2)."""
+        response = self._answer(request, context)
+        if request.method == "HEAD":  # a stream's body is never started: no turn is followed
+            return replace(response, body=(), stream=None)
+        return response
+
+    def _answer(self, request: Request, context: _C) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        allowed: set[str] = set()
         for route in self.routes:
             params = route.match(request.path)
             if params is None:
                 continue
-            if route.method == request.method:
+            if route.method == method:
                 try:
                     return route.handler(context, params)
                 except HttpError as err:
                     return self.render_error(request, err)
-            allowed.append(route.method)
+            allowed.update((route.method, "HEAD") if route.method == "GET" else (route.method,))
         if allowed:
-            allow = ", ".join(sorted(set(allowed)))
+            allow = ", ".join(sorted(allowed))
             message = f"{request.method} is not allowed on {clipped(request.path, 100)}; use {allow}"
             return self.render_error(request, RouteError(405, "method_not_allowed", message, {"Allow": allow}))
         message = f"no route for {clipped(request.path, 100)}; see the API documentation"
