@@ -336,6 +336,62 @@ def test_a_generation_past_the_proxys_reserved_concurrency_waits_and_runs(
     assert stack.local_lambda.stats()[stack.name("ProxyFunction")].throttles >= 1
 
 
+def test_a_generation_still_queued_at_the_start_timeout_ends_its_turn_and_never_runs_the_model(
+    start_stack: Callable[..., LocalStack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a stack with ProxyReservedConcurrency=1, the relay's start timeout 2 s (START_TIMEOUT_S; 30 s by default),
+    # and the one generation busy with a long reply
+    from chatstream_local.stack import LocalStack
+
+    specs = LocalStack.function_specs
+    monkeypatch.setattr(
+        LocalStack,
+        "function_specs",
+        lambda stack, url: [
+            replace(spec, environment={**spec.environment, "START_TIMEOUT_S": "2"})
+            if spec.name == stack.name("RelayFunction")
+            else spec
+            for spec in specs(stack, url)
+        ],
+    )
+    lines: list[tuple[str, str]] = []
+    overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
+    stack = start_stack(
+        model_delay_ms=20, verbose=True, parameter_overrides=overrides, log=lambda c, line: lines.append((c, line))
+    )
+    with (
+        ChatClient(stack.url) as client,
+        httpx.stream("POST", f"{stack.url}/chat", json={"message": "/long 200"}) as busy,
+    ):
+        busy_events = EventSource(busy).iter_sse()
+        assert next(e for e in busy_events if e.event == "token")
+
+        # WHEN a second chat starts while the generation is busy
+        queued = client.chat("hello")
+
+        # THEN after the start timeout its stream ends with the turn's own error, retryable: send again
+        assert queued.done is None and queued.error is not None
+        assert (queued.error["code"], queued.error["retryable"]) == ("timeout", True)
+        # AND the turn ended with it: the session takes the next message at once
+        assert client.history(queued.session_id)["turns"][0]["status"] == "error"
+        again = httpx.post(f"{stack.url}/chat", json={"message": "again", "session_id": queued.session_id})
+        assert again.status_code == 200
+        # AND once the busy generation is done, the queued invocation runs, finds the turn ended, calls no model
+        assert any(e.event == "done" for e in busy_events)
+
+        def not_generated() -> bool:
+            return any(
+                c.startswith("ProxyFunction") and "not generated" in line and queued.session_id in line
+                for c, line in list(lines)
+            )
+
+        wait_until(not_generated, timeout_s=30, what="the queued invocation to run and generate nothing")
+        turn = client.history(queued.session_id)["turns"][0]
+        assert (turn["status"], turn["assistant"], turn["error"]["code"]) == ("error", "", "timeout")
+    assert stack.local_lambda is not None
+    assert stack.local_lambda.stats()[stack.name("ProxyFunction")].throttles >= 1
+
+
 def test_a_second_delivery_that_fails_does_not_reap_the_turn_the_first_generates(
     start_stack: Callable[..., LocalStack], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from chatstream.errors import Throttled
+from chatstream.errors import Throttled, TurnFinished
 from chatstream.records import ErrorInfo
 from chatstream.relay.follow import CADENCE_FRACTION, Follower, StreamOutcome
 from chatstream.relay.pace import Position
-from chatstream.status import StopReason
+from chatstream.status import StopReason, TurnStatus
 from tests.builders import turn_records
 from tests.unit.relay.relay_support import FAST, FakeClock, calls_at, read_stream, write_turn
 
@@ -265,6 +265,66 @@ def test_a_turn_that_never_starts_ends_with_a_timeout_error(chat_table: ChatTabl
     assert stream.kinds == ["error"]
     assert stream.events[0].json()["code"] == "timeout"
     assert stream.events[0].at is not None and stream.events[0].at >= FAST.start_timeout_s
+
+
+def test_a_turn_no_generation_claimed_is_ended_at_the_start_timeout_so_the_error_is_true(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn whose proxy invocation waits in Lambda's queue (ProxyReservedConcurrency reached): no generation
+    # has claimed it, no record exists
+    clock = FakeClock()
+    # WHEN a client follows it past the start timeout
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN the stream ends with the turn's own error, with its id, telling the client to send again
+    assert stream.kinds == ["error"]
+    error = stream.events[0]
+    assert error.id == "1" and error.json()["code"] == "timeout" and error.json()["retryable"] is True
+    assert "send again" in error.json()["message"]
+    assert error.at is not None and error.at >= FAST.start_timeout_s
+    # AND the turn ended with it: stored, its session free for the next message
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.ERROR and (turn.error or {})["code"] == "timeout"
+    assert chat_table.start_turn(session_id, OWNER, "again") == 2
+    # AND the queued invocation, when it runs, finds the turn ended and generates nothing
+    with pytest.raises(TurnFinished):
+        chat_table.claim_turn(session_id, 1, "late-request-id")
+    # AND a client resuming it later gets the same ending
+    again = read_stream(follow(chat_table, session_id, FakeClock()).events())
+    assert [(event.event, event.id) for event in again.events] == [("error", "1")]
+
+
+def test_a_claimed_turn_slow_to_begin_is_followed_past_the_start_timeout(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn a generation has claimed whose model sends its first delta only after 45 s
+    chat_table.claim_turn(session_id, 1, "request-1")
+    records = turn_records(session_id, 1, ["late", " but", " here"])
+    clock = FakeClock()
+    clock.at(45.0, lambda: chat_table.put_records(records))
+    # WHEN a client follows it (start timeout 30 s)
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN no timeout: the reply, whole, and done
+    assert stream.kinds[-1] == "done" and stream.text == "late but here"
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS  # the follower did not end it
+
+
+def test_a_claimed_turn_that_stays_silent_ends_the_stream_with_reconnect_not_an_error(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn a generation has claimed that writes nothing
+    chat_table.claim_turn(session_id, 1, "request-1")
+    clock = FakeClock()
+    settings = replace(FAST, idle_reconnect_s=60, start_timeout_s=30)
+    # WHEN a client follows it
+    follower = follow(chat_table, session_id, clock, settings=settings)
+    stream = read_stream(follower.events(), clock)
+    # THEN after the idle bound the stream ends with reconnect (the client resumes), the turn untouched
+    assert stream.kinds == ["reconnect"] and follower.stats.outcome is StreamOutcome.RECONNECT
+    assert stream.events[0].json()["last_event_id"] == 0
+    assert stream.events[0].at is not None and 60.0 <= stream.events[0].at <= 60.0 + settings.poll_max_s
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS
 
 
 def test_a_keep_alive_comment_goes_out_after_ten_seconds_of_silence(chat_table: ChatTable, session_id: str) -> None:

@@ -22,8 +22,11 @@ once before the stream's ending event. Besides the records, the follower ends a 
 
 - with ``error`` ``gap`` when a missing ``seq`` stays missing for ``gap_timeout_s`` while later items
   are visible;
-- with ``error`` ``timeout`` when the turn has no record at all within ``start_timeout_s`` (the proxy
-  never started), or is still in progress past ``stale_turn_s`` (its generator died);
+- with ``error`` ``timeout`` when the turn has no record at all within ``start_timeout_s`` and no generation has
+  claimed it (its proxy invocation waits in Lambda's queue): the follower ends the turn itself, in the write that
+  claims it (:func:`end_unclaimed_turn`), so the error is true and the invocation, if it runs later, calls no model;
+  a turn a generation claimed is followed on. Also with ``timeout`` when the turn is still in progress past
+  ``stale_turn_s`` (its generator died);
 - with ``event: reconnect`` (``{"events_url", "last_event_id"}``) when the function's remaining time
   drops below ``reconnect_margin_s``, or when a started turn has given it nothing new to send for
   ``idle_reconnect_s``; the client resumes there with ``Last-Event-ID``;
@@ -72,6 +75,7 @@ from chatstream.records import ErrorInfo, RecordType, TokenRecord
 from chatstream.relay import sse
 from chatstream.relay.pace import Pacer, Position, TextEvent
 from chatstream.status import TurnStatus
+from chatstream.table import RELAY_CLAIM
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +96,28 @@ FIRST_TIMED_SEQ = 2  # start (0) and the first delta (1) are written at once; la
 
 def events_url(session_id: str, turn: int) -> str:
     return f"/sessions/{session_id}/turns/{turn}/events"
+
+
+def end_unclaimed_turn(table: ChatTable, terminal: TokenRecord) -> bool:
+    """End a turn no generation has claimed with ``terminal`` (its stop or error record), in the write that claims it
+    for the relay, so that its proxy invocation, if it runs after all (it waited in Lambda's queue), finds the turn
+    ended and calls no model; then store the turn's start and ``terminal`` records for its followers.
+
+    Whether this ended the turn: not when a generation had claimed it, or it had ended, first. The turn item is
+    written first, as the consumer orders them (it frees the session); a failure to store the records after it is
+    logged, not raised: the item says how the turn ended, and a follower rebuilds the ending from it
+    (``gap_timeout_s``).
+    """
+    if not table.complete_turn(terminal, "", claim=RELAY_CLAIM):
+        return False
+    try:
+        table.put_records([TokenRecord.start(terminal.session_id, terminal.turn, terminal.ts), terminal])
+    except (ClientError, BotoCoreError, Throttled) as err:
+        logger.error(
+            "could not store the ended turn's records; followers end from its item",
+            extra={"session_id": terminal.session_id, "turn": terminal.turn, "error": type(err).__name__},
+        )
+    return True
 
 
 class StreamOutcome(StrEnum):
@@ -248,6 +274,9 @@ class _Cursor:
     next_status_check: float
     gap_since: float | None = None  # since when a later record is visible but the next one is not
     finished_since: float | None = None  # since when the turn item says finished, its terminal record not seen
+    # At start_timeout_s without a record, a generation had claimed the turn (or it had ended): it is followed as a
+    # started one, which the idle bound ends.
+    claimed: bool = False
     idle_polls: int = 0  # polls in a row that brought nothing new
     cadence: float | None = None  # smoothed seconds between records
     last_progress: float | None = None
@@ -421,19 +450,36 @@ class Follower:
             raise _End(self._fail("gap", message, retryable=True))
 
     def _watch_start(self, cursor: _Cursor, now: float, pending: bool) -> None:
-        """End the stream when the turn has shown no record at all for ``start_timeout_s``."""
+        """At ``start_timeout_s`` without a record of the turn: end the turn, ``error`` ``timeout``, if no generation
+        has claimed it (its proxy invocation still waits in Lambda's queue: ``ProxyReservedConcurrency`` reached, a
+        burst), so the error is the turn's own: its session is free, sending again starts a new turn, and the waiting
+        invocation, when it runs, calls no model. A turn a generation claimed (a model slow to begin) is followed on as
+        a started one, to its records or the idle bound's ``reconnect``."""
         limit = self.settings.start_timeout_s
-        if cursor.started or pending or cursor.finished_since is not None or now - cursor.begin < limit:
+        if cursor.started or cursor.claimed or pending or cursor.finished_since is not None:
             return
-        raise _End(self._fail("timeout", f"the generation did not start within {limit:g} s", retryable=True))
+        if now - cursor.begin < limit:
+            return
+        error = ErrorInfo("timeout", f"the generation did not start within {limit:g} s; send again", True)
+        failure = TokenRecord.failure(self.session_id, self.turn, 1, error, self.clock.now_ms())
+        try:
+            ended = end_unclaimed_turn(self.table, failure)
+        except Throttled:
+            return  # the next poll tries again
+        except (ClientError, BotoCoreError) as err:
+            raise _End(self._read_failed(err)) from err
+        if ended:
+            logger.info("ended a turn no generation started", extra={"session_id": self.session_id, "turn": self.turn})
+            raise _End(self._emit(failure))
+        cursor.claimed = True
 
     def _watch_idle(self, cursor: _Cursor, now: float, pending: bool) -> None:
         """End with ``reconnect`` when a started turn gave nothing new to send for ``idle_reconnect_s``.
 
         This bounds what a follower whose client left costs (its invocation runs on, see the module docstring); a
-        turn that has not started is bounded by ``start_timeout_s`` instead.
+        turn that has not started is bounded by ``start_timeout_s`` first (:meth:`_watch_start`).
         """
-        if (cursor.started or pending) and now - cursor.last_event >= self.settings.idle_reconnect_s:
+        if (cursor.started or cursor.claimed or pending) and now - cursor.last_event >= self.settings.idle_reconnect_s:
             raise _End(self._reconnect)
 
     def _check_status(self, cursor: _Cursor, now: float) -> None:

@@ -46,7 +46,16 @@ from chatstream.errors import SessionNotFound, Throttled, TurnFinished, TurnInPr
 from chatstream.proxy_event import GenerateRequest
 from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord, Usage
 from chatstream.relay import sse
-from chatstream.relay.follow import Clock, Follower, FollowSettings, FollowStats, StreamOutcome, events_url, render
+from chatstream.relay.follow import (
+    Clock,
+    Follower,
+    FollowSettings,
+    FollowStats,
+    StreamOutcome,
+    end_unclaimed_turn,
+    events_url,
+    render,
+)
 from chatstream.relay.http import (
     HttpError,
     Request,
@@ -62,7 +71,6 @@ from chatstream.relay.http import (
 from chatstream.relay.openai.errors import render_error
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import StopReason, TurnStatus
-from chatstream.table import RELAY_CLAIM
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -408,22 +416,11 @@ class _Exchange:
         no model. A turn a generation claimed gets its flag, which the generation reads between flushes.
         :class:`TurnFinished` when it had ended, :class:`TurnNotFound` when there is none.
         """
-        now = self.table.now_ms()
-        start = TokenRecord.start(session_id, turn, now)
-        stop = TokenRecord.stop(session_id, turn, 1, StopReason.CANCELLED, Usage(0, 0), now)
-        # The consumer's order: the turn item first (frees the session), then its records. A turn that is not
-        # claimable (claimed, ended, or none) is left as it is: request_cancel tells which.
-        if not self.table.complete_turn(stop, "", claim=RELAY_CLAIM):
+        stop = TokenRecord.stop(session_id, turn, 1, StopReason.CANCELLED, Usage(0, 0), self.table.now_ms())
+        # A turn that is not claimable (claimed, ended, or none) is left as it is: request_cancel tells which.
+        if not end_unclaimed_turn(self.table, stop):
             self.table.request_cancel(session_id, turn)
             return False
-        try:
-            self.table.put_records([start, stop])
-        except (ClientError, BotoCoreError, Throttled) as table_err:
-            # The turn item says cancelled: a follower rebuilds the ending from it (gap_timeout_s).
-            logger.error(
-                "could not record the cancelled turn's records; followers end from its item",
-                extra={"session_id": session_id, "turn": turn, "error": str(table_err)},
-            )
         logger.info("cancelled before a generation started", extra={"session_id": session_id, "turn": turn})
         return True
 
@@ -432,18 +429,14 @@ class _Exchange:
         error = ErrorInfo(
             PROXY_UNAVAILABLE, f"the generation could not be started ({code or 'unknown error'}); send again", True
         )
-        now = self.table.now_ms()
-        start = TokenRecord.start(session_id, turn, now)
-        failure = TokenRecord.failure(session_id, turn, 1, error, now)
+        failure = TokenRecord.failure(session_id, turn, 1, error, self.table.now_ms())
         try:
-            # The consumer's order: the turn item first (frees the session), then the terminal token item.
-            if not self.table.complete_turn(failure, "", claim=RELAY_CLAIM):
+            if not end_unclaimed_turn(self.table, failure):
                 logger.warning(
                     "the turn was claimed or ended meanwhile (a proxy invocation went through, or a cancel); followed",
                     extra={"session_id": session_id, "turn": turn},
                 )
                 return None
-            self.table.put_records([start, failure])
         except (ClientError, BotoCoreError, Throttled) as table_err:
             logger.error(
                 "could not record the failed turn; it ends when it goes stale",
