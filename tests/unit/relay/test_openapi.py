@@ -103,9 +103,10 @@ def test_a_relay_with_the_templates_defaults_serves_the_file_byte_for_byte(share
     # GIVEN a relay configured as the template's defaults WHEN asked for GET /openapi.json
     max_tokens_limit, model_id = template_defaults()
     response = get_document(shared_table, MAX_TOKENS_LIMIT=str(max_tokens_limit), MODEL_ID=model_id)
-    # THEN it answers the file, byte for byte, as JSON
+    # THEN it answers the file, byte for byte, as JSON, with every API answer's headers
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Cache-Control"] == "no-store" and response.headers["X-Content-Type-Options"] == "nosniff"
     assert "".join(response.body) == DOCUMENT_PATH.read_text(encoding="utf-8")
 
 

@@ -13,6 +13,7 @@ from chatstream.relay.validation import (
     MAX_MESSAGE_CHARS,
     ChatRequest,
     parse_chat_request,
+    parse_json_object,
     parse_pace,
     parse_position,
 )
@@ -133,6 +134,15 @@ def test_bodies_that_are_not_a_json_object_answer_invalid_json(body: bytes | Non
     assert says in error.message
 
 
+def test_a_byte_order_mark_before_the_json_is_ignored() -> None:
+    # WHEN a body starts with UTF-8's byte order mark (a file a Windows editor saved, sent with curl -d @file)
+    body = parse_json_object("\ufeff".encode() + b'{"message": "bom"}')
+    # THEN it reads as the JSON after it (RFC 8259 lets a parser ignore the mark)
+    assert body == {"message": "bom"}
+    # AND one anywhere else is no JSON
+    assert "not valid JSON" in refused(b' \xef\xbb\xbf{"message": "bom"}').message
+
+
 def test_a_body_marked_base64_that_is_not_base64_is_invalid_json() -> None:
     # WHEN the event's base64 body did not decode THEN it is invalid_json
     error = refused(None, valid_base64=False)
@@ -206,6 +216,19 @@ def test_other_positions_are_invalid_requests_naming_the_parameter(value: str) -
     assert (caught.value.status, caught.value.code) == (400, "invalid_request")
     assert caught.value.message.startswith("after must be an event id")
     assert "<seq>.<offset>" in caught.value.message
+
+
+def test_a_parameter_sent_twice_is_refused_saying_its_values_were_joined() -> None:
+    # WHEN ?after=1&after=2 or ?pace=0&pace=1 arrive as the Function URL passes them (joined by a comma)
+    for parse in (lambda: parse_position("1,2", "after"), lambda: parse_pace("0,1")):
+        with pytest.raises(HttpError) as caught:
+            parse()
+        # THEN the error quotes the value and says why it holds a comma
+        assert "sent more than once" in caught.value.message, caught.value.message
+    # AND a value without a comma gets no such hint
+    with pytest.raises(HttpError) as plain:
+        parse_pace("2")
+    assert "more than once" not in plain.value.message
 
 
 def test_a_blank_last_event_id_is_no_position_and_its_surrounding_whitespace_is_not_part_of_it() -> None:

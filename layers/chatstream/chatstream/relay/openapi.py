@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chatstream.relay.http import JSON_CONTENT_TYPE, Response
+from chatstream.relay.http import JSON_CONTENT_TYPE, PRIVATE_HEADERS, Response
 
 DOCUMENT_PATH = Path(__file__).with_name("openapi.json")
 MARKER = "x-deployment"
@@ -61,7 +61,9 @@ class OpenApiDocument:
         return text
 
     def response(self, max_tokens_limit: int, models: list[str]) -> Response:
-        return Response(200, {"Content-Type": JSON_CONTENT_TYPE}, [self.text_for(max_tokens_limit, models)])
+        # As every API answer: it names this deployment's models and limits, no cache need keep it.
+        headers = {"Content-Type": JSON_CONTENT_TYPE, **PRIVATE_HEADERS}
+        return Response(200, headers, [self.text_for(max_tokens_limit, models)])
 
 
 def _marked(node: Any, value: str) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@
 
 1. more than 256 KiB (262,144 bytes, after base64 decoding) → ``413 payload_too_large``;
 2. not valid base64 or UTF-8, empty, not JSON (``NaN``/``Infinity`` are not JSON), nested beyond
-   reason, or not a JSON object → ``400 invalid_json``;
+   reason, or not a JSON object → ``400 invalid_json`` (a UTF-8 byte order mark before the JSON is ignored);
 3. every field → ``400 invalid_request`` with a message that names the field:
 
    - ``message``: required, a string of 1 to 32,000 characters that is not only whitespace and is
@@ -94,7 +94,9 @@ def parse_json_object(
     if not body or not body.strip():
         raise _invalid_json(f"the body is empty; send a JSON object such as {example}")
     try:
-        text = body.decode("utf-8")
+        # A byte order mark first (a file saved by a Windows editor, sent as the body) is ignored, as RFC 8259 (8.1)
+        # lets a parser do.
+        text = body.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         raise _invalid_json(f"the body is not valid UTF-8 (byte {err.start})") from None
     try:
@@ -189,10 +191,9 @@ def parse_position(value: str | None, name: str, *, header: bool = False) -> Pos
     try:
         return Position.parse(text)
     except MalformedPosition:
-        shown = text if len(text) <= 40 else text[:40] + "…"
         raise invalid_request(
             f"{name} must be an event id the stream sent: <seq> (a non-negative integer up to {MAX_SEQ}) or "
-            f"<seq>.<offset> (an offset of at most {MAX_OFFSET_DIGITS} digits), got {shown!r}"
+            f"<seq>.<offset> (an offset of at most {MAX_OFFSET_DIGITS} digits), {_got(text)}"
         ) from None
 
 
@@ -201,9 +202,17 @@ def parse_pace(value: str | None) -> bool | None:
     if value is None:
         return None
     if value not in ("0", "1"):
-        shown = value if len(value) <= 40 else value[:40] + "…"
-        raise invalid_request(f"pace must be 0 (each record's text as one event) or 1 (paced text), got {shown!r}")
+        raise invalid_request(f"pace must be 0 (each record's text as one event) or 1 (paced text), {_got(value)}")
     return value == "1"
+
+
+def _got(value: str) -> str:
+    """How an error quotes a refused parameter: clipped, and with a hint when it holds a comma, since a Function URL
+    joins the values of a query parameter (or header) sent more than once with commas (``?after=1&after=2`` arrives
+    as ``1,2``)."""
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    repeated = "; a parameter sent more than once arrives with its values joined by commas" if "," in value else ""
+    return f"got {shown!r}{repeated}"
 
 
 def _json_type(value: object) -> str:
