@@ -19,7 +19,7 @@ from chatstream.errors import Throttled
 from chatstream.records import ErrorInfo, assistant_text
 from chatstream.relay.http import Request
 from chatstream.relay.service import RelayService
-from chatstream.status import StopReason
+from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import HistoryMessage
 from tests.builders import turn_records
 from tests.support import load_event
@@ -226,6 +226,21 @@ def test_cancel_of_a_background_response_no_generation_claimed_answers_cancelled
     assert turn is not None and turn.generator == "relay" and not turn.cancel_requested
     # AND cancelling it again answers the same object
     assert body_of(call(service, "POST", f"/v1/responses/{created['id']}/cancel"))["status"] == "cancelled"
+
+
+def test_streaming_a_queued_background_response_past_the_start_timeout_leaves_it_queued(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> None:
+    # GIVEN a background response whose proxy invocation waits in Lambda's queue (no generation claims it)
+    clock, service, created, session_id = background_on_a_clock(chat_table, proxy, table_name)
+    # WHEN a client streams it (client.responses.retrieve(id, stream=True)) for longer than the start timeout
+    events = stream_events(call(service, "GET", f"/v1/responses/{created['id']}?stream=true"))
+    # THEN the stream ends as one that had nothing new to send does, past the start timeout, and the response is
+    # still queued for its generation: only its creator's own stream ends an unstarted turn
+    assert clock.t >= 30.0 and not any(event["type"] == "response.failed" for event in events), events
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS and turn.generator is None
+    assert body_of(call(service, "GET", f"/v1/responses/{created['id']}"))["status"] in ("queued", "in_progress")
 
 
 def test_cancel_of_a_background_response_a_generation_claimed_sets_the_flag_and_waits(

@@ -327,6 +327,21 @@ def test_a_claimed_turn_that_stays_silent_ends_the_stream_with_reconnect_not_an_
     assert turn is not None and turn.status is TurnStatus.IN_PROGRESS
 
 
+def test_a_follower_that_may_not_end_an_unstarted_turn_leaves_it_to_its_generation(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn no generation has claimed, followed by a follower that may not end it (a /v1 background response's)
+    clock = FakeClock()
+    settings = replace(FAST, idle_reconnect_s=60, start_timeout_s=30)
+    follower = Follower(chat_table, session_id, 1, settings=settings, clock=clock.as_clock(), ends_unstarted=False)
+    # WHEN it follows past the start timeout
+    stream = read_stream(follower.events(), clock)
+    # THEN it ends with the idle bound's reconnect, and the turn still waits for its generation
+    assert stream.kinds == ["reconnect"]
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS and turn.generator is None
+
+
 def test_a_keep_alive_comment_goes_out_after_ten_seconds_of_silence(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn that starts, then is silent for 25 s before its reply
     records = turn_records(session_id, 1, ["Hi"])

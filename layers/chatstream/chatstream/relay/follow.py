@@ -274,9 +274,9 @@ class _Cursor:
     next_status_check: float
     gap_since: float | None = None  # since when a later record is visible but the next one is not
     finished_since: float | None = None  # since when the turn item says finished, its terminal record not seen
-    # At start_timeout_s without a record, a generation had claimed the turn (or it had ended): it is followed as a
-    # started one, which the idle bound ends.
-    claimed: bool = False
+    # Past start_timeout_s without a record, the turn was left to go on: a generation had claimed it (or it had ended),
+    # or the follower may not end it (ends_unstarted). It is followed as a started one, which the idle bound ends.
+    left_to_start: bool = False
     idle_polls: int = 0  # polls in a row that brought nothing new
     cadence: float | None = None  # smoothed seconds between records
     last_progress: float | None = None
@@ -311,6 +311,10 @@ class Follower:
     stats: FollowStats = field(default_factory=FollowStats)
     # A turn the request itself started (POST /chat) has no record yet: its first poll waits this long.
     first_poll_after_s: float = 0.0
+    # Whether a turn no generation has claimed by start_timeout_s is ended (error timeout), or left to wait for its
+    # generation, the idle bound's reconnect ending the stream: a /v1 background response, which its creator chose
+    # not to watch, waits in Lambda's queue for as long as the queue keeps it, whoever streams it meanwhile.
+    ends_unstarted: bool = True
     pacer: Pacer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -453,12 +457,16 @@ class Follower:
         """At ``start_timeout_s`` without a record of the turn: end the turn, ``error`` ``timeout``, if no generation
         has claimed it (its proxy invocation still waits in Lambda's queue: ``ProxyReservedConcurrency`` reached, a
         burst), so the error is the turn's own: its session is free, sending again starts a new turn, and the waiting
-        invocation, when it runs, calls no model. A turn a generation claimed (a model slow to begin) is followed on as
-        a started one, to its records or the idle bound's ``reconnect``."""
+        invocation, when it runs, calls no model. A turn a generation claimed (a model slow to begin), or one this
+        follower may not end (``ends_unstarted``), is followed on as a started one, to its records or the idle bound's
+        ``reconnect``."""
         limit = self.settings.start_timeout_s
-        if cursor.started or cursor.claimed or pending or cursor.finished_since is not None:
+        if cursor.started or cursor.left_to_start or pending or cursor.finished_since is not None:
             return
         if now - cursor.begin < limit:
+            return
+        if not self.ends_unstarted:
+            cursor.left_to_start = True
             return
         error = ErrorInfo("timeout", f"the generation did not start within {limit:g} s; send again", True)
         failure = TokenRecord.failure(self.session_id, self.turn, 1, error, self.clock.now_ms())
@@ -471,7 +479,7 @@ class Follower:
         if ended:
             logger.info("ended a turn no generation started", extra={"session_id": self.session_id, "turn": self.turn})
             raise _End(self._emit(failure))
-        cursor.claimed = True
+        cursor.left_to_start = True
 
     def _watch_idle(self, cursor: _Cursor, now: float, pending: bool) -> None:
         """End with ``reconnect`` when a started turn gave nothing new to send for ``idle_reconnect_s``.
@@ -479,7 +487,8 @@ class Follower:
         This bounds what a follower whose client left costs (its invocation runs on, see the module docstring); a
         turn that has not started is bounded by ``start_timeout_s`` first (:meth:`_watch_start`).
         """
-        if (cursor.started or cursor.claimed or pending) and now - cursor.last_event >= self.settings.idle_reconnect_s:
+        waiting_on_records = cursor.started or cursor.left_to_start or pending
+        if waiting_on_records and now - cursor.last_event >= self.settings.idle_reconnect_s:
             raise _End(self._reconnect)
 
     def _check_status(self, cursor: _Cursor, now: float) -> None:

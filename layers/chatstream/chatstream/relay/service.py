@@ -347,6 +347,7 @@ class _Exchange:
         *,
         new_turn: bool = False,
         to_the_end: bool = False,
+        ends_unstarted: bool = True,
     ) -> Follower:
         """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
         turn this request started is not read at once: the proxy has only just been invoked. ``to_the_end``: for an
@@ -369,6 +370,7 @@ class _Exchange:
             clock=clock,
             stats=stats,
             first_poll_after_s=settings.poll_min_s if new_turn else 0.0,
+            ends_unstarted=ends_unstarted,
         )
 
     def _unstreamed_remaining_ms(self) -> int:

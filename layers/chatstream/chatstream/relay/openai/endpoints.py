@@ -191,7 +191,11 @@ def _response_stream(
     had, position = (
         events.resume_point(exchange.table.query_records(turn.session_id, turn.turn)) if after > 1 else ([], None)
     )
-    follower = exchange.follower(turn.session_id, turn.turn, position, stats, pace, new_turn=new_turn)
+    # Only the request that created the response ends it when no generation has begun by the start timeout: a
+    # retrieve may be streaming a background response, which waits in the queue however long it is watched.
+    follower = exchange.follower(
+        turn.session_id, turn.turn, position, stats, pace, new_turn=new_turn, ends_unstarted=new_turn
+    )
     source = chain(had, turn_events(follower.events()))
     info = StreamInfo(
         StreamKind.EVENTS if after >= 0 else StreamKind.CHAT, turn.session_id, turn.turn, stats, exchange.started_at
