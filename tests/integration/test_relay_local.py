@@ -22,6 +22,7 @@ from tests.fixtures.local_handlers.specs import wait_until
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from chatstream_local.lambda_.function_spec import FunctionSpec
     from chatstream_local.stack import LocalStack
 
 pytestmark = pytest.mark.integration
@@ -46,6 +47,22 @@ def slow_stack(slow_stack_log: list[tuple[str, str]]) -> object:
     stack.start()
     yield stack
     stack.stop()
+
+
+def change_function(
+    monkeypatch: pytest.MonkeyPatch, logical_id: str, change: Callable[[FunctionSpec], FunctionSpec]
+) -> None:
+    """Stacks started from here on run the function ``logical_id`` with its spec (as the template makes it) changed."""
+    from chatstream_local.stack import LocalStack
+
+    specs = LocalStack.function_specs
+    monkeypatch.setattr(
+        LocalStack,
+        "function_specs",
+        lambda stack, url: [
+            change(spec) if spec.name == stack.name(logical_id) else spec for spec in specs(stack, url)
+        ],
+    )
 
 
 def stream_ended(log: list[tuple[str, str]], session_id: str) -> dict | None:
@@ -341,18 +358,10 @@ def test_a_generation_still_queued_at_the_start_timeout_ends_its_turn_and_never_
 ) -> None:
     # GIVEN a stack with ProxyReservedConcurrency=1, the relay's start timeout 2 s (START_TIMEOUT_S; 30 s by default),
     # and the one generation busy with a long reply
-    from chatstream_local.stack import LocalStack
-
-    specs = LocalStack.function_specs
-    monkeypatch.setattr(
-        LocalStack,
-        "function_specs",
-        lambda stack, url: [
-            replace(spec, environment={**spec.environment, "START_TIMEOUT_S": "2"})
-            if spec.name == stack.name("RelayFunction")
-            else spec
-            for spec in specs(stack, url)
-        ],
+    change_function(
+        monkeypatch,
+        "RelayFunction",
+        lambda spec: replace(spec, environment={**spec.environment, "START_TIMEOUT_S": "2"}),
     )
     lines: list[tuple[str, str]] = []
     overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
@@ -397,17 +406,7 @@ def test_a_second_delivery_that_fails_does_not_reap_the_turn_the_first_generates
 ) -> None:
     # GIVEN a stack with ProxyReservedConcurrency=1 and the proxy's events kept 1.5 s (the template's is 300 s),
     # so a second event of a generating turn is throttled until it is too old and fails as EventAgeExceeded
-    from chatstream_local.stack import LocalStack
-
-    specs = LocalStack.function_specs
-    monkeypatch.setattr(
-        LocalStack,
-        "function_specs",
-        lambda stack, url: [
-            replace(spec, max_event_age_s=1.5) if spec.name == stack.name("ProxyFunction") else spec
-            for spec in specs(stack, url)
-        ],
-    )
+    change_function(monkeypatch, "ProxyFunction", lambda spec: replace(spec, max_event_age_s=1.5))
     lines: list[tuple[str, str]] = []
     overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
     stack = start_stack(
