@@ -572,6 +572,21 @@ def test_a_chat_completion_waits_out_a_model_silent_longer_than_the_idle_reconne
     assert clock.t >= 90.0
 
 
+def test_a_chat_completion_whose_generation_never_began_is_a_503_and_its_turn_is_ended(
+    chat_table: ChatTable, completion_in: CompletionIn
+) -> None:
+    # GIVEN a turn whose proxy invocation waits in Lambda's queue past the start timeout (nothing claims it)
+    session_id = "8e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"
+    clock = FakeClock()
+    # WHEN a chat completion that is not streamed asks for it
+    response = completion_in(session_id, clock)
+    # THEN the answer is a 503 timeout (the SDK may ask again: a new turn), and the turn ended, never to generate
+    assert openai_error(response, 503)["code"] == "timeout"
+    assert clock.t >= FAST.start_timeout_s
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.ERROR and turn.generator == "relay"
+
+
 def test_a_chat_completion_the_relay_has_no_time_left_for_names_its_turn_and_asks_not_to_be_retried(
     chat_table: ChatTable, proxy: RecordingLambda, completion_in: CompletionIn
 ) -> None:
