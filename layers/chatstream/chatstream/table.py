@@ -536,20 +536,24 @@ class ChatTable:
             if if_in_progress or claim is not None:
                 return False
             written = False
+        self.free_session(record.session_id, record.turn)
+        return written
+
+    def free_session(self, session_id: str, turn: int) -> None:
+        """Let the session take its next turn, if ``turn`` is still its active one (idempotent)."""
         try:
             self._call(
                 self.client.update_item,
                 TableName=self.table_name,
-                Key=_ser({"pk": _pk(record.session_id), "sk": SESSION_SK}),
+                Key=_ser({"pk": _pk(session_id), "sk": SESSION_SK}),
                 UpdateExpression="REMOVE active_turn, active_since",
                 ConditionExpression="active_turn = :turn",
-                ExpressionAttributeValues=_ser({":turn": record.turn}),
+                ExpressionAttributeValues=_ser({":turn": turn}),
             )
         except ClientError as err:
             # Already freed (a redelivery), or a newer turn took over a stale one: nothing to do.
             if err.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-        return written
 
     # ---------------------------------------------------------------------- token records
 

@@ -243,6 +243,23 @@ def test_streaming_a_queued_background_response_past_the_start_timeout_leaves_it
     assert body_of(call(service, "GET", f"/v1/responses/{created['id']}"))["status"] in ("queued", "in_progress")
 
 
+def test_a_background_response_created_streaming_is_not_ended_by_its_own_streams_start_timeout(
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
+) -> None:
+    # GIVEN a service on a fake clock, and a proxy whose invocations wait in Lambda's queue (nothing claims a turn)
+    clock = FakeClock()
+    service = RelayService(chat_table, proxy, relay_config(table_name, MODEL_ID=MODEL), clock=clock.as_clock())  # type: ignore[arg-type]
+    # WHEN a background response is created streaming (openai-python's background_streaming.py), and its stream runs
+    # past the start timeout
+    body = {"model": MODEL, "input": "hi", "background": True, "stream": True}
+    events = stream_events(call(service, "POST", "/v1/responses", body))
+    # THEN it is not failed: it still waits for its generation
+    assert clock.t >= 30.0 and not any(event["type"] == "response.failed" for event in events), events
+    session_id = events[0]["response"]["id"].split("_")[1]
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS and turn.generator is None
+
+
 def test_cancel_of_a_background_response_a_generation_claimed_sets_the_flag_and_waits(
     chat_table: ChatTable, proxy: RecordingLambda, table_name: str
 ) -> None:

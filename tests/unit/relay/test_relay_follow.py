@@ -39,8 +39,11 @@ def follow(
     after: int | Position = -1,
     settings: FollowSettings = FAST,
     turn: int = 1,
+    ends_unstarted: bool = False,
 ) -> Follower:
-    return Follower(table, session_id, turn, after=after, settings=settings, clock=clock.as_clock())
+    return Follower(
+        table, session_id, turn, after=after, settings=settings, clock=clock.as_clock(), ends_unstarted=ends_unstarted
+    )
 
 
 def test_a_finished_turn_is_replayed_with_exact_ids_and_text(chat_table: ChatTable, session_id: str) -> None:
@@ -260,7 +263,7 @@ def test_a_turn_that_never_starts_ends_with_a_timeout_error(chat_table: ChatTabl
     # GIVEN a turn whose generator never writes anything
     clock = FakeClock()
     # WHEN a client follows it
-    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    stream = read_stream(follow(chat_table, session_id, clock, ends_unstarted=True).events(), clock)
     # THEN the stream ends with one error "timeout" after the start bound
     assert stream.kinds == ["error"]
     assert stream.events[0].json()["code"] == "timeout"
@@ -274,7 +277,7 @@ def test_a_turn_no_generation_claimed_is_ended_at_the_start_timeout_so_the_error
     # has claimed it, no record exists
     clock = FakeClock()
     # WHEN a client follows it past the start timeout
-    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    stream = read_stream(follow(chat_table, session_id, clock, ends_unstarted=True).events(), clock)
     # THEN the stream ends with the turn's own error, with its id, telling the client to send again
     assert stream.kinds == ["error"]
     error = stream.events[0]
@@ -293,6 +296,32 @@ def test_a_turn_no_generation_claimed_is_ended_at_the_start_timeout_so_the_error
     assert [(event.event, event.id) for event in again.events] == [("error", "1")]
 
 
+def test_an_ending_whose_session_update_failed_is_completed_by_the_next_try(
+    chat_table: ChatTable, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a turn no generation claimed, and a table whose first session update after the turn's ending is throttled
+    # (after the turn item was written)
+    free_session = chat_table.free_session
+    refusals = [Throttled("DynamoDB ProvisionedThroughputExceededException")]
+
+    def throttled_once(*args: Any, **kwargs: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        free_session(*args, **kwargs)
+
+    monkeypatch.setattr(chat_table, "free_session", throttled_once)
+    clock = FakeClock()
+    # WHEN the request that started it follows it past the start timeout
+    stream = read_stream(follow(chat_table, session_id, clock, ends_unstarted=True).events(), clock)
+    # THEN the next poll finds the turn ended by the relay and does what the first try could not: the session is
+    # free, the records are stored, and the stream ends with the turn's error, with its id
+    assert not refusals
+    assert [(event.event, event.id) for event in stream.events] == [("error", "1")]
+    assert stream.events[0].json()["code"] == "timeout"
+    assert [record.seq for record in chat_table.query_records(session_id, 1)] == [0, 1]
+    assert chat_table.start_turn(session_id, OWNER, "again") == 2
+
+
 def test_a_claimed_turn_slow_to_begin_is_followed_past_the_start_timeout(
     chat_table: ChatTable, session_id: str
 ) -> None:
@@ -302,7 +331,7 @@ def test_a_claimed_turn_slow_to_begin_is_followed_past_the_start_timeout(
     clock = FakeClock()
     clock.at(45.0, lambda: chat_table.put_records(records))
     # WHEN a client follows it (start timeout 30 s)
-    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    stream = read_stream(follow(chat_table, session_id, clock, ends_unstarted=True).events(), clock)
     # THEN no timeout: the reply, whole, and done
     assert stream.kinds[-1] == "done" and stream.text == "late but here"
     turn = chat_table.get_turn(session_id, 1)
@@ -317,7 +346,7 @@ def test_a_claimed_turn_that_stays_silent_ends_the_stream_with_reconnect_not_an_
     clock = FakeClock()
     settings = replace(FAST, idle_reconnect_s=60, start_timeout_s=30)
     # WHEN a client follows it
-    follower = follow(chat_table, session_id, clock, settings=settings)
+    follower = follow(chat_table, session_id, clock, settings=settings, ends_unstarted=True)
     stream = read_stream(follower.events(), clock)
     # THEN after the idle bound the stream ends with reconnect (the client resumes), the turn untouched
     assert stream.kinds == ["reconnect"] and follower.stats.outcome is StreamOutcome.RECONNECT
@@ -412,7 +441,7 @@ def test_a_turn_that_has_not_started_ends_at_the_start_timeout_not_the_idle_boun
     clock = FakeClock()
     settings = replace(FAST, idle_reconnect_s=5, start_timeout_s=30)
     # WHEN a follower follows it THEN it waits for the start as long as the start timeout says, then ends in error
-    stream = read_stream(follow(chat_table, session_id, clock, settings=settings).events(), clock)
+    stream = read_stream(follow(chat_table, session_id, clock, settings=settings, ends_unstarted=True).events(), clock)
     assert stream.kinds == ["error"]
     assert stream.events[0].json()["code"] == "timeout"
     assert stream.events[0].at is not None and stream.events[0].at >= 30.0

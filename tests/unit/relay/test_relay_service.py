@@ -505,6 +505,20 @@ def test_events_replays_a_finished_turn(service: RelayService, chat_table: ChatT
     assert stream.kinds == ["token", "token", "done"] and stream.text == "ab"
 
 
+def test_a_client_attaching_to_a_turn_that_waits_for_its_generation_does_not_end_it(
+    service: RelayService, chat_table: ChatTable, clock: FakeClock
+) -> None:
+    # GIVEN a turn whose generation waits in Lambda's queue (nothing claims it), which a request started and left
+    session_id = chat_table.create_session(ALICE["userArn"])
+    assert chat_table.start_turn(session_id, ALICE["userArn"], "hello") == 1
+    # WHEN another client attaches to its events past the start timeout
+    stream = rest_of(service.handle(request("GET", f"/sessions/{session_id}/turns/1/events")), clock)
+    # THEN its stream ends with reconnect (it resumes and waits on), and the turn still waits for its generation
+    assert stream.kinds == ["reconnect"] and clock.t >= FAST.start_timeout_s
+    turn = chat_table.get_turn(session_id, 1)
+    assert turn is not None and turn.status is TurnStatus.IN_PROGRESS and turn.generator is None
+
+
 @pytest.mark.parametrize(
     ("headers", "query"),
     [

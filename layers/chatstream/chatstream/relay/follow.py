@@ -71,10 +71,10 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import InvalidRecord, Throttled
-from chatstream.records import ErrorInfo, RecordType, TokenRecord
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage
 from chatstream.relay import sse
 from chatstream.relay.pace import Pacer, Position, TextEvent
-from chatstream.status import TurnStatus
+from chatstream.status import StopReason, TurnStatus
 from chatstream.table import RELAY_CLAIM
 
 logger = logging.getLogger(__name__)
@@ -104,12 +104,37 @@ def end_unclaimed_turn(table: ChatTable, terminal: TokenRecord) -> bool:
     ended and calls no model; then store the turn's start and ``terminal`` records for its followers.
 
     Whether this ended the turn: not when a generation had claimed it, or it had ended, first. The turn item is
-    written first, as the consumer orders them (it frees the session); a failure to store the records after it is
-    logged, not raised: the item says how the turn ended, and a follower rebuilds the ending from it
-    (``gap_timeout_s``).
+    written first, as the consumer orders them, then the session is freed; a failure to store the records after
+    them is logged, not raised: the item says how the turn ended, and a follower rebuilds the ending from it
+    (``gap_timeout_s``). A turn the relay had ended before (another follower, a cancel, or an earlier try whose
+    session update or records failed after its item was written) gets what that try may have left undone: its
+    session freed and its records stored, from its item.
     """
     if not table.complete_turn(terminal, "", claim=RELAY_CLAIM):
+        _complete_relay_ending(table, terminal.session_id, terminal.turn, terminal.ts)
         return False
+    _store_relay_records(table, terminal)
+    return True
+
+
+def _complete_relay_ending(table: ChatTable, session_id: str, turn_number: int, now_ms: int) -> None:
+    """For a turn the relay ended: its session freed, and its start and terminal records (rebuilt from the item)
+    stored, both idempotent. Any other turn is left alone."""
+    turn = table.get_turn(session_id, turn_number, texts=False)
+    if turn is None or not turn.finished or turn.generator != RELAY_CLAIM:
+        return
+    table.free_session(session_id, turn_number)
+    if turn.status is TurnStatus.ERROR:
+        terminal = TokenRecord.failure(session_id, turn_number, 1, turn_error(turn), now_ms)
+    else:
+        usage = turn.usage or {}
+        stop_reason = turn.stop_reason or StopReason.CANCELLED
+        spent = Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
+        terminal = TokenRecord.stop(session_id, turn_number, 1, stop_reason, spent, now_ms)
+    _store_relay_records(table, terminal)
+
+
+def _store_relay_records(table: ChatTable, terminal: TokenRecord) -> None:
     try:
         table.put_records([TokenRecord.start(terminal.session_id, terminal.turn, terminal.ts), terminal])
     except (ClientError, BotoCoreError, Throttled) as err:
@@ -117,7 +142,6 @@ def end_unclaimed_turn(table: ChatTable, terminal: TokenRecord) -> bool:
             "could not store the ended turn's records; followers end from its item",
             extra={"session_id": terminal.session_id, "turn": terminal.turn, "error": type(err).__name__},
         )
-    return True
 
 
 class StreamOutcome(StrEnum):
@@ -312,9 +336,11 @@ class Follower:
     # A turn the request itself started (POST /chat) has no record yet: its first poll waits this long.
     first_poll_after_s: float = 0.0
     # Whether a turn no generation has claimed by start_timeout_s is ended (error timeout), or left to wait for its
-    # generation, the idle bound's reconnect ending the stream: a /v1 background response, which its creator chose
-    # not to watch, waits in Lambda's queue for as long as the queue keeps it, whoever streams it meanwhile.
-    ends_unstarted: bool = True
+    # generation, the idle bound's reconnect ending the stream. Only the request that started the turn and waits for
+    # it ends it (POST /chat, a /v1 request that is not background): a follower that attaches later (a resume, a
+    # second viewer, a /v1 retrieve) cannot tell a /v1 background response, which waits in Lambda's queue for as
+    # long as the queue keeps it, from any other turn.
+    ends_unstarted: bool = False
     pacer: Pacer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -473,7 +499,9 @@ class Follower:
         try:
             ended = end_unclaimed_turn(self.table, failure)
         except Throttled:
-            return  # the next poll tries again
+            # The next poll tries again: if this try's item write went through, that one finds the turn ended by
+            # the relay and does what this one could not (end_unclaimed_turn).
+            return
         except (ClientError, BotoCoreError) as err:
             raise _End(self._read_failed(err)) from err
         if ended:

@@ -234,7 +234,7 @@ class _Exchange:
         )
         if failure is not None:
             return sse_response(self._failed_stream(meta, failure, stats), info)
-        follower = self.follower(session_id, turn, None, stats, pace, new_turn=True)
+        follower = self.follower(session_id, turn, None, stats, pace, new_turn=True, ends_unstarted=True)
         return sse_response(self._stream(meta, follower), info)
 
     def events(self, params: Mapping[str, str]) -> Response:
@@ -347,12 +347,15 @@ class _Exchange:
         *,
         new_turn: bool = False,
         to_the_end: bool = False,
-        ends_unstarted: bool = True,
+        ends_unstarted: bool = False,
     ) -> Follower:
         """A follower from ``after`` (``None``: the start); ``pace`` overrides the relay's setting (``?pace=``). A
         turn this request started is not read at once: the proxy has only just been invoked. ``to_the_end``: for an
         answer that is not streamed, no idle ``reconnect`` (there is no client to resume); only its wait
-        (:data:`NON_STREAMED_WAIT_S`) or the function's remaining time ends it before the turn ends."""
+        (:data:`NON_STREAMED_WAIT_S`) or the function's remaining time ends it before the turn ends.
+        ``ends_unstarted``: the request that started the turn and waits for it (not a ``/v1`` background one), whose
+        follower ends the turn if no generation has begun it by the start timeout; a follower that attaches later
+        leaves it to wait in the queue (:attr:`Follower.ends_unstarted`)."""
         settings = self.service.settings
         assert settings is not None
         clock = self.clock

@@ -114,7 +114,9 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
         exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
         turn = _turn(exchange, session_id, turn_number)
         if request.stream:
-            return _response_stream(exchange, turn, -1, headers, pace, new_turn=True)
+            return _response_stream(
+                exchange, turn, -1, headers, pace, new_turn=True, ends_unstarted=not request.background
+            )
         if request.background:
             return json_response(
                 200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
@@ -182,6 +184,7 @@ def _response_stream(
     pace: bool | None,
     *,
     new_turn: bool = False,
+    ends_unstarted: bool = False,
 ) -> Response:
     events = ResponseStream(exchange.table, turn, exchange.config.model_id, after)
     stats = FollowStats()
@@ -191,10 +194,8 @@ def _response_stream(
     had, position = (
         events.resume_point(exchange.table.query_records(turn.session_id, turn.turn)) if after > 1 else ([], None)
     )
-    # Only the request that created the response ends it when no generation has begun by the start timeout: a
-    # retrieve may be streaming a background response, which waits in the queue however long it is watched.
     follower = exchange.follower(
-        turn.session_id, turn.turn, position, stats, pace, new_turn=new_turn, ends_unstarted=new_turn
+        turn.session_id, turn.turn, position, stats, pace, new_turn=new_turn, ends_unstarted=ends_unstarted
     )
     source = chain(had, turn_events(follower.events()))
     info = StreamInfo(
@@ -328,7 +329,7 @@ def _chat_completion(
     if request.stream:
         chunks = ChunkStream(session_id, model, created, request.include_usage)
         stats = FollowStats()
-        follower = exchange.follower(session_id, turn_number, None, stats, pace, new_turn=True)
+        follower = exchange.follower(session_id, turn_number, None, stats, pace, new_turn=True, ends_unstarted=True)
         info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
         rest = kept_alive(
             chunks.chunks, turn_events(follower.events()), follower.clock.monotonic, follower.settings.keepalive_s
@@ -441,7 +442,7 @@ def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
     (:data:`~chatstream.relay.service.NON_STREAMED_WAIT_S`, before OpenAI's SDKs time the request out and send it
     again) or the relay's time is."""
     follower = exchange.follower(
-        session_id, turn_number, None, FollowStats(), pace=False, new_turn=True, to_the_end=True
+        session_id, turn_number, None, FollowStats(), pace=False, new_turn=True, to_the_end=True, ends_unstarted=True
     )
     for _ in follower.events():
         pass

@@ -45,7 +45,7 @@ _FAILED_STATUS = {
     "context_length_exceeded": 400,
     "proxy_unavailable": 503,
     "model_unavailable": 503,
-    "timeout": 503,  # no generation began within the relay's start timeout (a busy proxy): the turn was ended unrun
+    "timeout": 503,  # the model or the service did not answer in time (a generation that never began included)
 }
 
 
