@@ -334,6 +334,40 @@ def test_a_turn_still_generating_is_followed_after_a_reload(chat: ChatPage) -> N
     assert chat.history()["turns"][-1]["status"] == "complete"
 
 
+def test_a_message_sent_while_another_window_replies_shows_that_reply_and_keeps_the_message(chat: ChatPage) -> None:
+    # GIVEN a conversation on the page
+    chat.open()
+    chat.send("hello")
+    chat.wait_status("complete")
+    session_id = chat.session_id()
+    # AND another client (another window, the CLI) starts a long reply in it that this page does not know of
+    started = chat.page.request.post(
+        f"{chat.url}/v1/responses",
+        data=json.dumps(
+            {
+                "model": "chatstream",
+                "input": "/long 150",
+                "background": True,
+                "previous_response_id": f"resp_{session_id}_1",
+            }
+        ),
+        headers={"Content-Type": "application/json"},
+    )
+    assert started.ok, started.text()
+    # WHEN the user sends a message here
+    chat.send("mine")
+    # THEN the page shows the conversation as it is, following the other reply live, says why, and keeps the message
+    expect(chat.page.get_by_role("alert")).to_contain_text("Another window is replying")
+    expect(chat.turns()).to_have_count(2)
+    assert chat.page.locator("#message").input_value() == "mine"
+    assert chat.wait_status("complete") == long_reply(150)
+    # AND once it ended, the message goes out as the conversation's next turn
+    chat.page.locator("#message").press("Enter")
+    expect(chat.turns()).to_have_count(3)
+    chat.wait_status("complete")
+    assert [turn["user"] for turn in chat.history()["turns"]] == ["hello", "/long 150", "mine"]
+
+
 def test_reasoning_streams_into_a_collapsed_block_apart_from_the_answer(chat: ChatPage) -> None:
     # GIVEN the page WHEN the user asks the model to reason in 200 words first (6 s at 30 ms a word)
     chat.open()

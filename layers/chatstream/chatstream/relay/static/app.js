@@ -668,6 +668,15 @@
           continue;
         }
       }
+      // Another window (or client) is replying in this conversation: this page is behind. It shows the conversation
+      // as it is, following that reply live; the message waits in the box until the reply ends.
+      if (answer.error.code === "turn_in_progress" && attempt === 1 && sessionId) {
+        rejected(r, message, "");
+        await loadSession();
+        if (!el.message.value) el.message.value = message;
+        showError("Another window is replying in this conversation (shown above): send your message when it ends.");
+        return;
+      }
       // A session that is gone, or has taken all its turns: the next message starts a new one.
       if (answer.error.code === "turn_limit" || answer.error.code === "session_not_found") {
         dividerAfter(answer.error.code === "turn_limit" ? sessionId : null); // the next message starts a new one
