@@ -961,6 +961,49 @@ def test_a_reply_resumes_through_an_outage_and_at_once_when_the_browser_is_back_
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 
+def test_a_reply_waiting_out_a_backoff_resumes_at_once_when_the_page_is_shown_again(chat: ChatPage) -> None:
+    # GIVEN a page whose clock stands still but when the test moves it, and a stream that breaks after its first
+    # token, every resume failing meanwhile (a laptop closed, a phone's tab in the background)
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    chat.page.clock.install(time=start)
+    chat.page.clock.pause_at(start + timedelta(seconds=1))
+    cut: dict[str, str] = {}
+    resumes: list[str | None] = []
+    failing = [True]
+
+    def resume(route: Route) -> None:
+        resumes.append(route.request.headers.get("last-event-id"))
+        if failing[0]:
+            route.abort("connectionfailed")
+        else:
+            route.continue_()
+
+    chat.page.route("**/chat", cut_after_first_token(cut))
+    chat.page.route("**/sessions/*/turns/*/events*", resume)
+    chat.open()
+    chat.send("/long 30")
+    for _ in range(100):
+        if len(resumes) >= 3:
+            break
+        chat.page.clock.run_for(16_000)
+        chat.page.wait_for_timeout(50)
+    assert len(resumes) >= 3
+    # WHEN the connection is back and the page is shown again, while it waits out a backoff its clock will not end
+    failing[0] = False
+    tried = len(resumes)
+    chat.page.evaluate(
+        """() => {
+            Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "visible" });
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    # THEN it resumes at once (visibilitychange ends the wait) from the last id it saw, and shows every word once
+    assert chat.wait_status("complete") == long_reply(30)
+    assert len(resumes) == tried + 1 and set(resumes) == {cut["last_id"]}
+    assert chat.counts("repeated") == {"repeated": 0}
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
 def test_a_reply_given_up_after_minutes_offers_to_resume_and_is_not_marked_failed(chat: ChatPage) -> None:
     # GIVEN a page whose clock the test moves, and a stream that breaks after its first token, every resume failing
     chat.page.clock.install()
