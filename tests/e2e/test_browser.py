@@ -919,13 +919,54 @@ def cut_after_first_token(cut: dict[str, str], then: Callable[[], None] = lambda
 OLD_RESUME_BUDGET = 5  # the resumes in a row after which the page once gave a reply up (about 4 s of waiting)
 
 
+def hold_the_pages_clock(chat: ChatPage) -> None:
+    """The page's clock stands still but when the test moves it (a backoff then ends only when the test says)."""
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    chat.page.clock.install(time=start)
+    chat.page.clock.pause_at(start + timedelta(seconds=1))
+
+
+def step_past_backoffs(chat: ChatPage, done: Callable[[], bool]) -> None:
+    """Move the page's clock 16 s at a time, past every wait the backoff allows, until ``done()`` (100 steps at
+    most)."""
+    for _ in range(100):
+        if done():
+            return
+        chat.page.clock.run_for(16_000)
+        chat.page.wait_for_timeout(50)
+
+
+@dataclass
+class FailingResumes:
+    """The page's resumes (GETs of a turn's events): each one's ``Last-Event-ID``; refused while ``failing``."""
+
+    seen: list[str | None] = field(default_factory=list)
+    failing: bool = True
+
+    def route(self, route: Route) -> None:
+        self.seen.append(route.request.headers.get("last-event-id"))
+        if self.failing:
+            route.abort("connectionrefused")
+        else:
+            route.continue_()
+
+
+def send_through_a_broken_stream(chat: ChatPage, resumes: FailingResumes) -> dict[str, str]:
+    """Open the page and send ``/long 30`` on a stream that breaks after its first token, the page's resumes going
+    to ``resumes``; returns the cut (``last_id``: the first token's id)."""
+    cut: dict[str, str] = {}
+    chat.page.route("**/chat", cut_after_first_token(cut))
+    chat.page.route("**/sessions/*/turns/*/events*", resumes.route)
+    chat.open()
+    chat.send("/long 30")
+    return cut
+
+
 def test_a_reply_resumes_through_an_outage_and_at_once_when_the_browser_is_back_online(chat: ChatPage) -> None:
     # GIVEN a page whose clock stands still but when the test moves it, and a stream that breaks after its first
     # token as the browser goes offline, every resume failing meanwhile
     context = chat.page.context
-    start = datetime(2030, 1, 1, tzinfo=UTC)
-    chat.page.clock.install(time=start)
-    chat.page.clock.pause_at(start + timedelta(seconds=1))
+    hold_the_pages_clock(chat)
     cut: dict[str, str] = {}
     resumes: list[str | None] = []
 
@@ -939,11 +980,7 @@ def test_a_reply_resumes_through_an_outage_and_at_once_when_the_browser_is_back_
     # WHEN a reply is streamed through it, and the outage outlasts more resumes than the page once tried (each step
     # past every wait the backoff allows)
     chat.send("/long 30")
-    for _ in range(100):
-        if len(resumes) > OLD_RESUME_BUDGET:
-            break
-        chat.page.clock.run_for(16_000)
-        chat.page.wait_for_timeout(50)
+    step_past_backoffs(chat, lambda: len(resumes) > OLD_RESUME_BUDGET)
     # THEN the page keeps trying, calmly: the reply is not marked failed, Stop stays, no error is shown
     assert len(resumes) > OLD_RESUME_BUDGET
     expect(chat.page.locator("#status")).to_have_text("Connection lost; reconnecting…")
@@ -964,33 +1001,14 @@ def test_a_reply_resumes_through_an_outage_and_at_once_when_the_browser_is_back_
 def test_a_reply_waiting_out_a_backoff_resumes_at_once_when_the_page_is_shown_again(chat: ChatPage) -> None:
     # GIVEN a page whose clock stands still but when the test moves it, and a stream that breaks after its first
     # token, every resume failing meanwhile (a laptop closed, a phone's tab in the background)
-    start = datetime(2030, 1, 1, tzinfo=UTC)
-    chat.page.clock.install(time=start)
-    chat.page.clock.pause_at(start + timedelta(seconds=1))
-    cut: dict[str, str] = {}
-    resumes: list[str | None] = []
-    failing = [True]
-
-    def resume(route: Route) -> None:
-        resumes.append(route.request.headers.get("last-event-id"))
-        if failing[0]:
-            route.abort("connectionfailed")
-        else:
-            route.continue_()
-
-    chat.page.route("**/chat", cut_after_first_token(cut))
-    chat.page.route("**/sessions/*/turns/*/events*", resume)
-    chat.open()
-    chat.send("/long 30")
-    for _ in range(100):
-        if len(resumes) >= 3:
-            break
-        chat.page.clock.run_for(16_000)
-        chat.page.wait_for_timeout(50)
-    assert len(resumes) >= 3
+    hold_the_pages_clock(chat)
+    resumes = FailingResumes()
+    cut = send_through_a_broken_stream(chat, resumes)
+    step_past_backoffs(chat, lambda: len(resumes.seen) >= 3)
+    assert len(resumes.seen) >= 3
     # WHEN the connection is back and the page is shown again, while it waits out a backoff its clock will not end
-    failing[0] = False
-    tried = len(resumes)
+    resumes.failing = False
+    tried = len(resumes.seen)
     chat.page.evaluate(
         """() => {
             Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "visible" });
@@ -999,7 +1017,7 @@ def test_a_reply_waiting_out_a_backoff_resumes_at_once_when_the_page_is_shown_ag
     )
     # THEN it resumes at once (visibilitychange ends the wait) from the last id it saw, and shows every word once
     assert chat.wait_status("complete") == long_reply(30)
-    assert len(resumes) == tried + 1 and set(resumes) == {cut["last_id"]}
+    assert len(resumes.seen) == tried + 1 and set(resumes.seen) == {cut["last_id"]}
     assert chat.counts("repeated") == {"repeated": 0}
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
@@ -1007,20 +1025,8 @@ def test_a_reply_waiting_out_a_backoff_resumes_at_once_when_the_page_is_shown_ag
 def test_a_reply_given_up_after_minutes_offers_to_resume_and_is_not_marked_failed(chat: ChatPage) -> None:
     # GIVEN a page whose clock the test moves, and a stream that breaks after its first token, every resume failing
     chat.page.clock.install()
-    cut: dict[str, str] = {}
-    blocked = {"resumes": 0}
-
-    def refuse_while_blocked(route: Route) -> None:
-        if blocked["resumes"] >= 0:
-            blocked["resumes"] += 1
-            route.abort("connectionrefused")
-        else:
-            route.continue_()
-
-    chat.page.route("**/chat", cut_after_first_token(cut))
-    chat.page.route("**/sessions/*/turns/*/events*", refuse_while_blocked)
-    chat.open()
-    chat.send("/long 30")
+    resumes = FailingResumes()
+    send_through_a_broken_stream(chat, resumes)
     expect(chat.page.locator("#status")).to_have_text("Connection lost; reconnecting…")
     # WHEN no resume gets through for more than five minutes (each step past every wait the backoff allows)
     resume = chat.page.get_by_role("alert").get_by_role("button", name="Resume")
@@ -1035,10 +1041,9 @@ def test_a_reply_given_up_after_minutes_offers_to_resume_and_is_not_marked_faile
     assert chat.reply().locator(".text").text_content() == "w1"
     expect(chat.page.locator("#stop")).to_be_visible()
     expect(chat.page.locator("#send")).to_be_disabled()
-    tried = blocked["resumes"]
-    assert tried > OLD_RESUME_BUDGET
+    assert len(resumes.seen) > OLD_RESUME_BUDGET
     # WHEN the connection is back and the user presses Resume
-    blocked["resumes"] = -1
+    resumes.failing = False
     resume.click()
     # THEN the reply completes, every word once
     assert chat.wait_status("complete") == long_reply(30)
