@@ -14,7 +14,10 @@ import contextlib
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import socket
 
 OwnerT = TypeVar("OwnerT")
 DISCARD_LIMIT = 64 * 1024 * 1024  # an oversized request body is read and dropped up to this size
@@ -27,15 +30,30 @@ def is_loopback_host(host: str | None, port: int) -> bool:
 
 
 class LoopbackServer(ThreadingHTTPServer, Generic[OwnerT]):
-    """A ``ThreadingHTTPServer`` serving ``owner`` (the endpoint object its handlers work for)."""
+    """A ``ThreadingHTTPServer`` serving ``owner`` (the endpoint object its handlers work for), on ``address`` or on
+    ``listener``, a socket already bound (and listening) whose port was handed out before the server existed."""
 
     daemon_threads = True
     block_on_close = False
     request_queue_size = 128  # the default 5 resets connections when dozens of clients connect at once
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: OwnerT) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        owner: OwnerT,
+        listener: socket.socket | None = None,
+    ) -> None:
         self.owner = owner
-        super().__init__(address, handler)
+        if listener is None:
+            super().__init__(address, handler)
+            return
+        super().__init__(listener.getsockname()[:2], handler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = listener
+        host, port = listener.getsockname()[:2]
+        self.server_address = (host, port)
+        self.server_name, self.server_port = host, port  # as HTTPServer.server_bind sets them
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], OSError):  # the peer went away (a killed runtime, a client that left)

@@ -166,25 +166,26 @@ def _check_configuration(logical_id: str, env: dict[str, str]) -> None:
         ) from None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _listener(port: int = 0) -> socket.socket:
+    """A socket listening on ``port`` of 127.0.0.1 (0: a free one), for a server that starts later: the port is held
+    from the moment it is chosen (a port chosen, closed and bound again later could be taken in between). Raises
+    :class:`StackError` when the port is in use."""
+    sock = socket.socket()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server's: TIME_WAIT is no conflict
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        message = f"port {port} on 127.0.0.1 is in use: stop what listens there, or pick another with CHATSTREAM_PORT"
+        raise StackError(message) from None
+    return sock
 
 
 def check_port_free(port: int) -> None:
     """Raise :class:`StackError` when ``port`` on 127.0.0.1 cannot be bound (0, a free port, always can)."""
-    if port == 0:
-        return
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            message = (
-                f"port {port} on 127.0.0.1 is in use: stop what listens there, or pick another with CHATSTREAM_PORT"
-            )
-            raise StackError(message) from None
+    if port:
+        _listener(port).close()
 
 
 class LocalStack:
@@ -202,6 +203,7 @@ class LocalStack:
         self.esm: EventSourceMapping | None = None
         self.reaper_source: SqsEventSource | None = None
         self.function_url: FunctionUrlServer | None = None
+        self._url_listener: socket.socket | None = None
         self._stopped = threading.Event()
         # The stack's own key: it signs the readiness check under AWS_IAM. Its secret is this stack's alone: a key
         # everyone knows would let anyone sign for the Lambda API, and so name any caller in a made-up event.
@@ -241,7 +243,8 @@ class LocalStack:
     # ----------------------------------------------------------------------------- start
 
     def start(self) -> LocalStack:
-        check_port_free(self.settings.port)
+        # The URL's port is held from here: the stack's own servers, which take free ports, cannot take it
+        self._url_listener = _listener(self.settings.port)
         try:
             self._start_moto()
             self._create_resources()
@@ -255,24 +258,27 @@ class LocalStack:
         return self
 
     def _start_moto(self) -> None:
-        port = _free_port()
+        listener = _listener()  # passed to moto's process, which serves it
+        port = int(listener.getsockname()[1])
         self._moto_url = f"http://127.0.0.1:{port}"
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT / "local"), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": self.settings.region, "PYTHONPATH": python_path}
-        self._moto = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "chatstream_local.moto.server",
-                *("-H", "127.0.0.1", "-p", str(port)),
-                *(["--count-calls"] if self.settings.count_calls else []),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            process_group=0,  # the stack's session: see lambda_.function_spec.FUNCTION_NICE
-            preexec_fn=die_with_parent,  # started from the supervisor's main thread
-        )
+        with listener:  # closed here once moto's process holds it
+            self._moto = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "chatstream_local.moto.server",
+                    *("-H", "127.0.0.1", "-p", str(port), "--fd", str(listener.fileno())),
+                    *(["--count-calls"] if self.settings.count_calls else []),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                process_group=0,  # the stack's session: see lambda_.function_spec.FUNCTION_NICE
+                preexec_fn=die_with_parent,  # started from the supervisor's main thread
+                pass_fds=(listener.fileno(),),
+            )
         threading.Thread(target=self._pump, args=("moto", self._moto), daemon=True).start()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -398,17 +404,20 @@ class LocalStack:
         return env
 
     def _start_functions(self) -> None:
-        invoke_port = _free_port()
-        invoke_url = f"http://127.0.0.1:{invoke_port}"
-        specs = self.function_specs(invoke_url)
-        self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
-        self.invoke_endpoint = InvokeEndpoint(
-            self.local_lambda,
-            port=invoke_port,
-            on_failure=self._on_async_failure,
-            duplicate_events=self.settings.duplicate_events,
-            rng=random.Random(self.settings.duplicate_seed),
-        ).start()
+        listener = _listener()  # the functions are given its URL before the endpoint serves it
+        try:
+            specs = self.function_specs(f"http://127.0.0.1:{listener.getsockname()[1]}")
+            self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
+            self.invoke_endpoint = InvokeEndpoint(
+                self.local_lambda,
+                listener=listener,
+                on_failure=self._on_async_failure,
+                duplicate_events=self.settings.duplicate_events,
+                rng=random.Random(self.settings.duplicate_seed),
+            ).start()
+        except BaseException:
+            listener.close()
+            raise
         if self.settings.duplicate_events:
             chance = f"{self.settings.duplicate_events:g}"
             self._log("stack", f"each asynchronous invocation delivered twice with probability {chance}, as Lambda may")
@@ -498,7 +507,7 @@ class LocalStack:
         self.function_url = FunctionUrlServer(
             self.local_lambda,  # type: ignore[arg-type]
             relay,
-            port=self.settings.port,
+            listener=self._url_listener,
             invoke_mode=url_config.get("InvokeMode", "BUFFERED"),
             identity_resolver=self.settings.identity_resolver,
             authenticate=verifier,
@@ -572,6 +581,8 @@ class LocalStack:
             if component is not None:
                 with contextlib.suppress(Exception):
                     component.stop()
+        if self.function_url is None and self._url_listener is not None:
+            self._url_listener.close()  # start failed before the Function URL took it
         if self._moto is not None and self._moto.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._moto.pid, signal.SIGTERM)

@@ -31,12 +31,6 @@ pytestmark = pytest.mark.e2e
 READY = "chatstream local stack ready at "
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def descendants(pid: int) -> set[int]:
     """Every live process below ``pid`` (from /proc), however it detached its session."""
     children: dict[int, list[int]] = {}
@@ -76,8 +70,9 @@ def start_make_local() -> RunningStack:
     """`make local` on a free port, with a fast model; waits for the ready line. ``-o .venv/.installed``: the
     stack runs from the venv the suite runs in, never reinstalled (a clone's requirements files can be newer than
     the stamp, and installing needs the network)."""
-    port = free_port()
-    env = {**os.environ, "CHATSTREAM_PORT": str(port), "CHATSTREAM_LOCAL_MODEL_DELAY_MS": "5"}
+    # Port 0: the stack binds a free port itself and names it in the ready line. A port chosen here and bound there
+    # later could be taken in between (by an execution environment of the module's stack, say).
+    env = {**os.environ, "CHATSTREAM_PORT": "0", "CHATSTREAM_LOCAL_MODEL_DELAY_MS": "5"}
     process = subprocess.Popen(
         ["make", "-s", "-o", ".venv/.installed", "local"],
         cwd=REPO_ROOT,
@@ -348,7 +343,7 @@ def test_sigterm_stops_everything_within_five_seconds() -> None:
 def test_a_burst_of_signals_still_stops_everything_within_five_seconds(round_: int) -> None:
     # GIVEN the stack running in the foreground, as `make local` execs it
     env = {**os.environ, "PYTHONPATH": "local:layers/chatstream:layers/streaming-runtime"}
-    command = [sys.executable, "-m", "chatstream_local", "--port", str(free_port())]
+    command = [sys.executable, "-m", "chatstream_local", "--port", "0"]
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert process.stdout is not None

@@ -110,7 +110,8 @@ class RecordedError:
 
 
 class FunctionUrlServer:
-    """The Function URL of one function, on ``http://127.0.0.1:<port>`` (port 0: a free one).
+    """The Function URL of one function, on ``http://127.0.0.1:<port>`` (port 0: a free one), or on ``listener``, a
+    listening socket bound before the server was built.
 
     ``identity`` is the caller identity every request gets (``authorizer.iam``); ``identity_resolver(headers)``
     may pick one per request (its ``None`` falls back to ``identity``; both ``None``: no authorizer, as with
@@ -127,6 +128,7 @@ class FunctionUrlServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        listener: socket.socket | None = None,
         invoke_mode: InvokeMode = "RESPONSE_STREAM",
         identity: Mapping[str, Any] | None = None,
         identity_resolver: IdentityResolver | None = None,
@@ -150,7 +152,7 @@ class FunctionUrlServer:
         self.url_id = url_id or uuid.uuid4().hex
         self.on_error = on_error
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
-        self._server = LoopbackServer((host, port), _UrlHandler, self)
+        self._server = LoopbackServer((host, port), _UrlHandler, self, listener)
         self._thread: threading.Thread | None = None
 
     @property

@@ -59,6 +59,7 @@ from chatstream_local.lambda_.invocation import FunctionError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable
 
     from chatstream_local.lambda_.function_spec import FunctionSpec
@@ -102,7 +103,8 @@ def function_name_from(identifier: str) -> str:
 
 
 class InvokeEndpoint:
-    """The Invoke API for the functions of a :class:`LocalLambda`, on ``127.0.0.1:<port>`` (0: a free port).
+    """The Invoke API for the functions of a :class:`LocalLambda`, on ``127.0.0.1:<port>`` (0: a free port), or on
+    ``listener``, a listening socket bound before the functions were given its URL.
 
     ``duplicate_events``: the probability that an accepted ``Event`` invocation is delivered a second time, as
     Lambda's asynchronous queue may deliver it ("Even if your function doesn't return an error, it's possible for it
@@ -126,6 +128,7 @@ class InvokeEndpoint:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        listener: socket.socket | None = None,
         on_failure: OnFailure | None = None,
         retry_delay_s: float = 60.0,
         max_async_workers: int | None = None,
@@ -147,7 +150,7 @@ class InvokeEndpoint:
         self._duplicates: Counter[str] = Counter()
         self._delivered_twice: set[tuple[str, str]] = set()  # (function, request id) of the events delivered twice
         self._failed_deliveries: set[tuple[str, str]] = set()  # (function, request id) of deliveries that failed
-        self._server = LoopbackServer((host, port), _InvokeHandler, self)
+        self._server = LoopbackServer((host, port), _InvokeHandler, self, listener)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()

@@ -9,6 +9,9 @@ half idle). The same WSGI application (moto's ``DomainDispatcherApplication``) i
 HTTP/1.1 keep-alive, a fixed pool of worker threads. ``--count-calls`` wraps it in the benchmark's call counting
 (:mod:`chatstream_local.moto.callcount`). Outermost, :class:`~chatstream_local.moto.loopback_only.LoopbackOnly`
 refuses what a browser page could send (an ``Origin``, another ``Host``) and strips moto's CORS headers.
+
+``--fd N`` serves a listening socket the parent bound and passed down (``-p`` then names its port): the local stack
+binds port 0 itself, so no other process can take the port between its choice and this server's start.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from typing import Any
 
 import waitress
@@ -34,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="moto in server mode, with chatstream's patches")
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=5000)
+    parser.add_argument("--fd", type=int, help="serve this inherited listening socket, bound to -H/-p, instead")
     parser.add_argument("--count-calls", action="store_true", help="count each function's calls (the benchmark's)")
     args = parser.parse_args(argv)
     try:
@@ -46,10 +51,12 @@ def main(argv: list[str] | None = None) -> None:
     app: Any = DomainDispatcherApplication(create_backend_app)
     if args.count_calls:
         app = CountingMiddleware(app)
+    where: dict[str, Any] = (
+        {"sockets": [socket.socket(fileno=args.fd)]} if args.fd is not None else {"host": args.host, "port": args.port}
+    )
     waitress.serve(
         LoopbackOnly(app, args.port),
-        host=args.host,
-        port=args.port,
+        **where,
         threads=WORKER_THREADS,
         connection_limit=CONNECTION_LIMIT,
         channel_timeout=3600,
