@@ -59,11 +59,11 @@ def one_line(stderr: str) -> str:
 
 
 @pytest.fixture
-def unused_port() -> int:
-    """A port nothing listens on."""
+def unused_port() -> Iterator[int]:
+    """A port nothing listens on: held bound, never listening, so connections are refused and no server takes it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture

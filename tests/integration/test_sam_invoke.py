@@ -8,6 +8,7 @@ writes. Each event's answer is checked for what a user would look for in it; an 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -106,10 +107,12 @@ def invoke(
     return Invoked(result.returncode, result.stdout, result.stderr.decode())
 
 
-def unused_port() -> int:
+@contextlib.contextmanager
+def unused_port() -> Iterator[int]:
+    """A port nothing listens on: held bound, never listening, so connections are refused and no server takes it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -288,10 +291,9 @@ def test_with_no_stack_running_it_starts_one_on_what_sam_build_wrote(tmp_path: P
     # The build's Python 3.13 bytecode is loaded without a look at the source (make/bytecode.mk): edited, it goes.
     for bytecode in (built / "ProxyFunction" / "__pycache__").glob("app.*.pyc"):
         bytecode.unlink()
-    port = unused_port()
-
     # WHEN `make invoke` runs the proxy's sample event
-    run = invoke("ProxyFunction", "events/proxy-generate.json", port, build_dir=built)
+    with unused_port() as port:
+        run = invoke("ProxyFunction", "events/proxy-generate.json", port, build_dir=built)
 
     # THEN it started a stack of its own, ran the built handler (its log says so), and the turn was generated
     assert run.returncode == 0, run.stderr
