@@ -514,7 +514,7 @@ MARKDOWN = """**bold** and *emphasis*, with `inline code` and a [link](https://e
 print("<b>hi</b>")
 ```
 
-Last line, and ![a chart](https://example.com/chart.png)."""
+Last line, and ![a chart](https://example.com/chart.png), [![a badge](https://example.com/badge.svg)](https://example.com/project)."""
 
 # What the page built from the reply: tags, text, and the attributes that matter, read in one go.
 READ_REPLY = """
@@ -561,11 +561,13 @@ def test_a_reply_in_markdown_is_shown_formatted(chat: ChatPage) -> None:
             ["align-left", "align-right"],
         )
         assert reply["code"] == [['print("<b>hi</b>")\n', "python", ""]], shown
-        assert reply["starts"] == [1] and reply["last"] == "Last line, and a chart.", shown
-        # AND a link opens in a new tab, without an opener or a referrer
+        assert reply["starts"] == [1] and reply["last"] == "Last line, and a chart, a badge.", shown
+        # AND a link opens in a new tab, without an opener or a referrer; an image inside a link is that link's
+        # text, never a link of its own inside it (HTML has no link in a link: the inner one would take the click)
         assert reply["links"] == [
             ["link", "https://example.com/docs?a=1&b=2", "_blank", "noopener noreferrer"],
             ["a chart", "https://example.com/chart.png", "_blank", "noopener noreferrer"],
+            ["a badge", "https://example.com/project", "_blank", "noopener noreferrer"],
         ]
         # (an image is its alt text, a link to it, never loaded: the page requests nothing from another origin)
         assert chat.page.locator("#transcript img").count() == 0

@@ -6,7 +6,7 @@
 //
 // Links open in a new tab without an opener or a referrer, and only for http, https and mailto; any other
 // link stays the text it was written as. Images are not loaded (another origin, and the policy forbids it):
-// `![alt](url)` shows as its alt text, a link to the image. A code fence still open (its closing ``` not
+// `![alt](url)` shows as its alt text, a link to the image (inside a link, that link's text). A code fence still open (its closing ``` not
 // received yet) is a code block, as CommonMark reads a fence that runs to the end, marked `open` while the reply
 // streams: a reply that ended inside one (cut at its token limit, stopped) shows it as a plain code block.
 //
@@ -97,7 +97,10 @@
         parent.append(document.createElement("hr"));
         return;
       case "image": {
-        const node = link(token.attrGet("src"), token.attrGet("title"));
+        // Inside a link (`[![badge](…)](…)`), the alt text is that link's text: a link in a link is not HTML,
+        // and the inner one would take the click.
+        const inLink = parent.closest !== undefined && parent.closest("a") !== null;
+        const node = inLink ? document.createElement("span") : link(token.attrGet("src"), token.attrGet("title"));
         build(token.children || [], node, null); // the alt text
         if (!node.textContent) node.append(token.attrGet("src") || "image"); // no alt text: the link still shows
         parent.append(node);
