@@ -56,6 +56,8 @@ def test_a_record_is_cut_into_words_with_the_spaces_before_them(text: str, expec
         ("AI是 good 模型", ["AI", "是", " good", " 模", "型"]),
         ("か\u3099き", ["か\u3099", "き"]),  # a kana with its combining voicing mark
         ("葛\U000e0100葛\ufe00x", ["葛\U000e0100", "葛\ufe00", "x"]),  # ideographs with their variation selectors
+        ("漢字\u0301漢", ["漢", "字\u0301", "漢"]),  # a combining accent stays with its character
+        ("中\u20e3\u0323\u0301x", ["中\u20e3\u0323\u0301", "x"]),  # however many marks follow it
         ("𠀀𠀁 ok", ["𠀀", "𠀁", " ok"]),  # supplementary ideographs
         ("สวัสดีครับ", ["สวัสดีครับ"]),  # Thai needs a dictionary to find its words: not cut
     ],

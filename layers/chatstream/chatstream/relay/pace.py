@@ -9,11 +9,12 @@ follower's cadence, times :data:`SPREAD_FACTOR`: the next record is found a poll
 pieces should last until then), so the client sees text at a rhythm close to the model's own, at no AWS cost.
 
 Chinese and Japanese are written without spaces, so a word boundary there is every character: each ideograph, kana
-or full-width sign is a piece of its own (with the spaces before it and a kana voicing mark or variation selector
-after it), as the AI SDK's documentation advises for ``smoothStream``'s chunking of CJK text. Scripts that need a
-dictionary to find their words (Thai, Lao, Khmer, Burmese) are not cut inside a run of letters. A record of more than
-:data:`MAX_PIECES` pieces (a fast model's full-size record) has them merged, evenly, into that many: the client
-still sees text every few milliseconds, and the relay does not write an event per character of it.
+or full-width sign is a piece of its own (with the spaces before it and a kana voicing mark, variation selector or
+combining mark after it), as the AI SDK's documentation advises for ``smoothStream``'s chunking of CJK text.
+Scripts that need a dictionary to find their words (Thai, Lao, Khmer, Burmese) are not cut inside a run of letters.
+A record of more than :data:`MAX_PIECES` pieces (a fast model's full-size record) has them merged, evenly, into
+that many: the client still sees text every few milliseconds, and the relay does not write an event per character
+of it.
 
 - The first piece of a record that finds nothing waiting goes out at once: time to first token never waits.
 - A record that arrives while pieces still wait joins them, and the whole backlog is spread over one spread from
@@ -43,7 +44,11 @@ MAX_PIECES = 64  # at most this many pieces a record: a fast model's 1,024-chara
 # Scripts written without spaces between words (CJK ideographs, kana, CJK and full-width signs; U+20000-U+2FA1F the
 # supplementary ideographs): every character is a word boundary.
 _UNSPACED = "\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\U00020000-\U0002fa1f"
-_ATTACHED = "\u3099\u309a\ufe00-\ufe0f\U000e0100-\U000e01ef"  # marks that belong to the character before them
+# Marks that belong to the character before them: kana voicing marks, variation selectors, and the combining marks
+# (diacritical, extended, supplement, for symbols, half marks), so an accent is never a piece of its own.
+_ATTACHED = (
+    "\u3099\u309a\ufe00-\ufe0f\U000e0100-\U000e01ef\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+)
 # A word with the spaces before it: one unspaced character (with its marks), or a run of other non-spaces; a record
 # may also be only spaces.
 _WORD = re.compile(rf"\s*[{_UNSPACED}][{_ATTACHED}]*|\s*[^\s{_UNSPACED}]+|\s+")
