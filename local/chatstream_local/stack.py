@@ -56,6 +56,7 @@ from chatstream_local.event_sources.sqs import SqsEventSource
 from chatstream_local.iam import Principal, Principals, SigV4Verifier
 from chatstream_local.lambda_ import deployed_site
 from chatstream_local.lambda_.cors import FunctionUrlCors
+from chatstream_local.lambda_.destinations import AsyncFailureDestinations
 from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.invoke import InvokeEndpoint
@@ -67,8 +68,6 @@ from chatstream_local.template import REPO_ROOT, Template
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
-
-    from chatstream_local.lambda_.invoke import FailedEvent
 
 DEFAULT_PORT = 3000
 ENHANCED_FAN_OUT_ENV = "CHATSTREAM_ENHANCED_FAN_OUT"  # template.yaml's EnhancedFanOut for this stack: true or false
@@ -408,10 +407,13 @@ class LocalStack:
         try:
             specs = self.function_specs(f"http://127.0.0.1:{listener.getsockname()[1]}")
             self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
+            on_failure = AsyncFailureDestinations.from_template(
+                self.template, sqs=self.client("sqs"), log=lambda line: self._log("stack", line)
+            )
             self.invoke_endpoint = InvokeEndpoint(
                 self.local_lambda,
                 listener=listener,
-                on_failure=self._on_async_failure,
+                on_failure=on_failure,
                 duplicate_events=self.settings.duplicate_events,
                 rng=random.Random(self.settings.duplicate_seed),
             ).start()
@@ -444,60 +446,9 @@ class LocalStack:
         assert self.local_lambda is not None
         return self.local_lambda.invoke(self.name("ConsumerFunction"), payload)
 
-    def _on_async_failure(self, failed: FailedEvent) -> None:
-        """An asynchronous event Lambda gave up on goes to the function's OnFailure destination, as Lambda sends it:
-        the event's request id (also when it never ran), how many times it ran, and why (``RetriesExhausted``, or
-        ``EventAgeExceeded`` with no response when it never ran)."""
-        name, payload, error = failed.name, failed.payload, failed.error
-        logical_id = next(
-            (lid for lid in self.template.resources_of_type("AWS::Serverless::Function") if self.name(lid) == name),
-            None,
-        )
-        settings = self.template.function_settings(logical_id) if logical_id else {}
-        destination = settings.get("EventInvokeConfig", {}).get("DestinationConfig", {}).get("OnFailure", {})
-        if error is None:  # throttled until too old: it never ran
-            failure = f"{self._short(name)}: asynchronous event dropped: {failed.condition} (it never ran)"
-        else:
-            document = error.document()
-            error_type = document.get("errorType") or error.error_type
-            failure = (
-                f"{self._short(name)}: asynchronous invocation failed: {error_type}: "
-                + " ".join(str(document.get("errorMessage", "")).split())[:300]
-            )
-        if destination.get("Type") != "SQS":
-            self._log("stack", f"{failure}; no SQS destination")
-            return
-        queue_name = str(destination["Destination"]).rsplit(":", 1)[-1]
-        self._log("stack", f"{failure}; sent to {self._short(queue_name)}")
-        try:
-            request_payload = json.loads(payload or b"null")
-        except ValueError:
-            request_payload = payload.decode("utf-8", "replace")
-        body: dict[str, Any] = {
-            "version": "1.0",
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
-            "requestContext": {
-                "requestId": failed.request_id,
-                "functionArn": f"{self.template.arn(logical_id)}:$LATEST" if logical_id else name,
-                "condition": failed.condition,
-                "approximateInvokeCount": failed.attempts,
-            },
-            "requestPayload": request_payload,
-        }
-        if error is not None:  # an event that never ran has no response
-            body["responseContext"] = {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"}
-            body["responsePayload"] = error.document()
-        sqs = self.client("sqs")
-        url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
-        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
-
     def _function_log(self, label: str, line: str) -> None:
         if self.settings.verbose or _is_problem(line):
-            self._log(self._short(label), line)
-
-    def _short(self, name: str) -> str:
-        """A function's name or environment label without the stack's prefix (``RelayFunction#3``)."""
-        return name.replace(f"{self.template.stack_name}-", "")
+            self._log(self.template.short_name(label), line)
 
     def _start_url(self) -> None:
         assert self.invoke_endpoint is not None
@@ -514,7 +465,7 @@ class LocalStack:
             cors=FunctionUrlCors.from_config(url_config.get("Cors")) if self._cors_asked else None,
             same_origin_only=True,  # a page of another origin only as CorsAllowOrigins allows it (LOCAL_STACK.md)
             lambda_api=LambdaApiRoute(self.invoke_endpoint.url, verifier),
-            on_error=lambda recorded: self._log("url", recorded.describe(self._short(relay))),
+            on_error=lambda recorded: self._log("url", recorded.describe(self.template.short_name(relay))),
         ).start()
 
     @property

@@ -106,6 +106,10 @@ class Template:
         """The local name of a resource (what ``Ref`` gives): overridable, else stack-logicalid."""
         return self.physical_names.get(logical_id, f"{self.stack_name}-{logical_id}")
 
+    def short_name(self, name: str) -> str:
+        """A local name (or a label made of one, ``…-RelayFunction#3``) without the stack's prefix, for logs."""
+        return name.replace(f"{self.stack_name}-", "")
+
     def arn(self, logical_id: str) -> str:
         kind = self.resource(logical_id)["Type"]
         name = self.physical_name(logical_id)

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from chatstream_local.lambda_.destinations import FailedEvent
     from chatstream_local.lambda_.invocation import FunctionError
-    from chatstream_local.lambda_.invoke import FailedEvent
 
 pytestmark = pytest.mark.integration
 

@@ -20,13 +20,8 @@ from chatstream.status import TurnStatus
 from chatstream.table import ChatTable
 from chatstream_local.event_sources import kinesis as kinesis_source
 from chatstream_local.event_sources.invoker import Invoked
-from chatstream_local.event_sources.kinesis import (
-    CONDITION_RECORD_AGE,
-    CONDITION_RETRIES_EXHAUSTED,
-    SHARD_READS_PER_SECOND,
-    EventSourceMapping,
-    ReadMode,
-)
+from chatstream_local.event_sources.kinesis import SHARD_READS_PER_SECOND, EventSourceMapping, ReadMode
+from chatstream_local.lambda_.destinations import RECORD_AGE_EXCEEDED, RETRY_ATTEMPTS_EXHAUSTED
 from chatstream_local.lambda_.exceptions import FunctionThrottled
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.template import Template
@@ -231,7 +226,7 @@ def test_a_failing_record_is_isolated_by_bisect_retried_and_sent_to_the_dlq(stac
     alone = [index for index in range(len(recorder.calls)) if recorder.sequence_numbers(index) == [bad]]
     assert len(alone) == mapping.settings.maximum_retry_attempts + 1
     (body,) = stack.dlq_bodies()
-    assert body["version"] == "1.0" and body["requestContext"]["condition"] == CONDITION_RETRIES_EXHAUSTED
+    assert body["version"] == "1.0" and body["requestContext"]["condition"] == RETRY_ATTEMPTS_EXHAUSTED
     assert body["requestContext"]["functionArn"] == stack.template.arn("ConsumerFunction")
     assert body["requestContext"]["approximateInvokeCount"] >= len(alone)
     assert body["responseContext"] == {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"}
@@ -334,7 +329,7 @@ def test_records_older_than_the_maximum_age_are_skipped_to_the_dlq_without_an_in
     # THEN nothing was invoked and the range is in the DLQ as RecordAgeExceeded
     assert recorder.calls == []
     (body,) = stack.dlq_bodies()
-    assert body["requestContext"]["condition"] == CONDITION_RECORD_AGE
+    assert body["requestContext"]["condition"] == RECORD_AGE_EXCEEDED
     info = body["KinesisBatchInfo"]
     assert (info["startSequenceNumber"], info["endSequenceNumber"], info["batchSize"]) == (
         sequence_numbers[0],

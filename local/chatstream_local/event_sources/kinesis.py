@@ -16,7 +16,8 @@ function's Kinesis event in the template:
 - ``MaximumRetryAttempts`` and ``MaximumRecordAgeInSeconds``: what is still failing after the retries,
   or older than the maximum age, is skipped and an on-failure record goes to the
   ``DestinationConfig.OnFailure`` queue in Lambda's shape (``requestContext``, ``responseContext``,
-  ``version``, ``timestamp``, ``KinesisBatchInfo``);
+  ``version``, ``timestamp``, ``KinesisBatchInfo``; built and sent by
+  :mod:`chatstream_local.lambda_.destinations`);
 - a throttled invocation (the function at its reserved concurrency) is tried again after a pause, using no retry
   and splitting nothing, until its records are older than ``MaximumRecordAgeInSeconds``.
 
@@ -53,12 +54,18 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from chatstream_local.account import ACCOUNT_ID
 from chatstream_local.event_sources.unemulated import warn_unemulated
+from chatstream_local.lambda_.destinations import (
+    RECORD_AGE_EXCEEDED,
+    RETRY_ATTEMPTS_EXHAUSTED,
+    KinesisOnFailureRecord,
+    SqsDestination,
+)
 from chatstream_local.lambda_.exceptions import FunctionThrottled
 from chatstream_local.moto import WAIT_HEADER
 from chatstream_local.template import TemplateError
@@ -73,9 +80,6 @@ if TYPE_CHECKING:
     from chatstream_local.template import Template
 
 logger = logging.getLogger(__name__)
-
-CONDITION_RETRIES_EXHAUSTED = "RetryAttemptsExhausted"
-CONDITION_RECORD_AGE = "RecordAgeExceeded"
 
 POLL_INTERVAL_IDLE_S = 1.0  # Lambda polls a shard "at a base rate of once per second"
 SHARD_READS_PER_SECOND = 5  # Kinesis: "up to five read transactions per second" per shard, shared by its readers
@@ -253,7 +257,7 @@ class EventSourceMapping:
         self._shards: dict[str, _ShardReader] | None = None
         self._lock = threading.Lock()
         self._stream_arn: str | None = None
-        self._queue_url: str | None = None
+        self._on_failure: SqsDestination | None = None  # the settings' on-failure destination, once it is used
 
     @classmethod
     def from_template(
@@ -381,30 +385,23 @@ class EventSourceMapping:
     ) -> None:
         """Lambda's invocation record for a skipped batch, to the on-failure destination."""
         records = attempt.records
-        body = {
-            "requestContext": {
-                "requestId": str(getattr(last, "request_id", None) or uuid.uuid4()),
-                "functionArn": self.function_arn,
-                "condition": condition,
-                "approximateInvokeCount": attempt.invocations,
-            },
-            "responseContext": {
-                "statusCode": int(getattr(last, "status_code", 200) or 200),
-                "executedVersion": str(getattr(last, "executed_version", "$LATEST") or "$LATEST"),
-                "functionError": None if last is None else last.function_error,
-            },
-            "version": "1.0",
-            "timestamp": _iso(self.now()),
-            "KinesisBatchInfo": {
-                "shardId": shard_id,
-                "startSequenceNumber": records[0].sequence_number,
-                "endSequenceNumber": records[-1].sequence_number,
-                "approximateArrivalOfFirstRecord": _iso(records[0].arrival),
-                "approximateArrivalOfLastRecord": _iso(records[-1].arrival),
-                "batchSize": len(records),
-                "streamArn": self.stream_arn,
-            },
-        }
+        record = KinesisOnFailureRecord(
+            request_id=str(getattr(last, "request_id", None) or uuid.uuid4()),
+            function_arn=self.function_arn,
+            condition=condition,
+            approximate_invoke_count=attempt.invocations,
+            status_code=int(getattr(last, "status_code", 200) or 200),
+            executed_version=str(getattr(last, "executed_version", "$LATEST") or "$LATEST"),
+            function_error=None if last is None else last.function_error,
+            timestamp=self.now(),
+            shard_id=shard_id,
+            start_sequence_number=records[0].sequence_number,
+            end_sequence_number=records[-1].sequence_number,
+            approximate_arrival_of_first_record=records[0].arrival,
+            approximate_arrival_of_last_record=records[-1].arrival,
+            batch_size=len(records),
+            stream_arn=self.stream_arn,
+        )
         logger.warning(
             "event source mapping: %d records of %s skipped (%s), on-failure record sent",
             len(records),
@@ -414,9 +411,9 @@ class EventSourceMapping:
         destination = self.settings.on_failure_destination
         if destination is None or self.sqs is None:
             return
-        if self._queue_url is None:
-            self._queue_url = self.sqs.get_queue_url(QueueName=destination.rsplit(":", 1)[-1])["QueueUrl"]
-        self.sqs.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps(body))
+        if self._on_failure is None:
+            self._on_failure = SqsDestination(self.sqs, destination)
+        self._on_failure.send(record)
 
 
 class _ShardReader:
@@ -570,7 +567,7 @@ class _ShardReader:
             remaining = _Attempt(attempt.records[failed_from:], attempt.invocations, attempt.retries + 1)
             if 0 <= settings.maximum_retry_attempts < remaining.retries:
                 self.stats.batches_sent_to_on_failure += 1
-                self.mapping.send_on_failure(self.shard_id, remaining, CONDITION_RETRIES_EXHAUSTED, outcome)
+                self.mapping.send_on_failure(self.shard_id, remaining, RETRY_ATTEMPTS_EXHAUSTED, outcome)
                 continue
             if self.mapping.retry_delay_s:
                 time.sleep(self.mapping.retry_delay_s)
@@ -587,7 +584,7 @@ class _ShardReader:
             return attempt
         self.stats.batches_sent_to_on_failure += 1
         skipped = _Attempt(expired, attempt.invocations, attempt.retries)
-        self.mapping.send_on_failure(self.shard_id, skipped, CONDITION_RECORD_AGE, None)
+        self.mapping.send_on_failure(self.shard_id, skipped, RECORD_AGE_EXCEEDED, None)
         fresh = [record for record in attempt.records if now - record.arrival <= limit]
         return _Attempt(fresh, attempt.invocations, attempt.retries) if fresh else None
 
@@ -659,7 +656,3 @@ def _stream_name(stream: str, template: Template) -> str:
 
 def _bool(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).lower() == "true"
-
-
-def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

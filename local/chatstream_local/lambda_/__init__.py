@@ -13,6 +13,8 @@ Laid out as LocalStack's Lambda provider is (``localstack/services/lambda_/invoc
 - :mod:`.exceptions`: the service's own errors;
 - :mod:`.log_pump`: an environment's output, line by line, given to the invocation it belongs to;
 - :mod:`.invoke`: the Lambda API (``Invoke``, ``InvokeWithResponseStream``, ``GetFunction``);
+- :mod:`.destinations`: Lambda's invocation records (an asynchronous invocation's, an event source mapping's) and
+  their delivery to an on-failure destination;
 - :mod:`.function_url`: the Function URL front end;
 - :mod:`.cors`: its CORS, from the template's ``FunctionUrlConfig.Cors``.
 """

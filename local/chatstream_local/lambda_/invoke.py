@@ -10,11 +10,11 @@ boto3's ``lambda`` client works against it unchanged (``endpoint_url=`` or ``AWS
   its ``aws_request_id``, and its destination record names it, as on Lambda); the invocation runs in the background,
   queued as Lambda's asynchronous invocations are, retried up to the function's ``max_retry_attempts`` (0 in the
   template: a failed generation is not run again), and an invocation that still fails goes to
-  ``on_failure(FailedEvent)``, the on-failure destination (``RetriesExhausted``). A throttled event (the function at
-  its reserved concurrency) is tried again without using a retry, with a growing wait, until it is older than the
-  function's ``max_event_age_s``, when it goes there as ``EventAgeExceeded``, as does an event too old for its next
-  retry. Lambda may still deliver an event twice ("the queue itself is eventually consistent"): with
-  ``duplicate_events`` > 0, that share of the events is delivered a second time, after a random delay (see
+  ``on_failure(FailedEvent)``, the on-failure destination (``RetriesExhausted``; :mod:`.destinations`). A throttled
+  event (the function at its reserved concurrency) is tried again without using a retry, with a growing wait, until
+  it is older than the function's ``max_event_age_s``, when it goes there as ``EventAgeExceeded``, as does an event
+  too old for its next retry. Lambda may still deliver an event twice ("the queue itself is eventually consistent"):
+  with ``duplicate_events`` > 0, that share of the events is delivered a second time, after a random delay (see
   :class:`InvokeEndpoint`);
 - ``DryRun`` → 204;
 - a throttled ``RequestResponse`` → 429 ``TooManyRequestsException`` (``Reason``
@@ -48,12 +48,12 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from chatstream_local.eventstream import encode_blob_event, encode_event
+from chatstream_local.lambda_.destinations import EVENT_AGE_EXCEEDED, RETRIES_EXHAUSTED, FailedEvent
 from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError, UnknownFunction
 from chatstream_local.lambda_.invocation import FunctionError
 from chatstream_local.loopback import LoopbackServer, QuietHandler
@@ -74,21 +74,7 @@ _INVOKE_STREAM = re.compile(r"^/2021-11-15/functions/(?P<name>[^/]+)/response-st
 _GET_FUNCTION = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)$")
 SYNC_PAYLOAD_LIMIT = 6_291_456  # bytes: "Request must be smaller than 6291456 bytes for the InvokeFunction operation"
 ASYNC_PAYLOAD_LIMIT = 1_048_576  # bytes: the asynchronous invocation payload quota (1 MB)
-RETRIES_EXHAUSTED = "RetriesExhausted"
-EVENT_AGE_EXCEEDED = "EventAgeExceeded"
 THROTTLE_WAIT_S = (0.25, 4.0)  # a throttled event's first wait and the longest (Lambda: "up to 5 minutes")
-
-
-@dataclass(frozen=True)
-class FailedEvent:
-    """An asynchronous event Lambda gave up on: what its on-failure destination record says."""
-
-    name: str  # the function's
-    payload: bytes
-    condition: str  # RETRIES_EXHAUSTED or EVENT_AGE_EXCEEDED
-    error: FunctionError | None  # the last invocation's; None when it never ran (throttled until too old)
-    request_id: str  # the event's: the Invoke's x-amzn-RequestId, every attempt's aws_request_id
-    attempts: int  # the invocations made
 
 
 if TYPE_CHECKING:
