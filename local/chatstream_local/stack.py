@@ -38,15 +38,13 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from chatstream.config import ConsumerConfig, ProxyConfig, RelayConfig, TableConfig
-from chatstream.errors import ConfigError
 from chatstream_local.account import current_region
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.botocore_models import layer_models
@@ -54,13 +52,12 @@ from chatstream_local.edge import LambdaApiRoute
 from chatstream_local.event_sources.kinesis import EventSourceMapping, ReadMode
 from chatstream_local.event_sources.sqs import SqsEventSource
 from chatstream_local.iam import Principal, Principals, SigV4Verifier
-from chatstream_local.lambda_ import deployed_site
 from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.destinations import AsyncFailureDestinations
-from chatstream_local.lambda_.function_spec import FUNCTION_NICE, SHARED_FUNCTION_NICE, FunctionSpec
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.invoke import InvokeEndpoint
 from chatstream_local.lambda_.service import LocalLambda
+from chatstream_local.lambda_.template_functions import BUILD_DIR, CodeSource, FunctionSpecError, TemplateFunctions
 from chatstream_local.process import die_with_parent
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.template import REPO_ROOT, Template
@@ -74,9 +71,6 @@ ENHANCED_FAN_OUT_ENV = "CHATSTREAM_ENHANCED_FAN_OUT"  # template.yaml's Enhanced
 # With enhanced fan-out, how long after its put a record reaches the consumer (milliseconds; default 0, at once).
 FAN_OUT_LATENCY_ENV = "CHATSTREAM_LOCAL_FANOUT_LATENCY_MS"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
-EXEC_WRAPPERS = {"/opt/bin/chatstream-streaming": REPO_ROOT / "layers/streaming-runtime/bin/chatstream-streaming"}
-BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"  # where `sam build` (make build) writes each function and layer
-CodeSource = Literal["source", "build"]
 AUTH_TYPES = ("NONE", "AWS_IAM")
 
 
@@ -142,29 +136,6 @@ class StackSettings:
         return self.parameter_overrides.get("FunctionUrlAuthType", "AWS_IAM")
 
 
-# Each function's configuration class, read as its cold start reads it (functions/*/app.py).
-_CONFIGURATIONS: dict[str, type[ProxyConfig | RelayConfig | ConsumerConfig | TableConfig]] = {
-    "ProxyFunction": ProxyConfig,
-    "RelayFunction": RelayConfig,
-    "ConsumerFunction": ConsumerConfig,
-    "TurnReaperFunction": TableConfig,
-}
-
-
-def _check_configuration(logical_id: str, env: dict[str, str]) -> None:
-    """A parameter CloudFormation accepts but the function refuses (a ``ModelRequestFields`` that is not JSON, a
-    ``TtlDays`` of 1.5) stops the stack in one line, rather than failing every cold start of that function."""
-    configuration = _CONFIGURATIONS.get(logical_id)
-    if configuration is None:
-        return
-    try:
-        configuration.from_env(env)
-    except ConfigError as err:
-        raise StackError(
-            f"{logical_id} would fail every cold start: {err} (check the template parameters you gave)"
-        ) from None
-
-
 def _listener(port: int = 0) -> socket.socket:
     """A socket listening on ``port`` of 127.0.0.1 (0: a free one), for a server that starts later: the port is held
     from the moment it is chosen (a port chosen, closed and bound again later could be taken in between). Raises
@@ -194,6 +165,7 @@ class LocalStack:
         self.settings = settings
         self._log = log or (lambda _component, _line: None)
         self.template = Template.load(region=settings.region, parameter_overrides=dict(settings.parameter_overrides))
+        self.functions = TemplateFunctions(self.template, code=settings.code, build_dir=settings.build_dir)
         self._moto: subprocess.Popen[bytes] | None = None
         self._moto_url = ""
         self._model: LocalModelServer | None = None
@@ -315,76 +287,8 @@ class LocalStack:
         self._model = LocalModelServer(delay_ms=self.settings.model_delay_ms)
         self._model.start()
 
-    def function_specs(self, invoke_url: str) -> list[FunctionSpec]:
-        """Every function of the template as the local Runtime API runs it."""
-        specs = []
-        try:
-            python = deployed_site.interpreter()  # only the packages a deployed function has (deployed_site.py)
-        except deployed_site.SiteError as err:
-            raise StackError(str(err)) from None
-        for logical_id in self.template.resources_of_type("AWS::Serverless::Function"):
-            settings = self.template.function_settings(logical_id)
-            env = dict(settings["Environment"]["Variables"])
-            wrapper_path = env.pop("AWS_LAMBDA_EXEC_WRAPPER", None)
-            if wrapper_path and wrapper_path not in EXEC_WRAPPERS:
-                raise StackError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
-            env.update(self._endpoints(invoke_url, logical_id))
-            _check_configuration(logical_id, env)  # the template's parameters; a test may break a function on purpose
-            env.update(self.settings.function_overrides.get(logical_id, {}))  # last: tests and tools win
-            code_dirs, exec_wrapper = self.code_of(logical_id, wrapper_path)
-            invoke_config = settings.get("EventInvokeConfig", {})
-            reserved = settings.get("ReservedConcurrentExecutions")
-            specs.append(
-                FunctionSpec(
-                    name=self.name(logical_id),
-                    handler=settings["Handler"],
-                    code_dirs=code_dirs,
-                    environment=env,
-                    timeout_s=float(settings.get("Timeout", 3)),
-                    memory_mb=int(settings.get("MemorySize", 128)),
-                    runtime="streaming" if exec_wrapper else "awslambdaric",
-                    exec_wrapper=exec_wrapper,
-                    max_retry_attempts=int(invoke_config.get("MaximumRetryAttempts", 2)),
-                    max_event_age_s=float(invoke_config.get("MaximumEventAgeInSeconds", 21_600)),
-                    max_concurrency=100,
-                    reserved_concurrency=None if reserved is None else int(reserved),
-                    nice=SHARED_FUNCTION_NICE if self._mapped(settings) else FUNCTION_NICE,
-                    python=python,
-                )
-            )
-        return specs
-
-    def code_of(self, logical_id: str, wrapper_path: str | None = None) -> tuple[list[Path], Path | None]:
-        """A function's code directories (its own first, then its layers') and its exec wrapper, from the source
-        tree or, with ``code="build"``, from what ``sam build`` wrote (a layer's Python code in ``python/``)."""
-        settings = self.template.function_settings(logical_id)
-        layer_ids = [self._layer_logical_id(layer) for layer in settings.get("Layers", [])]
-        if self.settings.code == "build":
-            built = self.settings.build_dir
-            for needed in (logical_id, *layer_ids):
-                if not (built / needed).is_dir():
-                    raise StackError(f"{built / needed} is missing: run `make build` (sam build) first")
-            code_dirs = [built / logical_id, *(built / layer_id / "python" for layer_id in layer_ids)]
-            wrapper = built / "StreamingRuntimeLayer" / wrapper_path.removeprefix("/opt/") if wrapper_path else None
-            return code_dirs, wrapper
-        code_dirs = [REPO_ROOT / settings["CodeUri"]]
-        for layer_id in layer_ids:
-            code_dirs.append(REPO_ROOT / self.template.resource(layer_id)["Properties"]["ContentUri"])
-        return code_dirs, EXEC_WRAPPERS[wrapper_path] if wrapper_path else None
-
-    @staticmethod
-    def _mapped(settings: dict[str, Any]) -> bool:
-        """Whether an event source mapping (Kinesis, SQS) invokes the function: few environments serve all."""
-        return any(event.get("Type") in ("Kinesis", "SQS") for event in settings.get("Events", {}).values())
-
-    def _layer_logical_id(self, layer: Any) -> str:
-        # Layers are resolved by the template reader to their version's ARN; map them back to logical ids.
-        for logical_id in self.template.resources_of_type("AWS::Serverless::LayerVersion"):
-            if layer in (logical_id, self.name(logical_id), self.template.arn(logical_id)):
-                return logical_id
-        raise StackError(f"layer {layer!r} is not a layer of template.yaml")
-
-    def _endpoints(self, invoke_url: str, logical_id: str) -> dict[str, str]:
+    def _endpoints(self, invoke_url: str) -> dict[str, str]:
+        """The variables that point a function at the local services, as botocore's ``AWS_ENDPOINT_URL_<SERVICE>``."""
         env = {
             "AWS_ENDPOINT_URL_KINESIS": self._moto_url,
             "AWS_ENDPOINT_URL_DYNAMODB": self._moto_url,
@@ -405,7 +309,11 @@ class LocalStack:
     def _start_functions(self) -> None:
         listener = _listener()  # the functions are given its URL before the endpoint serves it
         try:
-            specs = self.function_specs(f"http://127.0.0.1:{listener.getsockname()[1]}")
+            endpoints = self._endpoints(f"http://127.0.0.1:{listener.getsockname()[1]}")
+            try:
+                specs = self.functions.specs(endpoints, self.settings.function_overrides)
+            except FunctionSpecError as err:
+                raise StackError(str(err)) from None
             self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
             on_failure = AsyncFailureDestinations.from_template(
                 self.template, sqs=self.client("sqs"), log=lambda line: self._log("stack", line)

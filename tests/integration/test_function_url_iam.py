@@ -14,7 +14,8 @@ from chatstream_client.auth import SigV4Auth
 from chatstream_local.iam import Principal, Principals, SigV4Verifier
 from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
-from chatstream_local.stack import LocalStack, StackError, StackSettings
+from chatstream_local.lambda_.template_functions import FunctionSpecError
+from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import TemplateError
 from tests.fixtures.local_handlers.specs import streamed
 
@@ -112,7 +113,7 @@ def test_the_stack_runs_sam_builds_output_only_when_asked(tmp_path: Path, monkey
         (tmp_path / name).mkdir(parents=True)
     built = LocalStack(StackSettings(port=0, code="build", build_dir=tmp_path))
     # WHEN the stack resolves each function's code THEN the relay's is the build's, exec wrapper included
-    dirs, wrapper = built.code_of("RelayFunction", "/opt/bin/chatstream-streaming")
+    dirs, wrapper = built.functions.code_of("RelayFunction", "/opt/bin/chatstream-streaming")
     assert dirs == [
         tmp_path / "RelayFunction",
         tmp_path / "ChatstreamLayer/python",
@@ -120,8 +121,8 @@ def test_the_stack_runs_sam_builds_output_only_when_asked(tmp_path: Path, monkey
     ]
     assert wrapper == tmp_path / "StreamingRuntimeLayer/bin/chatstream-streaming"
     # AND a function the build lacks is one clear error naming what to run
-    with pytest.raises(StackError, match=r"ProxyFunction is missing: run `make build` \(sam build\) first"):
-        built.code_of("ProxyFunction")
+    with pytest.raises(FunctionSpecError, match=r"ProxyFunction is missing: run `make build` \(sam build\) first"):
+        built.functions.code_of("ProxyFunction")
     # AND by default the source tree runs, whatever the build folder holds
-    source_dirs, _ = LocalStack(StackSettings(port=0, build_dir=tmp_path)).code_of("RelayFunction")
+    source_dirs, _ = LocalStack(StackSettings(port=0, build_dir=tmp_path)).functions.code_of("RelayFunction")
     assert [d.name for d in source_dirs] == ["relay", "chatstream", "streaming-runtime"]

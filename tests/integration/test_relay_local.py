@@ -53,14 +53,15 @@ def change_function(
     monkeypatch: pytest.MonkeyPatch, logical_id: str, change: Callable[[FunctionSpec], FunctionSpec]
 ) -> None:
     """Stacks started from here on run the function ``logical_id`` with its spec (as the template makes it) changed."""
-    from chatstream_local.stack import LocalStack
+    from chatstream_local.lambda_.template_functions import TemplateFunctions
 
-    specs = LocalStack.function_specs
+    specs = TemplateFunctions.specs
     monkeypatch.setattr(
-        LocalStack,
-        "function_specs",
-        lambda stack, url: [
-            change(spec) if spec.name == stack.name(logical_id) else spec for spec in specs(stack, url)
+        TemplateFunctions,
+        "specs",
+        lambda functions, *args: [
+            change(spec) if spec.name == functions.template.physical_name(logical_id) else spec
+            for spec in specs(functions, *args)
         ],
     )
 

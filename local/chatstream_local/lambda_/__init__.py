@@ -4,6 +4,7 @@ Laid out as LocalStack's Lambda provider is (``localstack/services/lambda_/invoc
 
 - :mod:`.service`: :class:`LocalLambda`, the service facade (functions, pools, ``invoke``/``invoke_stream``);
 - :mod:`.function_spec`: a function's configuration (:class:`FunctionSpec`);
+- :mod:`.template_functions`: each function of template.yaml made a :class:`FunctionSpec`;
 - :mod:`.assignment`: the pool of one function's execution environments;
 - :mod:`.execution_environment`: one environment, its process and its timers;
 - :mod:`.executor_endpoint`: the Runtime API endpoint an environment's runtime talks to;

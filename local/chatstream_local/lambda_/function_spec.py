@@ -2,7 +2,8 @@
 
 What ``GetFunctionConfiguration`` would show for a function (handler, code and layers, environment, timeout,
 memory, runtime), plus the few knobs the local stack needs (how many environments at most, their process
-priority, a replacement command). The stack builds one per function of ``template.yaml``.
+priority, a replacement command). :mod:`~chatstream_local.lambda_.template_functions` makes one per function of
+``template.yaml``.
 """
 
 from __future__ import annotations
