@@ -21,8 +21,9 @@ function's Kinesis event in the template:
 - a throttled invocation (the function at its reserved concurrency) is tried again after a pause, using no retry
   and splitting nothing, until its records are older than ``MaximumRecordAgeInSeconds``.
 
-Each shard is processed by its own thread (``start``/``stop``), or deterministically, one batch per
-shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory.
+Each shard is read by its own :class:`ShardPoller` (the steps of a
+:class:`~chatstream_local.event_sources.poller.Poller`), on its own thread (``start``/``stop``), or
+deterministically, one batch per shard, with :meth:`EventSourceMapping.poll_once`. Checkpoints are kept in memory.
 
 How records reach the mapping follows the template's ``Stream`` (:class:`ReadMode`), as ``EnhancedFanOut``
 resolved it:
@@ -59,6 +60,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from chatstream_local.account import ACCOUNT_ID
+from chatstream_local.event_sources.poller import Attempt, Handled, Poller, batch_item_failures
 from chatstream_local.event_sources.unemulated import warn_unemulated
 from chatstream_local.lambda_.destinations import (
     RECORD_AGE_EXCEEDED,
@@ -192,11 +194,7 @@ class _Record:
     arrival: float  # epoch seconds
 
 
-@dataclass
-class _Attempt:
-    records: list[_Record]
-    invocations: int = 0  # invocations of these records so far
-    retries: int = 0
+_Attempt = Attempt[_Record]
 
 
 @dataclass
@@ -254,7 +252,7 @@ class EventSourceMapping:
         self._stop = threading.Event()
         self.sleep: Callable[[float], object] = sleep or self._stop.wait
         self._threads: list[threading.Thread] = []
-        self._shards: dict[str, _ShardReader] | None = None
+        self._shards: dict[str, ShardPoller] | None = None
         self._lock = threading.Lock()
         self._stream_arn: str | None = None
         self._on_failure: SqsDestination | None = None  # the settings' on-failure destination, once it is used
@@ -307,11 +305,11 @@ class EventSourceMapping:
             self._stream_arn = summary["StreamDescriptionSummary"]["StreamARN"]
         return self._stream_arn
 
-    def shards(self) -> dict[str, _ShardReader]:
+    def shards(self) -> dict[str, ShardPoller]:
         with self._lock:
             if self._shards is None:
                 shard_ids = [s["ShardId"] for s in self.kinesis.list_shards(StreamName=self.stream_name)["Shards"]]
-                self._shards = {shard_id: _ShardReader(self, shard_id) for shard_id in shard_ids}
+                self._shards = {shard_id: ShardPoller(self, shard_id) for shard_id in shard_ids}
             return self._shards
 
     def poll_once(self) -> int:
@@ -416,18 +414,34 @@ class EventSourceMapping:
         self._on_failure.send(record)
 
 
-class _ShardReader:
-    """Reads one shard and delivers its batches in order, with Lambda's retry semantics."""
+class ShardPoller(Poller[_Record, "InvokeOutcome | None | FunctionThrottled"]):
+    """Reads one shard and delivers its batches in order, with Lambda's retry semantics, in the steps of a
+    :class:`~chatstream_local.event_sources.poller.Poller`:
+
+    - fetch: ``GetRecords`` into a buffer (after what was read, else after the checkpoint, else from the mapping's
+      ``StartingPosition``), and a batch of at most ``BatchSize`` from it; with enhanced fan-out, when Kinesis would
+      push it;
+    - filter: records older than ``MaximumRecordAgeInSeconds`` are skipped to the on-failure destination;
+    - invoke: the mapping's event; a throttle is told apart, and an invoker that could not invoke counts as a
+      function error;
+    - handle: a throttled batch is tried again whole after a pause, using no retry; a partial batch response
+      resumes from the lowest failed record; a function error bisects the batch (no retry used) or retries it; what
+      still fails after ``MaximumRetryAttempts`` goes to the on-failure destination;
+    - checkpoint: the batch's last sequence number, in memory;
+    - on error (the mapping's own call failed: its on-failure send, the stream's description): the batch is read
+      again at the next poll, the records it had delivered too (at least once, as Lambda delivers), so that failure
+      costs a retry, never the records.
+    """
 
     def __init__(self, mapping: EventSourceMapping, shard_id: str) -> None:
+        super().__init__()
         self.mapping = mapping
         self.shard_id = shard_id
         self.stats = ShardStats()
-        self.checkpoint: str | None = None  # the last sequence number done with
+        self.checkpointed: str | None = None  # the last sequence number done with
         self._read_upto: str | None = None  # the last sequence number read into the buffer
         self._iterator: str | None = None
         self._buffer: list[_Record] = []
-        self._lock = threading.Lock()
         self.get_records_calls = 0
 
     def run(self) -> None:
@@ -467,44 +481,22 @@ class _ShardReader:
             logger.exception("event source mapping: polling %s failed", self.shard_id)
             return 0
 
-    def poll_once(self) -> int:
-        with self._lock:
-            batch = self._next_batch()
-            if batch:
-                self._await_push_latency(batch[0])
-                try:
-                    self._deliver(batch)
-                except BaseException:
-                    # The mapping's own call failed (its on-failure send, the stream's description): the batch is
-                    # read again at the next poll, the records it had delivered too (at least once, as Lambda
-                    # delivers), so that failure costs a retry, never the records.
-                    self._buffer[:0] = batch
-                    raise
-                self.checkpoint = batch[-1].sequence_number
-            return len(batch)
+    # -------------------------------------------------------------------------------- fetch
 
-    def _await_push_latency(self, first: _Record) -> None:
-        """Enhanced fan-out: wait until the batch's first record is ``push_latency_s`` old, as Kinesis pushes it."""
-        mapping = self.mapping
-        if mapping.read_mode is ReadMode.ENHANCED_FAN_OUT and mapping.push_latency_s:
-            wait = first.arrival + mapping.push_latency_s - mapping.now()
-            if wait > 0:
-                mapping.sleep(wait)
-
-    # ------------------------------------------------------------------------------ reading
-
-    def _next_batch(self) -> list[_Record]:
+    def fetch(self) -> list[_Record]:
         size = self.mapping.settings.batch_size
         if len(self._buffer) < size:
             self._fill(size - len(self._buffer))
         batch, self._buffer = self._buffer[:size], self._buffer[size:]
+        if batch:
+            self._await_push_latency(batch[0])
         return batch
 
     def _fill(self, limit: int) -> None:
         kinesis = self.mapping.kinesis
         if self._iterator is None:
             kwargs: dict[str, Any] = {"StreamName": self.mapping.stream_name, "ShardId": self.shard_id}
-            position = self._read_upto or self.checkpoint
+            position = self._read_upto or self.checkpointed
             if position is not None:
                 kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=position)
             else:
@@ -530,50 +522,17 @@ class _ShardReader:
             self._read_upto = raw["SequenceNumber"]
         # A closed shard (no next iterator) has nothing more to read; resharding is not emulated.
 
-    # ----------------------------------------------------------------------------- delivery
+    def _await_push_latency(self, first: _Record) -> None:
+        """Enhanced fan-out: wait until the batch's first record is ``push_latency_s`` old, as Kinesis pushes it."""
+        mapping = self.mapping
+        if mapping.read_mode is ReadMode.ENHANCED_FAN_OUT and mapping.push_latency_s:
+            wait = first.arrival + mapping.push_latency_s - mapping.now()
+            if wait > 0:
+                mapping.sleep(wait)
 
-    def _deliver(self, batch: list[_Record]) -> None:
-        """Deliver a batch until every record succeeded or was skipped to the on-failure destination."""
-        settings = self.mapping.settings
-        pending: list[_Attempt] = [_Attempt(batch)]
-        while pending:
-            fresh = self._drop_expired(pending.pop(0))
-            if fresh is None:
-                continue
-            attempt = fresh
-            outcome = self._invoke(attempt)
-            if isinstance(outcome, FunctionThrottled):
-                # Throttled: tried again after a pause, using no retry and splitting nothing, until its records are
-                # too old (Lambda: "retries ... until the record expires"); every shard's batches wait alike.
-                self.stats.throttles += 1
-                time.sleep(THROTTLE_WAIT_S)
-                pending.insert(0, attempt)
-                continue
-            attempt.invocations += 1
-            failed_from = self._failed_from(attempt.records, outcome)
-            if failed_from is None:
-                self.stats.records_delivered += len(attempt.records)
-                continue
-            function_failed = failed_from == 0 and (outcome is None or outcome.function_error is not None)
-            if function_failed and settings.bisect_on_function_error and len(attempt.records) > 1:
-                # Splitting does not count as a retry.
-                half = len(attempt.records) // 2
-                pending[:0] = [
-                    _Attempt(attempt.records[:half], attempt.invocations, attempt.retries),
-                    _Attempt(attempt.records[half:], attempt.invocations, attempt.retries),
-                ]
-                continue
-            self.stats.records_delivered += failed_from
-            remaining = _Attempt(attempt.records[failed_from:], attempt.invocations, attempt.retries + 1)
-            if 0 <= settings.maximum_retry_attempts < remaining.retries:
-                self.stats.batches_sent_to_on_failure += 1
-                self.mapping.send_on_failure(self.shard_id, remaining, RETRY_ATTEMPTS_EXHAUSTED, outcome)
-                continue
-            if self.mapping.retry_delay_s:
-                time.sleep(self.mapping.retry_delay_s)
-            pending.insert(0, remaining)
+    # ------------------------------------------------------------------------------- filter
 
-    def _drop_expired(self, attempt: _Attempt) -> _Attempt | None:
+    def filter(self, attempt: _Attempt) -> _Attempt | None:
         """Records older than the maximum record age are skipped (to the on-failure destination)."""
         limit = self.mapping.settings.maximum_record_age_s
         if limit < 0:
@@ -588,7 +547,9 @@ class _ShardReader:
         fresh = [record for record in attempt.records if now - record.arrival <= limit]
         return _Attempt(fresh, attempt.invocations, attempt.retries) if fresh else None
 
-    def _invoke(self, attempt: _Attempt) -> InvokeOutcome | None | FunctionThrottled:
+    # ------------------------------------------------------------------------------- invoke
+
+    def invoke(self, attempt: _Attempt) -> InvokeOutcome | None | FunctionThrottled:
         payload = json.dumps(self.mapping.event(self.shard_id, attempt.records)).encode("utf-8")
         try:
             outcome = self.mapping.invoke(payload)
@@ -601,13 +562,50 @@ class _ShardReader:
         self.stats.invocations += 1
         return outcome
 
+    # ------------------------------------------------------------------------------- handle
+
+    def handle(self, attempt: _Attempt, result: InvokeOutcome | None | FunctionThrottled) -> Handled[_Record]:
+        settings = self.mapping.settings
+        if isinstance(result, FunctionThrottled):
+            # Throttled: tried again after a pause, using no retry and splitting nothing, until its records are
+            # too old (Lambda: "retries ... until the record expires"); every shard's batches wait alike.
+            self.stats.throttles += 1
+            time.sleep(THROTTLE_WAIT_S)
+            return Handled(again=[attempt])
+        attempt.invocations += 1
+        failed_from = self._failed_from(attempt.records, result)
+        if failed_from is None:
+            self.stats.records_delivered += len(attempt.records)
+            return Handled(delivered=attempt.records)
+        function_failed = failed_from == 0 and (result is None or result.function_error is not None)
+        if function_failed and settings.bisect_on_function_error and len(attempt.records) > 1:
+            # Splitting does not count as a retry.
+            half = len(attempt.records) // 2
+            return Handled(
+                again=[
+                    _Attempt(attempt.records[:half], attempt.invocations, attempt.retries),
+                    _Attempt(attempt.records[half:], attempt.invocations, attempt.retries),
+                ]
+            )
+        self.stats.records_delivered += failed_from
+        delivered = attempt.records[:failed_from]
+        remaining = _Attempt(attempt.records[failed_from:], attempt.invocations, attempt.retries + 1)
+        if 0 <= settings.maximum_retry_attempts < remaining.retries:
+            self.stats.batches_sent_to_on_failure += 1
+            self.mapping.send_on_failure(self.shard_id, remaining, RETRY_ATTEMPTS_EXHAUSTED, result)
+            return Handled(delivered=delivered)
+        if self.mapping.retry_delay_s:
+            time.sleep(self.mapping.retry_delay_s)
+        return Handled(delivered=delivered, again=[remaining])
+
     def _failed_from(self, records: list[_Record], outcome: InvokeOutcome | None) -> int | None:
         """Index of the first record to retry, or None when the whole batch succeeded."""
         if outcome is None or outcome.function_error is not None:
             return 0
         if not self.mapping.settings.report_batch_item_failures:
             return None
-        failures = _batch_item_failures(outcome.payload)
+        # A blank response is no response: a complete success
+        failures = batch_item_failures(outcome.payload) if outcome.payload.strip() else []
         if failures is None:
             return 0  # an invalid response fails the whole batch
         if not failures:
@@ -617,31 +615,13 @@ class _ShardReader:
             return 0
         return min(positions[identifier] for identifier in failures)
 
+    # --------------------------------------------------------------------------- checkpoint
 
-def _batch_item_failures(payload: bytes) -> list[str] | None:
-    """The reported item identifiers ([] for success), or None when the response is invalid."""
-    if not payload.strip():
-        return []
-    try:
-        response = json.loads(payload)
-    except ValueError:
-        return None
-    if response is None:
-        return []
-    if not isinstance(response, dict):
-        return None
-    failures = response.get("batchItemFailures")
-    if failures is None:
-        return []
-    if not isinstance(failures, list):
-        return None
-    identifiers = []
-    for failure in failures:
-        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
-        if not isinstance(identifier, str) or not identifier:
-            return None
-        identifiers.append(identifier)
-    return identifiers
+    def checkpoint(self, batch: list[_Record], delivered: list[_Record]) -> None:
+        self.checkpointed = batch[-1].sequence_number
+
+    def on_error(self, batch: list[_Record]) -> None:
+        self._buffer[:0] = batch
 
 
 def _stream_name(stream: str, template: Template) -> str:

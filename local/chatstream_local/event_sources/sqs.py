@@ -7,6 +7,10 @@ the whole batch after a success, all but the reported ``batchItemFailures`` when
 uses ``ReportBatchItemFailures``, nothing after a function error (the messages come back after
 their visibility timeout, as on Lambda). Settings (queue, batch size, response types) come from
 the function's SQS event in template.yaml.
+
+It is one :class:`~chatstream_local.event_sources.poller.Poller`: fetch is one ``ReceiveMessage`` (long polling);
+nothing is filtered; handle reads the function error or the partial batch response (no message is retried here: the
+queue redelivers what was not deleted); checkpoint deletes what the function processed.
 """
 
 from __future__ import annotations
@@ -16,21 +20,26 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
+from chatstream_local.event_sources.poller import Handled, Poller, batch_item_failures
 from chatstream_local.event_sources.unemulated import warn_unemulated
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
-    from chatstream_local.event_sources.invoker import Invoker
+    from chatstream_local.event_sources.invoker import InvokeOutcome, Invoker
+    from chatstream_local.event_sources.poller import Attempt
     from chatstream_local.template import Template
 
 # The SQS event's properties this emulator does (the others are named at start, unless they change nothing).
 EMULATED = frozenset({"Queue", "BatchSize", "FunctionResponseTypes"})
 
 
-class SqsEventSource:
+class SqsEventSource(Poller["MessageTypeDef", "InvokeOutcome"]):
+    """One SQS queue → one function, as Lambda's event source mapping does it (one poller, one thread)."""
+
     def __init__(
         self,
         *,
@@ -43,10 +52,11 @@ class SqsEventSource:
         region: str = "us-east-1",
         wait_s: int = 1,
     ) -> None:
+        super().__init__()
         self.sqs = sqs
         self.queue_url = queue_url
         self.queue_arn = queue_arn
-        self.invoke = invoke
+        self.invoker = invoke
         self.batch_size = batch_size
         self.report_batch_item_failures = report_batch_item_failures
         self.region = region
@@ -94,32 +104,43 @@ class SqsEventSource:
             ]
         }
 
-    def poll_once(self, wait_s: int | None = None) -> int:
-        """Receive one batch and deliver it; the number of messages received."""
-        messages = self.sqs.receive_message(
+    # ---------------------------------------------------------------------------- the steps
+
+    def fetch(self) -> list[MessageTypeDef]:
+        """One batch: a ``ReceiveMessage`` that waits up to ``wait_s`` for a message."""
+        return self.sqs.receive_message(
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=min(self.batch_size, 10),
-            WaitTimeSeconds=self.wait_s if wait_s is None else wait_s,
+            WaitTimeSeconds=self.wait_s,
             AttributeNames=["All"],
         ).get("Messages", [])
-        if not messages:
-            return 0
-        outcome = self.invoke(json.dumps(self.event(messages)).encode())
-        if outcome.function_error:
-            return len(messages)  # redelivered after the visibility timeout
+
+    def invoke(self, attempt: Attempt[MessageTypeDef]) -> InvokeOutcome:
+        return self.invoker(json.dumps(self.event(attempt.records)).encode())
+
+    def handle(self, attempt: Attempt[MessageTypeDef], result: InvokeOutcome) -> Handled[MessageTypeDef]:
+        """What the function processed. A function error, or an invalid partial batch response, processed nothing:
+        the messages come back after their visibility timeout."""
+        messages = attempt.records
+        if result.function_error:
+            return Handled()
         failed: set[str] = set()
         if self.report_batch_item_failures:
-            failed_or_none = _batch_item_failures(outcome.payload, {m["MessageId"] for m in messages})
+            failed_or_none = _batch_item_failures(result.payload, {m["MessageId"] for m in messages})
             if failed_or_none is None:
-                return len(messages)  # an invalid response fails the whole batch
+                return Handled()  # an invalid response fails the whole batch
             failed = failed_or_none
-        done = [m for m in messages if m["MessageId"] not in failed]
-        if done:
+        return Handled(delivered=[m for m in messages if m["MessageId"] not in failed])
+
+    def checkpoint(self, batch: list[MessageTypeDef], delivered: list[MessageTypeDef]) -> None:
+        """Delete what the function processed."""
+        if delivered:
             self.sqs.delete_message_batch(
                 QueueUrl=self.queue_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(delivered)],
             )
-        return len(messages)
+
+    # ------------------------------------------------------------------------------ control
 
     def start(self) -> SqsEventSource:
         self._stop.clear()
@@ -144,26 +165,10 @@ class SqsEventSource:
 def _batch_item_failures(payload: bytes | None, message_ids: set[str]) -> set[str] | None:
     """The message ids a partial batch response reports failed, or ``None`` when the response fails the whole batch.
 
-    As Lambda reads it (services-sqs-errorhandling): no response, an empty or null one, or an empty or null
-    ``batchItemFailures`` is a complete success; a response that is not JSON, or an ``itemIdentifier`` that is empty,
-    null, under another key, or names no message of the batch, is a complete failure."""
-    try:
-        response = json.loads(payload or b"null")
-    except ValueError:
+    As Lambda reads it (services-sqs-errorhandling, :func:`~chatstream_local.event_sources.poller.batch_item_failures`):
+    no response is a complete success, and so is an empty object; an ``itemIdentifier`` that names no message of the
+    batch is a complete failure."""
+    identifiers = batch_item_failures(payload or b"null")
+    if identifiers is None or any(identifier not in message_ids for identifier in identifiers):
         return None
-    if response is None or response == {}:
-        return set()
-    if not isinstance(response, dict):
-        return None
-    items = response.get("batchItemFailures")
-    if items is None:
-        return set()
-    if not isinstance(items, list):
-        return None
-    failed = set()
-    for item in items:
-        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
-        if not isinstance(identifier, str) or identifier not in message_ids:
-            return None
-        failed.add(identifier)
-    return failed
+    return set(identifiers)
