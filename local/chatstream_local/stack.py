@@ -12,6 +12,11 @@ Function URL on ``127.0.0.1:$CHATSTREAM_PORT`` (default 3000). Each function's e
 template's, with the local endpoints substituted through botocore's standard
 ``AWS_ENDPOINT_URL_<SERVICE>`` variables, so nothing is configured twice.
 
+This module holds the order of that start, readiness, and the stop (the Function URL first, moto last). What each
+part is made of lives with the part: the functions' specs (:mod:`chatstream_local.lambda_.template_functions`), their
+asynchronous failure destinations (:mod:`chatstream_local.lambda_.destinations`), the event source mappings
+(:mod:`chatstream_local.event_sources`).
+
 The Function URL answers no page of another origin unless the ``CorsAllowOrigins`` parameter is given (then CORS is
 the template's), and every local endpoint answers only requests to its loopback address
 (:mod:`chatstream_local.loopback`).
@@ -221,6 +226,7 @@ class LocalStack:
             self._create_resources()
             self._start_model()
             self._start_functions()
+            self._start_event_sources()
             self._start_url()
             self._wait_ready()
         except BaseException:
@@ -331,6 +337,8 @@ class LocalStack:
         if self.settings.duplicate_events:
             chance = f"{self.settings.duplicate_events:g}"
             self._log("stack", f"each asynchronous invocation delivered twice with probability {chance}, as Lambda may")
+
+    def _start_event_sources(self) -> None:
         self.esm = EventSourceMapping.from_template(
             self.template,
             function_logical_id="ConsumerFunction",
