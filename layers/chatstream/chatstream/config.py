@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,15 @@ AUTH_TYPE = "AUTH_TYPE"
 MAX_TURNS_PER_SESSION = "MAX_TURNS_PER_SESSION"
 STALE_TURN_S = "STALE_TURN_S"
 PACE_TEXT = "PACE_TEXT"
+# AUTH_TYPE=JWT (chatstream.relay.bearer; HTTP_API.md, "Identity")
+JWT_ISSUER = "JWT_ISSUER"
+JWT_AUDIENCES = "JWT_AUDIENCES"
+JWT_CLIENT_IDS = "JWT_CLIENT_IDS"
+JWT_CLIENT_IDS_PARAMETER = "JWT_CLIENT_IDS_PARAMETER"
+JWT_REQUIRED_SCOPE = "JWT_REQUIRED_SCOPE"
+JWT_PAGE_CLIENT_ID = "JWT_PAGE_CLIENT_ID"
+JWT_LEEWAY_S = "JWT_LEEWAY_S"
+AUTH_TYPES = ("AWS_IAM", "NONE", "JWT")
 
 
 # botocore's client settings for every function: standard retry mode (transport errors, throttling), 3 attempts.
@@ -95,6 +105,10 @@ class _Env:
             )
             raise ConfigError(f"environment variable {name} must be a JSON object, got {kind}")
         return value
+
+    def names(self, name: str) -> tuple[str, ...]:
+        """A comma-separated list (``a,b``), blanks dropped; empty when the variable is unset or blank."""
+        return tuple(item.strip() for item in self._environ.get(name, "").split(",") if item.strip())
 
     def boolean(self, name: str, default: bool) -> bool:
         raw = self._environ.get(name, "").strip().lower()
@@ -174,13 +188,14 @@ class RelayConfig:
     stale_turn_s: int
     pace_text: bool  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
     model_id: str = ""  # what /v1 serves (GET /v1/models); empty: no model
+    jwt: JwtSettings | None = None  # AUTH_TYPE=JWT's settings; None under the other auth types
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RelayConfig:
         env = _Env(environ)
         auth_type = env.optional(AUTH_TYPE, "AWS_IAM")
-        if auth_type not in ("AWS_IAM", "NONE"):
-            raise ConfigError(f"environment variable {AUTH_TYPE} must be AWS_IAM or NONE, got {auth_type!r}")
+        if auth_type not in AUTH_TYPES:
+            raise ConfigError(f"environment variable {AUTH_TYPE} must be AWS_IAM, NONE or JWT, got {auth_type!r}")
         poll_min = env.integer(POLL_MIN_MS, 20, minimum=1, maximum=10_000)
         poll_max = env.integer(POLL_MAX_MS, 500, minimum=1, maximum=60_000)
         if poll_max < poll_min:
@@ -206,4 +221,75 @@ class RelayConfig:
             stale_turn_s=env.integer(STALE_TURN_S, 1260, minimum=1, maximum=86_400),
             pace_text=env.boolean(PACE_TEXT, True),
             model_id=env.optional(MODEL_ID, "").strip(),
+            jwt=JwtSettings.from_env(environ) if auth_type == "JWT" else None,
         )
+
+
+# ---------------------------------------------------------------------------------------------- AUTH_TYPE=JWT
+
+MAX_LEEWAY_S = 60
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    """What a bearer token must be to be accepted (:mod:`chatstream.relay.bearer`).
+
+    A token is accepted when its issuer is exactly ``issuer`` and either its ``aud`` names one of ``audiences``, or
+    it is an access token (``token_use`` ``access``, as Cognito's are: they carry no ``aud``) of one of the accepted
+    client ids: ``client_ids``, and those the SSM parameter ``client_ids_parameter`` holds (the Cognito user pool the
+    template creates: its client's id cannot be in the relay's environment, as the client's callback URL is the
+    relay's Function URL, so the relay reads it when it first needs it).
+    """
+
+    issuer: str
+    audiences: tuple[str, ...] = ()
+    client_ids: tuple[str, ...] = ()
+    client_ids_parameter: str = ""
+    required_scope: str = ""
+    page_client_id: str = ""  # the client the page signs in with; empty: the first accepted client id
+    leeway_s: int = 30
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> JwtSettings:
+        env = _Env(environ)
+        issuer = env.required(JWT_ISSUER)
+        problem = issuer_problem(issuer)
+        if problem:
+            raise ConfigError(f"environment variable {JWT_ISSUER} {problem}, got {issuer!r}")
+        settings = cls(
+            issuer=issuer,
+            audiences=env.names(JWT_AUDIENCES),
+            client_ids=env.names(JWT_CLIENT_IDS),
+            client_ids_parameter=env.optional(JWT_CLIENT_IDS_PARAMETER, "").strip(),
+            required_scope=env.optional(JWT_REQUIRED_SCOPE, "").strip(),
+            page_client_id=env.optional(JWT_PAGE_CLIENT_ID, "").strip(),
+            leeway_s=env.integer(JWT_LEEWAY_S, 30, minimum=0, maximum=MAX_LEEWAY_S),
+        )
+        if not (settings.audiences or settings.client_ids or settings.client_ids_parameter):
+            raise ConfigError(
+                f"AUTH_TYPE JWT accepts no token: set {JWT_AUDIENCES} (the accepted aud values) or {JWT_CLIENT_IDS} "
+                f"(the accepted client_id of access tokens without aud, as Cognito's)"
+            )
+        if not _SCOPE_TOKEN.fullmatch(settings.required_scope or "-"):
+            raise ConfigError(
+                f"environment variable {JWT_REQUIRED_SCOPE} must be one scope (RFC 6749 3.3: no spaces, quotes or "
+                f"backslashes), got {settings.required_scope!r}"
+            )
+        return settings
+
+
+def issuer_problem(issuer: str) -> str:
+    """What is wrong with an issuer identifier (OpenID Connect Discovery 1.0, 2: an https URL without query or
+    fragment; plain http only on this machine's loopback, for the local stack), or ``""``."""
+    scheme, _, rest = issuer.partition("://")
+    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    host = host if host.startswith("[") else host.split(":", 1)[0]
+    if scheme == "http" and host not in _LOOPBACK_HOSTS:
+        return "must be an https URL (http only on 127.0.0.1 or localhost)"
+    if scheme not in ("https", "http") or not host:
+        return "must be an https URL"
+    if "?" in rest or "#" in rest or "@" in rest.split("/", 1)[0] or any(char.isspace() for char in rest):
+        return "must be a URL without query, fragment, user or spaces"
+    return ""
