@@ -38,12 +38,32 @@ PSEUDO_REFS = frozenset({*PSEUDO, "AWS::StackName", "AWS::StackId", "AWS::URLSuf
 
 # The parameters that change which resources exist, and every value of each that matters.
 DECIDING_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "FunctionUrlAuthType": ("AWS_IAM", "NONE"),
+    "FunctionUrlAuthType": ("AWS_IAM", "NONE", "JWT"),
+    "CreateUserPool": ("false", "true"),
     "EnhancedFanOut": ("false", "true"),
     "AlarmEmail": ("", "ops@example.com"),
 }
+# Beside them in every deployment: what a JWT deployment without the user pool must name (the template's Rules).
+JWT_ISSUER = "https://issuer.example.com/tenant"
+FIXED_PARAMETERS = {"JwtIssuer": JWT_ISSUER, "JwtAudiences": "chatstream-api"}
+
+
+def _broken_rules(parameters: dict[str, str]) -> list[str]:
+    """The template's Rules these parameters break, as CloudFormation evaluates them before it creates anything."""
+    template = Template.load(parameter_overrides=parameters)
+    return [
+        name
+        for name, rule in template.raw.get("Rules", {}).items()
+        if template.resolve(rule.get("RuleCondition", True))
+        and not all(template.resolve(assertion["Assert"]) for assertion in rule["Assertions"])
+    ]
+
+
+# Every combination of their values that CloudFormation would deploy (a user pool is for the JWT mode only).
 DEPLOYMENTS = [
-    dict(zip(DECIDING_PARAMETERS, values, strict=True)) for values in itertools.product(*DECIDING_PARAMETERS.values())
+    parameters
+    for values in itertools.product(*DECIDING_PARAMETERS.values())
+    if not _broken_rules(parameters := {**FIXED_PARAMETERS, **dict(zip(DECIDING_PARAMETERS, values, strict=True))})
 ]
 # What the alarms watch, whatever the parameters: (namespace, metric, the resource of its dimension).
 WATCHED = {
@@ -74,6 +94,8 @@ DELETION_POLICIES = {
     "AWS::Kinesis::Stream": "Delete",
     "AWS::SQS::Queue": "Delete",
     "AWS::Logs::LogGroup": "Delete",
+    # The users' accounts (CreateUserPool): a new stack's pool is a new issuer, whose users are new owners anyway.
+    "AWS::Cognito::UserPool": "Delete",
 }
 _SUB_NAME = re.compile(r"\$\{([^}!]+)\}")
 
@@ -231,13 +253,16 @@ def test_every_reference_names_something_the_deployment_creates(deployment: Depl
 # ------------------------------------------------------------------------- the Function URL
 
 
-def test_the_function_url_takes_the_auth_type_parameter(deployment: Deployment) -> None:
+def test_the_function_url_checks_iam_or_leaves_the_check_to_the_relay(deployment: Deployment) -> None:
+    # GIVEN the Function URL WHEN deployed with each auth type THEN only AWS_IAM is Lambda's to check; NONE and JWT
+    # (which Lambda cannot check on a URL) make it public
     (url,) = deployment.of_type("AWS::Lambda::Url").values()
-    assert url["Properties"]["AuthType"] == {"Ref": "FunctionUrlAuthType"}
+    expected = "AWS_IAM" if deployment.parameters["FunctionUrlAuthType"] == "AWS_IAM" else "NONE"
+    assert url["Properties"]["AuthType"] == expected
     assert url["Properties"]["TargetFunctionArn"] == {"Ref": "RelayFunction"}
 
 
-def test_the_relay_is_public_exactly_when_the_auth_type_is_none(deployment: Deployment) -> None:
+def test_the_relay_is_public_exactly_when_the_auth_type_is_none_or_jwt(deployment: Deployment) -> None:
     # GIVEN the resource-policy statements on functions that this deployment creates
     grants = {
         (
@@ -249,7 +274,7 @@ def test_the_relay_is_public_exactly_when_the_auth_type_is_none(deployment: Depl
         )
         for p in deployment.of_type("AWS::Lambda::Permission").values()
     }
-    if deployment.parameters["FunctionUrlAuthType"] == "NONE":
+    if deployment.parameters["FunctionUrlAuthType"] in ("NONE", "JWT"):
         # THEN a public URL gets both statements Lambda requires of one since October 2025, on the relay only
         assert grants == {
             ("lambda:InvokeFunctionUrl", "*", "NONE", None, "RelayFunction"),
@@ -281,6 +306,114 @@ def test_callers_get_a_policy_with_exactly_the_two_actions_on_the_relay(deployme
         ),
     ]
     assert deployment.outputs["RelayInvokePolicyArn"]["Value"] == {"Ref": name}
+
+
+# ------------------------------------------------------------------------------ JWT and the user pool
+
+USER_POOL_RESOURCES = {
+    "AWS::Cognito::UserPool",
+    "AWS::Cognito::UserPoolClient",
+    "AWS::Cognito::UserPoolDomain",
+    "AWS::Cognito::ManagedLoginBranding",
+    "AWS::SSM::Parameter",
+}
+
+
+def _relay_environment(deployment: Deployment) -> dict[str, Any]:
+    variables: dict[str, Any] = deployment.properties("RelayFunction")["Environment"]["Variables"]
+    return variables
+
+
+def test_the_rules_refuse_a_user_pool_without_jwt_and_jwt_without_an_issuer() -> None:
+    # GIVEN parameters CloudFormation must refuse before it creates anything
+    assert _broken_rules({"FunctionUrlAuthType": "NONE", "CreateUserPool": "true"}) == ["UserPoolSignsInForJwt"]
+    assert _broken_rules({"FunctionUrlAuthType": "JWT"}) == ["JwtNamesItsIssuer"]
+    assert _broken_rules({"FunctionUrlAuthType": "JWT", "JwtIssuer": JWT_ISSUER}) == ["JwtNamesItsIssuer"]
+    # THEN what it takes: an issuer and an audience or client, or the pool
+    assert _broken_rules({"FunctionUrlAuthType": "JWT", "JwtIssuer": JWT_ISSUER, "JwtClientIds": "abc"}) == []
+    assert _broken_rules({"FunctionUrlAuthType": "JWT", "CreateUserPool": "true"}) == []
+    # AND the deployments checked here are every auth type, and JWT with and without the pool
+    combinations = {(p["FunctionUrlAuthType"], p["CreateUserPool"]) for p in DEPLOYMENTS}
+    assert combinations == {("AWS_IAM", "false"), ("NONE", "false"), ("JWT", "false"), ("JWT", "true")}
+
+
+def test_the_relay_checks_tokens_exactly_in_the_jwt_mode(deployment: Deployment) -> None:
+    # GIVEN the relay's environment in this deployment
+    env = _relay_environment(deployment)
+    jwt_settings = {name: value for name, value in env.items() if name.startswith("JWT_")}
+    auth_type, pool = deployment.parameters["FunctionUrlAuthType"], deployment.parameters["CreateUserPool"]
+    assert env["AUTH_TYPE"] == {"Ref": "FunctionUrlAuthType"}
+    if auth_type != "JWT":
+        # THEN outside the JWT mode it gets no JWT setting
+        assert jwt_settings == {}
+    elif pool == "false":
+        # THEN with any issuer, the deployer's parameters
+        assert jwt_settings == {
+            "JWT_ISSUER": {"Ref": "JwtIssuer"},
+            "JWT_AUDIENCES": {"Ref": "JwtAudiences"},
+            "JWT_CLIENT_IDS": {"Ref": "JwtClientIds"},
+            "JWT_REQUIRED_SCOPE": {"Ref": "JwtRequiredScope"},
+            "JWT_PAGE_CLIENT_ID": {"Ref": "JwtPageClientId"},
+        }
+    else:
+        # THEN with the pool, its issuer, and its client's id from the SSM parameter the stack writes
+        assert jwt_settings["JWT_ISSUER"] == {"Fn::Sub": "https://cognito-idp.${AWS::Region}.amazonaws.com/${UserPool}"}
+        parameter = deployment.properties("UserPoolClientIdsParameter")
+        assert jwt_settings["JWT_CLIENT_IDS_PARAMETER"] == parameter["Name"]
+        assert parameter["Value"] == {"Ref": "UserPoolClient"}
+
+
+def test_the_user_pool_exists_exactly_when_asked_and_its_client_is_a_public_pkce_client(
+    deployment: Deployment,
+) -> None:
+    created = {res["Type"] for res in deployment.resources.values()} & USER_POOL_RESOURCES
+    pool_outputs = {name for name in deployment.outputs if name.startswith("UserPool")}
+    if deployment.parameters["CreateUserPool"] == "false":
+        assert created == set() and pool_outputs == set()
+        return
+    assert created == USER_POOL_RESOURCES
+    assert pool_outputs == {"UserPoolId", "UserPoolClientId", "UserPoolDomainUrl"}
+    # THEN the page's client has no secret, does the authorization code flow only, and returns to the page
+    client = deployment.properties("UserPoolClient")
+    assert client["GenerateSecret"] is False
+    assert client["AllowedOAuthFlows"] == ["code"]
+    assert client["CallbackURLs"] == [{"Fn::GetAtt": ["RelayFunctionUrl", "FunctionUrl"]}]
+    # AND only an administrator creates users (each spends the account's Bedrock budget)
+    assert deployment.properties("UserPool")["AdminCreateUserConfig"] == {"AllowAdminCreateUserOnly": True}
+
+
+def test_the_relay_may_read_the_client_ids_parameter_and_no_other(deployment: Deployment) -> None:
+    statements = [
+        statement
+        for policy in deployment.properties("RelayFunctionRole")["Policies"]
+        for statement in policy["PolicyDocument"]["Statement"]
+        if "ssm" in str(statement["Action"])
+    ]
+    if deployment.parameters["CreateUserPool"] == "false":
+        assert statements == []
+        return
+    (statement,) = statements
+    assert statement["Action"] == "ssm:GetParameter"
+    name = deployment.properties("UserPoolClientIdsParameter")["Name"]["Fn::Sub"]
+    assert statement["Resource"]["Fn::Sub"].endswith(":parameter" + name)
+
+
+def _dependencies(deployment: Deployment) -> dict[str, set[str]]:
+    return {
+        name: (_references(res.get("Properties", {})) | set(_as_list(res.get("DependsOn", []))))
+        & set(deployment.resources)
+        for name, res in deployment.resources.items()
+    }
+
+
+def test_no_deployment_has_a_dependency_cycle(deployment: Deployment) -> None:
+    # GIVEN which resource each resource names (the user pool client's callback is the relay's URL, and the relay's
+    # settings name the pool) WHEN they are ordered as CloudFormation orders them THEN every one finds its place
+    remaining = _dependencies(deployment)
+    while remaining:
+        ready = {name for name, needs in remaining.items() if not needs & set(remaining)}
+        assert ready, f"a dependency cycle among {sorted(remaining)}"
+        remaining = {name: needs for name, needs in remaining.items() if name not in ready}
 
 
 # ------------------------------------------------------------------------------ enhanced fan-out
