@@ -19,6 +19,7 @@ help:
 	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
 	@echo "make invoke    sam local invoke without Docker: FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"
 	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
+	@echo "make token     an access token for the local stack in the JWT mode (SUB=alice LIFETIME=-60 AUDIENCE=other)"
 	@echo "make test      lint, type-check, checkov, tests (again on Python 3.13), sam validate --lint, sam build (what CI runs)"
 	@echo "make bench     chatstream vs direct streaming vs per-token pipeline (bench/results.md)"
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line (ARGS=--cpu-stress: one core kept busy)"
@@ -166,3 +167,10 @@ invoke: $(STAMP)
 .PHONY: smoke
 smoke: $(STAMP)
 	@PYTHONPATH=client $(BIN)/python -m chatstream_client.smoke $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
+
+# An access token for the local stack running with --auth-type JWT (its relay names its local issuer): one line, for
+# curl -H "Authorization: Bearer $$(make token SUB=alice)". LIFETIME=<seconds> (negative: expired), AUDIENCE=<other API>.
+.PHONY: token
+token: $(STAMP)
+	@$(LOCAL_PATH) $(BIN)/python -m chatstream_local.oidc.token $(if $(SUB),--sub $(SUB)) \
+		$(if $(LIFETIME),--lifetime $(LIFETIME)) $(if $(AUDIENCE),--audience $(AUDIENCE)) $(if $(CLIENT_URL),--url $(CLIENT_URL)) $(ARGS)
