@@ -1,4 +1,7 @@
-"""AWS Signature Version 4 for httpx: :class:`SigV4Auth`, the one place chatstream's tools sign requests.
+"""How chatstream's tools authenticate to the relay, as ``httpx.Auth``: :class:`SigV4Auth` and :class:`BearerAuth`.
+
+:class:`BearerAuth` sends an OpenID Connect access token as ``Authorization: Bearer <token>``, for a relay whose
+``FunctionUrlAuthType`` is ``JWT`` (``--token``, or ``CHATSTREAM_TOKEN``; locally ``make token SUB=alice``).
 
 A Function URL with ``AuthType: AWS_IAM`` (chatstream's default) accepts only requests signed with SigV4 for the
 service ``lambda``, by a caller allowed ``lambda:InvokeFunctionUrl`` and ``lambda:InvokeFunction`` (both, for a URL
@@ -27,7 +30,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.exceptions import NoCredentialsError
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Callable, Generator
 
     from botocore.credentials import Credentials
 
@@ -100,3 +103,29 @@ def function_url_region(host: str) -> str | None:
 def is_function_url(url: str) -> bool:
     """Whether ``url`` is a Lambda Function URL (``https://<url-id>.lambda-url.<region>.on.aws/...``)."""
     return ".lambda-url." in (urlsplit(url).hostname or "")
+
+
+TOKEN_ENV = "CHATSTREAM_TOKEN"
+
+
+class BearerAuth(httpx.Auth):
+    """Sends ``Authorization: Bearer <token>`` with each request (``httpx.Client(auth=BearerAuth(token))``).
+
+    ``token`` is the token, or a callable that returns the current one (read at each request, so a caller can renew
+    it between requests). A token with whitespace or control characters raises ``ValueError``, never reaching a header.
+    """
+
+    def __init__(self, token: str | Callable[[], str]) -> None:
+        self._token = token if callable(token) else _checked(token)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = _checked(self._token()) if callable(self._token) else self._token
+        request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+def _checked(token: str) -> str:
+    token = token.strip()
+    if not token or any(char.isspace() or ord(char) < 0x21 or ord(char) > 0x7E for char in token):
+        raise ValueError("a bearer token is one line of printable ASCII without spaces")
+    return token

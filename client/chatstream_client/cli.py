@@ -15,7 +15,9 @@ exits 0, or 1 on an ``error`` event, 2 when the relay answers with an error or c
 EVENTS_URL [--after ID]`` prints a turn that is already under way (from event id ``ID``, or its start) and exits
 the same way: the line the client prints when it lost a reply for good (the relay out of reach for 5 minutes)
 names both. ``--url`` points it at a deployed Function URL; ``--iam`` (automatic for ``*.lambda-url.*.on.aws``
-hosts unless ``--no-iam``) signs requests with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth.
+hosts unless ``--no-iam``) signs requests with SigV4 using your AWS credentials, for the default ``AWS_IAM`` auth;
+``--token TOKEN`` (or ``CHATSTREAM_TOKEN``) sends an access token instead, for a relay in the JWT mode (locally:
+``make chat ARGS="--token $(make token SUB=alice)"``).
 
 A reasoning model's reasoning is printed as it streams, before (or between) the reply's words: dimmed (ANSI
 faint) on a terminal, and on stderr when stdout is not a terminal, so that a script reading stdout gets exactly
@@ -54,7 +56,7 @@ from botocore.exceptions import BotoCoreError, NoCredentialsError
 from httpx_sse import SSEError
 
 from chatstream_client.api import DEFAULT_URL, ApiError, ChatClient, TurnResult
-from chatstream_client.auth import SigV4Auth, is_function_url
+from chatstream_client.auth import TOKEN_ENV, BearerAuth, SigV4Auth, is_function_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -101,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     iam.add_argument("--iam", dest="iam", action="store_true", default=None, help="sign requests with SigV4")
     iam.add_argument("--no-iam", dest="iam", action="store_false", help="never sign requests")
     parser.add_argument("--region", help="region for SigV4 (default: from the URL or your AWS config)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"an access token for a relay in the JWT mode, sent as Authorization: Bearer (default: ${TOKEN_ENV})",
+    )
     return parser
 
 
@@ -153,6 +160,13 @@ def _explain_answer(error: ApiError, url: str, signed: bool, session: str | None
             lost = f"lost the connection to {url} mid-reply, and could not get it back ({why})"
         follow = f"--follow {shlex.quote(error.events_url or '')} --after {shlex.quote(str(error.last_event_id))}"
         return f"{lost}; the reply goes on: pick it up with {follow}"
+    if error.status == 401:
+        return (
+            f"{url} refused the token (401 {error.code}): {error.message}; pass a valid one with --token or "
+            f"{TOKEN_ENV} (locally: make token SUB=<user>)"
+        )
+    if error.status == 403 and error.code == "insufficient_scope":
+        return f"{url} refused the token (403 insufficient_scope): {error.message}"
     if error.status == 403:
         if signed:
             return (
@@ -349,9 +363,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     args.color = wants_color(os.environ)
     if args.message == "-":
         args.message = sys.stdin.read().rstrip("\n")
-    signed = args.iam if args.iam is not None else is_function_url(args.url)
+    if args.token and args.iam:
+        parser.error("--token and --iam are two auth types: a relay takes one")
+    signed = args.iam if args.iam is not None else is_function_url(args.url) and not args.token
     try:
-        with _client(args.url, signed, args.region) as client:
+        with _client(args.url, signed, args.region, args.token) as client:
             if args.message is not None or args.follow is not None:
                 result = _stream_turn(client, args.message, args.session, args, _Printer(out, err, args.color))
                 return _report_end(result, out, err)
@@ -373,8 +389,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return EXIT_BROKEN_PIPE
 
 
-def _client(url: str, signed: bool, region: str | None) -> ChatClient:
+def _client(url: str, signed: bool, region: str | None, token: str | None = None) -> ChatClient:
     _check_url(url)
+    if token:
+        try:
+            return ChatClient(url, auth=BearerAuth(token))
+        except ValueError as error:
+            raise Failure(f"--token: {error}") from None
     return ChatClient(url, auth=SigV4Auth(region) if signed else None)
 
 

@@ -21,11 +21,16 @@ The checks, in order (HTTP_API.md says what each answer must be):
    ``chat.completion`` with text, and the native ``GET /sessions/{id}`` of its ``X-Chatstream-Session-Id`` holds it;
 9. with signed requests: ``403 unsigned``: the Function URL refuses a request without a signature;
 10. with ``--second-profile NAME``: ``another principal``: that profile's identity gets ``404`` for the first
-    one's session (history, events, cancel).
+    one's session (history, events, cancel);
+11. with ``--token`` (a relay in the JWT mode): ``401 without a token``: a request without one is refused with
+    ``WWW-Authenticate: Bearer``, and one with a made-up token with ``error="invalid_token"``;
+12. with ``--second-token``: ``another principal``: that user gets ``404`` for the first one's session.
 
 Requests are signed with SigV4 (:class:`~chatstream_client.auth.SigV4Auth`, your default credentials or
 ``AWS_PROFILE``) when ``--iam`` is given or the URL is a Function URL (``*.lambda-url.<region>.on.aws``); the
-second principal signs with ``--second-profile``. A deployment pays for two short replies and the start of a long one
+second principal signs with ``--second-profile``. With ``--token`` (or ``CHATSTREAM_TOKEN``) every request carries
+that access token instead (:class:`~chatstream_client.auth.BearerAuth`), and ``--second-token`` another user's.
+A deployment pays for two short replies and the start of a long one
 (cancelled as soon as it has started; at most 1,000 output tokens).
 """
 
@@ -45,7 +50,7 @@ from botocore.exceptions import BotoCoreError, NoCredentialsError
 from httpx_sse import EventSource, SSEError
 
 from chatstream_client.api import DEFAULT_URL, event_position, ids_in_order
-from chatstream_client.auth import SigV4Auth, is_function_url
+from chatstream_client.auth import TOKEN_ENV, BearerAuth, SigV4Auth, is_function_url
 from chatstream_client.cli import explain
 
 if TYPE_CHECKING:
@@ -115,7 +120,8 @@ class Smoke:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.url = url.rstrip("/")
-        self.signed = auth is not None
+        self.bearer = isinstance(auth, BearerAuth)
+        self.signed = auth is not None and not self.bearer
         self._sleep = sleep
         timeouts = httpx.Timeout(timeout, read=60.0)
         self.http = httpx.Client(base_url=self.url, auth=auth, timeout=timeouts, follow_redirects=False)
@@ -152,6 +158,8 @@ class Smoke:
         ]
         if self.signed:
             planned.append(("403 unsigned", self.unsigned_refused))
+        if self.bearer:
+            planned.append(("401 without a token", self.token_refused))
         if self.second is not None:
             planned.append(("another principal", self.another_principal))
         return planned
@@ -311,6 +319,18 @@ class Smoke:
             raise CheckFailed(f"an unsigned GET /health answered {response.status_code}, not 403")
         return "GET /health without a signature → 403 (the Function URL's AWS_IAM auth)"
 
+    def token_refused(self) -> str:
+        path = f"/sessions/{secrets.token_hex(16)}"
+        missing = self.unsigned.get(path)
+        _expect_status(missing, 401)
+        if not missing.headers.get("www-authenticate", "").startswith("Bearer"):
+            raise CheckFailed(f"401 without WWW-Authenticate: Bearer ({missing.headers.get('www-authenticate')!r})")
+        made_up = self.unsigned.get(path, headers={"Authorization": f"Bearer {_MADE_UP_TOKEN}"})
+        _expect_status(made_up, 401)
+        if 'error="invalid_token"' not in made_up.headers.get("www-authenticate", ""):
+            raise CheckFailed(f"a made-up token's 401 says {made_up.headers.get('www-authenticate')!r}")
+        return 'GET /sessions/<id> without a token → 401 Bearer; with a made-up one → 401 error="invalid_token"'
+
     def another_principal(self) -> str:
         first = self._needs_first()
         assert self.second is not None
@@ -346,6 +366,8 @@ class Smoke:
 
 
 _SSE = {"Accept": "text/event-stream"}
+# A well-formed JWT no issuer signed ({"alg":"RS256","kid":"made-up"}.{"sub":"nobody"}.): a relay refuses it as invalid
+_MADE_UP_TOKEN = "eyJhbGciOiJSUzI1NiIsImtpZCI6Im1hZGUtdXAifQ.eyJzdWIiOiJub2JvZHkifQ.bm90LWEtc2lnbmF0dXJl"
 
 
 def _read_turn(events: Iterator[ServerSentEvent], *, expect_meta: bool) -> Turn:
@@ -420,6 +442,10 @@ def _parser() -> argparse.ArgumentParser:
     iam.add_argument("--no-iam", dest="iam", action="store_false", help="never sign requests")
     parser.add_argument("--region", help="region for SigV4 (default: from the URL or your AWS config)")
     parser.add_argument("--second-profile", help="an AWS profile of another principal: it must get 404 for the session")
+    parser.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV) or None, help=f"an access token (JWT mode; default ${TOKEN_ENV})"
+    )
+    parser.add_argument("--second-token", help="another user's access token: it must get 404 for the session")
     return parser
 
 
@@ -434,6 +460,15 @@ def _auths(args: argparse.Namespace) -> tuple[httpx.Auth | None, httpx.Auth | No
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
         raise UsageError(f"URL must be an http:// or https:// URL, got {args.url!r}")
+    if args.token or args.second_token:
+        if args.iam or args.second_profile:
+            raise UsageError("--token and --iam (or --second-profile) are two auth types: a relay takes one")
+        if not args.token:
+            raise UsageError("--second-token goes with --token")
+        try:
+            return BearerAuth(args.token), BearerAuth(args.second_token) if args.second_token else None
+        except ValueError as error:
+            raise UsageError(f"--token: {error}") from None
     signed = args.iam if args.iam is not None else is_function_url(args.url)
     if args.second_profile and not signed:
         raise UsageError("--second-profile needs signed requests: the URL's auth must be AWS_IAM (pass --iam)")

@@ -10,7 +10,7 @@ import pytest
 from botocore.credentials import Credentials
 from botocore.exceptions import NoCredentialsError
 
-from chatstream_client.auth import SigV4Auth, function_url_region, is_function_url
+from chatstream_client.auth import BearerAuth, SigV4Auth, function_url_region, is_function_url
 
 URL = "https://abc123.lambda-url.eu-west-1.on.aws"
 CREDENTIALS = Credentials("AKIDEXAMPLE", "secret", "token")
@@ -94,3 +94,50 @@ def test_the_region_of_a_function_url_host() -> None:
     assert function_url_region("abc.lambda-url.us-west-2.on.aws") == "us-west-2"
     assert function_url_region("127.0.0.1") is None
     assert is_function_url(f"{URL}/chat") and not is_function_url("http://127.0.0.1:3000")
+
+
+# ------------------------------------------------------------------------------------------------ BearerAuth
+
+
+def test_bearer_auth_sends_the_token_on_every_request() -> None:
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(answer)
+    tokens = iter(["first.token.sig", "renewed.token.sig"])
+    with httpx.Client(transport=transport, auth=BearerAuth(lambda: next(tokens))) as http:
+        http.get("http://relay/sessions/x")
+        http.post("http://relay/chat", json={"message": "hi"})
+    # THEN each request carries the token current when it was sent
+    assert seen == ["Bearer first.token.sig", "Bearer renewed.token.sig"]
+
+
+@pytest.mark.parametrize("token", ["", "two words", "line\r\nX-Injected: 1", "é.t.s"])
+def test_bearer_auth_refuses_a_token_that_is_not_one_printable_word(token: str) -> None:
+    with pytest.raises(ValueError, match="printable ASCII"):
+        BearerAuth(token)
+
+
+def test_smoke_with_a_token_checks_the_refusals_and_another_user() -> None:
+    from chatstream_client import smoke
+
+    # GIVEN make smoke with two users' tokens
+    args = smoke._parser().parse_args(["--url", "https://x.lambda-url.us-east-1.on.aws", "--token", "a.b.c"])
+    auth, second = smoke._auths(args)
+    assert isinstance(auth, BearerAuth) and second is None
+    args = smoke._parser().parse_args(["--url", "http://127.0.0.1:3000", "--token", "a.b.c", "--second-token", "d.e.f"])
+    auth, second = smoke._auths(args)
+    names = [name for name, _ in smoke.Smoke(args.url, auth=auth, second_auth=second).checks()]
+    # THEN it checks the refusal of a missing or made-up token and that the second user cannot see the first's session
+    assert names[-2:] == ["401 without a token", "another principal"] and "403 unsigned" not in names
+
+
+@pytest.mark.parametrize("argv", [["--token", "a.b.c", "--iam"], ["--second-token", "a.b.c"], ["--token", "a b"]])
+def test_smoke_refuses_a_token_beside_iam_or_alone_second_or_malformed(argv: list[str]) -> None:
+    from chatstream_client import smoke
+
+    with pytest.raises(smoke.UsageError):
+        smoke._auths(smoke._parser().parse_args(["--url", "http://127.0.0.1:3000", *argv]))

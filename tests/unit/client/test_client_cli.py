@@ -45,6 +45,8 @@ LOCAL_HOST_403 = '{"Message": "Forbidden. Host \'127.0.0.1:18480\' is not this l
         (ApiError(400, "invalid_request", "message must not be empty"), LOCAL, False, "message must not be empty"),
         (ApiError(429, "http_error", '{"Message":"Rate Exceeded."}'), DEPLOYED, True, "try again in a moment"),
         (ApiError(413, "http_error", '{"Message":"Request must be smaller"}'), LOCAL, False, "send a shorter"),
+        (ApiError(401, "invalid_token", "the token has expired; sign in again"), LOCAL, False, "make token SUB="),
+        (ApiError(403, "insufficient_scope", "the token lacks the scope chat"), LOCAL, False, "lacks the scope chat"),
     ],
 )
 def test_each_failure_is_explained_in_one_line(error: Exception, url: str, signed: bool, says: str) -> None:
@@ -203,3 +205,18 @@ def test_a_notice_after_the_label_starts_its_own_line_and_the_reply_goes_on_with
     printer.token(" w3")
     # THEN each notice is on a line of its own, and each line of the reply starts with a word
     assert out.getvalue() == "assistant> \n[cancelling …]\nw1 w2\n[cancelling …]\nw3"
+
+
+def test_a_token_is_the_clients_auth_and_never_beside_iam(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chatstream_client.auth import BearerAuth
+    from chatstream_client.cli import _client, _parser
+
+    # GIVEN CHATSTREAM_TOKEN set WHEN the client is built THEN every request carries it
+    monkeypatch.setenv("CHATSTREAM_TOKEN", "a.b.c")
+    args = _parser().parse_args(["--url", DEPLOYED])
+    assert args.token == "a.b.c"
+    with _client(args.url, False, None, args.token) as client:
+        assert isinstance(client._http.auth, BearerAuth)
+    # AND a token beside --iam is a usage error
+    with pytest.raises(SystemExit):
+        main(["--url", LOCAL, "--iam", "--message", "hi"], out=io.StringIO(), err=io.StringIO())
