@@ -23,17 +23,22 @@ def vendored() -> dict[str, re.Match[str]]:
 def test_every_vendored_file_matches_the_checksum_its_readme_gives() -> None:
     # GIVEN the README's table of vendored files
     rows = vendored()
-    assert set(rows) == {"markdown-it.umd.min.js"}
+    assert set(rows) == {"markdown-it.umd.min.js", "oauth4webapi.js"}
     for name, row in rows.items():
         # WHEN each file's bytes are hashed THEN they are the published file the README names
         assert hashlib.sha256((VENDOR / name).read_bytes()).hexdigest() == row["sha256"], name
-        assert f"markdown-it@{row['version']}" in row["source"], name
+        assert f"{name.split('.')[0]}@{row['version']}" in row["source"], name
 
 
 def test_every_file_in_vendor_is_accounted_for() -> None:
     # GIVEN the vendor folder THEN it holds the listed files, their licences and the README, nothing unlisted
     listed = set(vendored())
-    assert {path.name for path in VENDOR.iterdir()} == listed | {"README.md", "LICENSE", "LICENSE-bundled"}
+    assert {path.name for path in VENDOR.iterdir()} == listed | {
+        "README.md",
+        "LICENSE",
+        "LICENSE-bundled",
+        "LICENSE-oauth4webapi",
+    }
 
 
 def test_the_licences_of_markdown_it_and_what_its_build_bundles_are_kept() -> None:
@@ -51,3 +56,8 @@ def test_the_licences_of_markdown_it_and_what_its_build_bundles_are_kept() -> No
     ):
         assert package in bundled, package
     assert "Copyright (c) Felix Böhm" in bundled and "Copyright Mathias Bynens" in bundled
+
+
+def test_oauth4webapi_s_licence_is_kept() -> None:
+    licence = (VENDOR / "LICENSE-oauth4webapi").read_text(encoding="utf-8")
+    assert "Filip Skokan" in licence and "Permission is hereby granted" in licence

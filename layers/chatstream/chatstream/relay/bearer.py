@@ -351,12 +351,22 @@ class BearerVerifier:
         self.settings = settings
         self.keys = keys if keys is not None else IssuerKeys(settings.issuer)
         self._client_ids_source = client_ids
-        self._client_ids: frozenset[str] | None = None if client_ids is not None else frozenset(settings.client_ids)
+        self._client_ids: tuple[str, ...] | None = None if client_ids is not None else settings.client_ids
 
     def accepted_client_ids(self) -> frozenset[str]:
+        return frozenset(self._ordered_client_ids())
+
+    def page_client_id(self) -> str:
+        """The client the relay's page signs in with: the configured one, else the first accepted client id."""
+        if self.settings.page_client_id:
+            return self.settings.page_client_id
+        ordered = self._ordered_client_ids()
+        return ordered[0] if ordered else ""
+
+    def _ordered_client_ids(self) -> tuple[str, ...]:
         if self._client_ids is None:
             assert self._client_ids_source is not None
-            self._client_ids = frozenset((*self.settings.client_ids, *self._client_ids_source()))
+            self._client_ids = (*self.settings.client_ids, *self._client_ids_source())
         return self._client_ids
 
     def verify(self, authorization: str | None, query: Mapping[str, str] | None = None) -> VerifiedToken:

@@ -11,19 +11,21 @@ the policy is the second line of defence if that ever slipped.
 
 The page has no build step and makes no third-party requests. A browser cannot sign requests with
 SigV4, so it is for a Function URL with ``AuthType NONE`` (the local stack, demos); with ``AWS_IAM``
-the Function URL refuses the unsigned page request before the relay sees it.
+the Function URL refuses the unsigned page request before the relay sees it. Under the JWT auth mode the page
+signs in itself (``static/auth.js``, HTTP_API.md "Identity"), and its policy's ``connect-src`` also names its
+issuer's token endpoint (``index(connect_sources)``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chatstream.relay.http import HttpError, Response
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 STATIC_DIR = Path(__file__).with_name("static")
 VENDOR = "vendor"  # the one folder below static/, served as /static/vendor/{name}
@@ -83,8 +85,16 @@ class StaticSite:
             raise FileNotFoundError(f"the chat page {directory / INDEX} is missing from the package")
         return cls(files)
 
-    def index(self) -> Response:
-        return self._response(self.files[INDEX])
+    def index(self, connect_sources: Sequence[str] = ()) -> Response:
+        """The page; ``connect_sources``: origins it may fetch from beyond its own (under the JWT auth mode, its
+        issuer's token endpoint: :func:`chatstream.relay.signin.page_connect_sources`)."""
+        response = self._response(self.files[INDEX])
+        if not connect_sources:
+            return response
+        policy = CONTENT_SECURITY_POLICY.replace(
+            "connect-src 'self'", " ".join(["connect-src 'self'", *connect_sources])
+        )
+        return replace(response, headers={**response.headers, "Content-Security-Policy": policy})
 
     def asset(self, name: str) -> Response:
         """A file by its name below ``static/``: ``app.js``, or ``vendor/…`` for a vendored one."""

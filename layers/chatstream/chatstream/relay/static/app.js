@@ -27,6 +27,9 @@
   const { SseParser, isAfter } = window.ChatstreamSse;
   const Retry = window.ChatstreamRetry;
   const { StreamingMarkdown } = window.ChatstreamMarkdown;
+  // Under the JWT auth mode every request carries the signed-in user's token, renewed on a 401 (auth.js).
+  const Auth = window.ChatAuth || null;
+  const authFetch = (url, init) => (Auth ? Auth.fetch(url, init) : fetch(url, init));
 
   const el = {
     conversation: document.getElementById("conversation"),
@@ -149,7 +152,7 @@
       let final = false;
       let retryAfter = null;
       try {
-        const response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", signal });
+        const response = await authFetch(path, { headers: { Accept: "application/json" }, cache: "no-store", signal });
         if (response.ok) return await response.json();
         failure = await apiError(response);
         retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
@@ -599,7 +602,7 @@
     watch.arm();
     let response;
     try {
-      response = await fetch(r.eventsUrl, { headers, cache: "no-store", signal: watch.signal });
+      response = await authFetch(r.eventsUrl, { headers, cache: "no-store", signal: watch.signal });
     } catch (err) {
       watch.release();
       return null;
@@ -694,7 +697,7 @@
     const watch = watchdog(r);
     let response;
     try {
-      response = await fetch("/chat", {
+      response = await authFetch("/chat", {
         method: "POST",
         headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
         body: JSON.stringify(body),
@@ -791,7 +794,7 @@
     for (let attempt = 1; ; attempt++) {
       let retryAfter = null;
       try {
-        const response = await fetch(url, { method: "POST" });
+        const response = await authFetch(url, { method: "POST" });
         // 202: the stream ends with done (cancelled). 409 turn_finished: it ended anyway. Either way, a resume
         // the page stopped trying (interrupted) is made now, to read that end.
         if (response.ok || response.status === 409) {
@@ -951,6 +954,35 @@
     if (sessionFromUrl() !== sessionId) loadSession();
   });
 
-  loadSession();
-  if (!linked) el.message.focus();
+  // Sign-in (JWT auth mode only): who is signed in, with a sign-out; signed out, a sign-in button and no composer.
+  const account = {
+    who: document.getElementById("who"),
+    signIn: document.getElementById("sign-in"),
+    signOut: document.getElementById("sign-out"),
+  };
+  function showAccount(user) {
+    const jwt = Auth !== null && Auth.mode() === "JWT";
+    account.who.hidden = !jwt || !user;
+    account.who.textContent = user ? `Signed in as ${user}` : "";
+    account.signIn.hidden = !jwt || Boolean(user);
+    account.signOut.hidden = !jwt || !user;
+    el.send.disabled = jwt && !user;
+    if (jwt && !user) el.status.textContent = "Sign in to chat.";
+  }
+  account.signIn.addEventListener("click", () => Auth.signIn());
+  account.signOut.addEventListener("click", () => {
+    Auth.signOut();
+    newChat();
+  });
+
+  const start = () => {
+    if (Auth) {
+      showAccount(Auth.user());
+      Auth.onChange(showAccount);
+    }
+    loadSession();
+    if (!linked) el.message.focus();
+  };
+  if (Auth) Auth.ready.then(start);
+  else start();
 })();
