@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import threading
-from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pytest
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from chatstream.errors import SessionNotFound, TurnClaimed, TurnFinished, TurnInProgress, TurnLimitReached, TurnNotFound
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
-from chatstream.table import _deser, _ser
+from chatstream.table.dynamodb import deser, ser
 from chatstream.turn_options import TurnOptions
 from tests.builders import turn_records
 
@@ -61,10 +59,8 @@ def test_a_session_in_use_expires_ttl_days_after_its_latest_turn(chat_table: Cha
     clock, session_id = on_a_clock_with_a_finished_turn(chat_table)
 
     def expires_at(sk: str) -> int:
-        item = chat_table.client.get_item(
-            TableName=chat_table.table_name, Key=_ser({"pk": f"S#{session_id}", "sk": sk})
-        )
-        return int(_deser(item["Item"])["expires_at"])
+        item = chat_table.client.get_item(TableName=chat_table.table_name, Key=ser({"pk": f"S#{session_id}", "sk": sk}))
+        return int(deser(item["Item"])["expires_at"])
 
     day = 86_400
     created = clock["ms"] // 1000
@@ -413,44 +409,3 @@ def test_deleting_a_session_removes_its_turns_and_records_only(chat_table: ChatT
     assert chat_table.query_records(doomed, 1) == []
     assert chat_table.get_session(kept) is not None and len(chat_table.query_records(kept, 1)) == 3
     assert chat_table.delete_session(doomed) == 0
-
-
-ITEM_OF_EVERY_STORED_TYPE = {
-    "pk": "S#abc",
-    "turn": 3,
-    "temperature": Decimal("0.7"),
-    "cancel_requested": False,
-    "stop_reason": None,
-    "usage": {"input_tokens": 12, "output_tokens": 0},
-    "error": {"code": "throttled", "message": "é ✓", "retryable": True},
-    "parts": ["a", 1, [True]],
-}
-
-
-def test_items_are_written_as_boto3s_codec_writes_them_and_read_back_as_it_reads_them() -> None:
-    # GIVEN an item holding every type the table stores
-    # WHEN it is turned into DynamoDB attribute values and back
-    written = _ser(ITEM_OF_EVERY_STORED_TYPE)
-    # THEN the wire form is boto3's, and reading it back gives boto3's values (numbers as Decimals)
-    assert written == {key: TypeSerializer().serialize(value) for key, value in ITEM_OF_EVERY_STORED_TYPE.items()}
-    assert _deser(written) == {key: TypeDeserializer().deserialize(value) for key, value in written.items()}
-    assert isinstance(_deser(written)["turn"], Decimal)
-
-
-@pytest.mark.parametrize("value", [0.5, b"bytes", {"a", "b"}])
-def test_a_value_of_a_type_the_table_does_not_store_is_refused(value: object) -> None:
-    with pytest.raises(TypeError, match="ChatTable stores no"):
-        _ser({"x": value})
-
-
-def test_an_attribute_of_a_kind_the_table_does_not_store_is_refused() -> None:
-    with pytest.raises(TypeError, match="ChatTable stores no SS attributes"):
-        _deser({"x": {"SS": ["a"]}})
-
-
-@pytest.mark.parametrize("number", [Decimal("1." + "1" * 38), Decimal("1E+999"), Decimal("Infinity"), Decimal("NaN")])
-def test_a_number_dynamodb_cannot_store_is_refused_before_the_call_as_boto3_refuses_it(number: Decimal) -> None:
-    with pytest.raises((ArithmeticError, TypeError)):
-        TypeSerializer().serialize(number)
-    with pytest.raises((ArithmeticError, TypeError)):
-        _ser({"x": number})

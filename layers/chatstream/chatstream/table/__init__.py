@@ -45,7 +45,6 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field, replace
-from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -62,6 +61,7 @@ from chatstream.errors import (
 )
 from chatstream.records import MAX_SEQ, TokenRecord, assistant_text, reasoning_text
 from chatstream.status import StopReason, TurnStatus
+from chatstream.table.dynamodb import call, deser, number, ser, too_large
 from chatstream.turn_options import TurnOptions
 
 logger = logging.getLogger(__name__)
@@ -76,16 +76,6 @@ SESSION_SK = "SESSION"
 # failed, or a cancel came first): the proxy invocation that arrives after it generates nothing.
 RELAY_CLAIM = "relay"
 BATCH_WRITE_MAX = 25
-THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "TransactionConflictException",
-    }
-)
 
 
 def new_session_id() -> str:
@@ -154,24 +144,24 @@ class ChatTable:
     def create_session(self, owner: str) -> str:
         session_id = new_session_id()
         item = self._session_item(session_id, owner, self.now_ms(), active_turn=None)
-        self._call(
+        call(
             self.client.put_item,
             TableName=self.table_name,
-            Item=_ser(item),
+            Item=ser(item),
             ConditionExpression="attribute_not_exists(pk)",
         )
         return session_id
 
     def get_session(self, session_id: str) -> Session | None:
-        raw = self._call(
+        raw = call(
             self.client.get_item,
             TableName=self.table_name,
-            Key=_ser({"pk": _pk(session_id), "sk": SESSION_SK}),
+            Key=ser({"pk": _pk(session_id), "sk": SESSION_SK}),
             ConsistentRead=True,
         ).get("Item")
         if raw is None:
             return None
-        item = _deser(raw)
+        item = deser(raw)
         if self._expired(item):
             return None
         return Session(
@@ -227,26 +217,26 @@ class ChatTable:
             values[":stale"] = session.active_turn
         turn_item = self._turn_item(session_id, turn, message, now, max_tokens, temperature, options)
         try:
-            self._call(
+            call(
                 self.client.transact_write_items,
                 TransactItems=[
                     {
                         "Update": {
                             "TableName": self.table_name,
-                            "Key": _ser({"pk": _pk(session_id), "sk": SESSION_SK}),
+                            "Key": ser({"pk": _pk(session_id), "sk": SESSION_SK}),
                             # A session in use lives on: it expires TtlDays after its latest turn, each turn's
                             # text TtlDays after it was written.
                             "UpdateExpression": (
                                 "SET turn_count = :n, active_turn = :n, active_since = :now, expires_at = :exp"
                             ),
                             "ConditionExpression": condition,
-                            "ExpressionAttributeValues": _ser(values),
+                            "ExpressionAttributeValues": ser(values),
                         }
                     },
                     {
                         "Put": {
                             "TableName": self.table_name,
-                            "Item": _ser(turn_item),
+                            "Item": ser(turn_item),
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     },
@@ -268,10 +258,10 @@ class ChatTable:
         turn item that is gone or ended must never stop a session from going on."""
         error = {"code": "timeout", "message": "the generation stopped without finishing", "retryable": True}
         try:
-            self._call(
+            call(
                 self.client.update_item,
                 TableName=self.table_name,
-                Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+                Key=ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
                 UpdateExpression="SET #status = :error, #error = :info, #texts = :true, updated_at = :now"
                 " REMOVE assistant, reasoning, stop_reason, #usage",
                 ConditionExpression="attribute_exists(pk) AND #status = :in_progress",
@@ -281,7 +271,7 @@ class ChatTable:
                     "#texts": _TEXTS_IN_RECORDS,
                     "#usage": "usage",  # a DynamoDB reserved word
                 },
-                ExpressionAttributeValues=_ser(
+                ExpressionAttributeValues=ser(
                     {
                         ":error": TurnStatus.ERROR,
                         ":info": error,
@@ -316,13 +306,13 @@ class ChatTable:
         now = self.now_ms()
         session = self._session_item(session_id, owner, now, active_turn=1)
         turn_item = self._turn_item(session_id, 1, message, now, max_tokens, temperature, options)
-        self._call(
+        call(
             self.client.transact_write_items,
             TransactItems=[
                 {
                     "Put": {
                         "TableName": self.table_name,
-                        "Item": _ser(item),
+                        "Item": ser(item),
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 }
@@ -368,13 +358,10 @@ class ChatTable:
         if max_tokens is not None:
             item["max_tokens"] = max_tokens
         if temperature is not None:
-            item["temperature"] = _decimal(temperature)
+            item["temperature"] = number(temperature)
         if options is not None:
             item.update(
-                {
-                    key: _decimal(value) if isinstance(value, float) else value
-                    for key, value in options.to_item().items()
-                }
+                {key: number(value) if isinstance(value, float) else value for key, value in options.to_item().items()}
             )
         return item
 
@@ -383,25 +370,25 @@ class ChatTable:
         keys = list(
             self._query(
                 KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues=_ser({":pk": _pk(session_id)}),
+                ExpressionAttributeValues=ser({":pk": _pk(session_id)}),
                 ProjectionExpression="pk, sk",
             )
         )
         for start in range(0, len(keys), BATCH_WRITE_MAX):
             batch = keys[start : start + BATCH_WRITE_MAX]
-            self._batch_write_requests([{"DeleteRequest": {"Key": _ser(key)}} for key in batch])
+            self._batch_write_requests([{"DeleteRequest": {"Key": ser(key)}} for key in batch])
         return len(keys)
 
     def get_turn(self, session_id: str, turn: int, *, texts: bool = True) -> Turn | None:
         """The turn, or None. ``texts=False``: without the reply and reasoning of a turn whose texts did not fit in
         its item (a read for its status or outcome only, which then needs no Query of its records)."""
-        raw = self._call(
+        raw = call(
             self.client.get_item,
             TableName=self.table_name,
-            Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+            Key=ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
             ConsistentRead=True,
         ).get("Item")
-        if raw is None or self._expired(item := _deser(raw)):
+        if raw is None or self._expired(item := deser(raw)):
             return None
         return self._turn(session_id, item) if texts else _turn_from_item(session_id, item)
 
@@ -415,14 +402,14 @@ class ChatTable:
         or the reaper did), and generates nothing. :class:`TurnNotFound` when there is no such turn.
         """
         try:
-            raw = self._call(
+            raw = call(
                 self.client.update_item,
                 TableName=self.table_name,
-                Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+                Key=ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
                 UpdateExpression="SET #generator = :generator",
                 ConditionExpression=_CLAIMABLE,
                 ExpressionAttributeNames={"#status": "status", "#generator": "generator"},
-                ExpressionAttributeValues=_ser({":generator": generator, ":in_progress": TurnStatus.IN_PROGRESS}),
+                ExpressionAttributeValues=ser({":generator": generator, ":in_progress": TurnStatus.IN_PROGRESS}),
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )["Attributes"]
@@ -432,18 +419,18 @@ class ChatTable:
             old = err.response.get("Item")  # the modeled error's member (ReturnValuesOnConditionCheckFailure)
             if not isinstance(old, dict) or not old:
                 raise TurnNotFound(f"session {session_id} has no turn {turn}") from err
-            item = _deser(old)
+            item = deser(old)
             claimed_by = str(item.get("generator", ""))
             if item.get("status", TurnStatus.IN_PROGRESS) != TurnStatus.IN_PROGRESS:
                 raise TurnFinished(f"turn {turn} of session {session_id} already ended", claimed_by or None) from err
             raise TurnClaimed(f"turn {turn} of session {session_id} is claimed by {claimed_by}", claimed_by) from err
-        return _turn_from_item(session_id, _deser(raw))
+        return _turn_from_item(session_id, deser(raw))
 
     def list_turns(self, session_id: str) -> list[Turn]:
         """Every turn of the session that has not expired, oldest first (one Query, paginated)."""
         items = self._query(
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-            ExpressionAttributeValues=_ser({":pk": _pk(session_id), ":prefix": "T#"}),
+            ExpressionAttributeValues=ser({":pk": _pk(session_id), ":prefix": "T#"}),
         )
         return [self._turn(session_id, item) for item in items if not self._expired(item)]
 
@@ -452,14 +439,14 @@ class ChatTable:
         expired)."""
         now = self.now_ms()
         try:
-            self._call(
+            call(
                 self.client.update_item,
                 TableName=self.table_name,
-                Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+                Key=ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
                 UpdateExpression="SET cancel_requested = :yes, updated_at = :now",
                 ConditionExpression=f"attribute_exists(pk) AND #status = :in_progress AND {_UNEXPIRED}",
                 ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues=_ser(
+                ExpressionAttributeValues=ser(
                     {":yes": True, ":now": now, ":in_progress": TurnStatus.IN_PROGRESS, ":alive": now // 1000}
                 ),
             )
@@ -471,14 +458,14 @@ class ChatTable:
             raise TurnFinished(f"turn {turn} of session {session_id} already ended") from err
 
     def cancel_requested(self, session_id: str, turn: int) -> bool:
-        raw = self._call(
+        raw = call(
             self.client.get_item,
             TableName=self.table_name,
-            Key=_ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
+            Key=ser({"pk": _pk(session_id), "sk": _turn_sk(turn)}),
             ConsistentRead=True,
             ProjectionExpression="cancel_requested",
         ).get("Item")
-        return bool(raw and _deser(raw).get("cancel_requested"))
+        return bool(raw and deser(raw).get("cancel_requested"))
 
     def complete_turn(
         self,
@@ -542,13 +529,13 @@ class ChatTable:
     def free_session(self, session_id: str, turn: int) -> None:
         """Let the session take its next turn, if ``turn`` is still its active one (idempotent)."""
         try:
-            self._call(
+            call(
                 self.client.update_item,
                 TableName=self.table_name,
-                Key=_ser({"pk": _pk(session_id), "sk": SESSION_SK}),
+                Key=ser({"pk": _pk(session_id), "sk": SESSION_SK}),
                 UpdateExpression="REMOVE active_turn, active_since",
                 ConditionExpression="active_turn = :turn",
-                ExpressionAttributeValues=_ser({":turn": turn}),
+                ExpressionAttributeValues=ser({":turn": turn}),
             )
         except ClientError as err:
             # Already freed (a redelivery), or a newer turn took over a stale one: nothing to do.
@@ -575,7 +562,7 @@ class ChatTable:
             return []
         params: dict[str, Any] = {
             "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
-            "ExpressionAttributeValues": _ser(
+            "ExpressionAttributeValues": ser(
                 {
                     ":pk": _pk(session_id),
                     ":lo": _record_sk(turn, max(after_seq + 1, 0)),
@@ -607,7 +594,7 @@ class ChatTable:
         try:
             self._update_turn(record, fields, [*cleared, _TEXTS_IN_RECORDS], condition, values)
         except ClientError as err:
-            if not _too_large(err):
+            if not too_large(err):
                 raise
             logger.info(
                 "turn's texts too large for its item; read from its records",
@@ -629,16 +616,16 @@ class ChatTable:
         """Set ``fields`` of the record's turn item (``values`` holds their values and the condition's), remove
         ``removed`` (those of them not set)."""
         removed = [name for name in removed if name not in fields]
-        self._call(
+        call(
             self.client.update_item,
             TableName=self.table_name,
-            Key=_ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
+            Key=ser({"pk": _pk(record.session_id), "sk": _turn_sk(record.turn)}),
             UpdateExpression="SET "
             + ", ".join(f"#{name} = :{name}" for name in fields)
             + (" REMOVE " + ", ".join(f"#{name}" for name in removed) if removed else ""),
             ConditionExpression=condition,
             ExpressionAttributeNames={f"#{name}": name for name in (*fields, *removed)},
-            ExpressionAttributeValues=_ser(values),
+            ExpressionAttributeValues=ser(values),
         )
 
     def _turn(self, session_id: str, item: Mapping[str, Any]) -> Turn:
@@ -650,7 +637,7 @@ class ChatTable:
         return replace(turn, assistant=assistant, reasoning=reasoning or None)
 
     def _record_item(self, record: TokenRecord) -> dict[str, Any]:
-        return _ser(
+        return ser(
             {
                 "pk": _pk(record.session_id),
                 "sk": _record_sk(record.turn, record.seq),
@@ -667,7 +654,7 @@ class ChatTable:
         attempts = attempts or self.max_attempts
         pending: list[Any] = requests
         for attempt in range(attempts):
-            response = self._call(self.client.batch_write_item, RequestItems={self.table_name: pending})
+            response = call(self.client.batch_write_item, RequestItems={self.table_name: pending})
             pending = list(response.get("UnprocessedItems", {}).get(self.table_name, []))
             if not pending:
                 return
@@ -678,22 +665,13 @@ class ChatTable:
     def _query(self, single_page: bool = False, **params: Any) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True, **params}
         while True:
-            page = self._call(self.client.query, **kwargs)
+            page = call(self.client.query, **kwargs)
             for raw in page.get("Items", []):
-                yield _deser(raw)
+                yield deser(raw)
             last = page.get("LastEvaluatedKey")
             if single_page or not last:
                 return
             kwargs["ExclusiveStartKey"] = last
-
-    def _call(self, method: Callable[..., Any], **kwargs: Any) -> Any:
-        """Call DynamoDB, translating throttling and transient errors into :class:`Throttled`."""
-        try:
-            return method(**kwargs)
-        except ClientError as err:
-            if err.response["Error"]["Code"] in THROTTLE_CODES:
-                raise Throttled(f"DynamoDB {err.response['Error']['Code']}") from err
-            raise
 
     def _expires_at(self, now_ms: int) -> int:
         return now_ms // 1000 + self.ttl_days * 86_400
@@ -720,73 +698,9 @@ _TEXT_FIELDS = ("assistant", "reasoning")
 _TEXTS_IN_RECORDS = "texts_in_records"  # a finished turn whose texts did not fit in its item
 
 
-def _too_large(err: ClientError) -> bool:
-    """DynamoDB refused a write for the item's size ("Item size to update has exceeded the maximum allowed size")."""
-    error = err.response.get("Error", {})
-    return error.get("Code") == "ValidationException" and "maximum allowed size" in str(error.get("Message", ""))
-
-
 # A turn a generation may claim: it exists, is in progress, and no generation has claimed it yet.
 _CLAIMABLE = "attribute_exists(pk) AND #status = :in_progress AND attribute_not_exists(#generator)"
 _UNEXPIRED = "(attribute_not_exists(expires_at) OR expires_at > :alive)"  # :alive: now, in epoch seconds
-
-
-def _decimal(value: float) -> Decimal:
-    """``value`` as a DynamoDB number. DynamoDB's smallest non-zero magnitude is 1E-130: anything closer to zero (a
-    temperature of 1e-176, which a model reads as 0 anyway) is stored as 0, where boto3 would refuse the item."""
-    number = Decimal(str(value))
-    return number if abs(number) >= Decimal("1E-130") else Decimal(0)
-
-
-# DynamoDB's numbers: 38 digits, exponents from -130 to 125 (boto3's DYNAMODB_CONTEXT).
-_NUMBERS = Context(Emin=-128, Emax=126, prec=38, traps=[Clamped, Overflow, Inexact, Rounded, Underflow])
-
-
-# DynamoDB's attribute values for the types the table stores (``boto3.dynamodb.types`` has the general codec; importing
-# it imports boto3 and s3transfer, ~14 ms of every cold start, for these six types). As boto3's: numbers are ints or
-# Decimals (a float is refused) and read back as Decimals.
-def _attr(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        return {"S": value}
-    if isinstance(value, bool):
-        return {"BOOL": value}
-    if isinstance(value, int | Decimal):
-        number = str(_NUMBERS.create_decimal(value))  # refuses what DynamoDB cannot store, as boto3's codec does
-        if number in ("Infinity", "-Infinity", "NaN", "sNaN", "-NaN", "-sNaN"):
-            raise TypeError("DynamoDB stores no infinities or NaNs")
-        return {"N": number}
-    if value is None:
-        return {"NULL": True}
-    if isinstance(value, dict):
-        return {"M": {key: _attr(inner) for key, inner in value.items()}}
-    if isinstance(value, list | tuple):
-        return {"L": [_attr(inner) for inner in value]}
-    raise TypeError(f"ChatTable stores no {type(value).__name__} values")
-
-
-def _value(attr: Mapping[str, Any]) -> Any:
-    (kind, raw), *_ = attr.items()
-    if kind == "S":
-        return raw
-    if kind == "N":
-        return Decimal(raw)
-    if kind == "BOOL":
-        return bool(raw)
-    if kind == "NULL":
-        return None
-    if kind == "M":
-        return {key: _value(inner) for key, inner in raw.items()}
-    if kind == "L":
-        return [_value(inner) for inner in raw]
-    raise TypeError(f"ChatTable stores no {kind} attributes")
-
-
-def _ser(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _attr(value) for key, value in item.items()}
-
-
-def _deser(raw: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _value(value) for key, value in raw.items()}
 
 
 def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
