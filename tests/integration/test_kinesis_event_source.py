@@ -135,7 +135,7 @@ def consumer(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
 def write_turn(stack: Stack, words: list[str]) -> tuple[str, int]:
     session_id = stack.table.create_session(OWNER)
-    turn = stack.table.start_turn(session_id, OWNER, "hello")
+    turn = stack.table.turns.start_next(session_id, OWNER, "hello")
     for record in turn_records(session_id, turn, words):
         stack.writer.put(record)
     return session_id, turn

@@ -71,7 +71,7 @@ def read_stream(kinesis: KinesisClient, stream_name: str) -> list[TokenRecord]:
 def start_turn(chat_table: ChatTable, message: str, **options: Any) -> Turn:
     """A new session's turn 1, as the relay starts it; returned as the proxy reads it back."""
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, message, **options)
+    turn = chat_table.turns.start_next(session_id, OWNER, message, **options)
     return turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
 
 
@@ -317,7 +317,7 @@ def test_cancel_stops_generation_and_keeps_the_text(kinesis, stream_name, chat_t
         deadline = time.monotonic() + 30
         while len(read_stream(kinesis, stream_name)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        chat_table.request_cancel(current.session_id, current.turn)
+        chat_table.turns.request_cancel(current.session_id, current.turn)
         worker.join(timeout=30)
     # THEN the turn ends 'cancelled' well before the whole reply, with the generated text kept
     records = read_stream(kinesis, stream_name)
@@ -341,8 +341,8 @@ class _UncalledBedrock:
 def cancelled_before_claim(chat_table: ChatTable, message: str) -> Turn:
     """A turn whose cancel flag was set before a generation claimed it, as the claim returns it."""
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, message)
-    chat_table.request_cancel(session_id, turn)
+    turn = chat_table.turns.start_next(session_id, OWNER, message)
+    chat_table.turns.request_cancel(session_id, turn)
     return turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
 
 
@@ -399,9 +399,9 @@ def test_history_becomes_converse_messages(chat_table) -> None:
         ("fourth", TokenRecord.stop(session_id, 4, 2, StopReason.STOP_SEQUENCE, Usage(1, 1), 1), "\n\n"),
     ]
     for message, terminal, text in endings:
-        chat_table.start_turn(session_id, OWNER, message)
-        chat_table.complete_turn(terminal, text)
-    chat_table.start_turn(session_id, OWNER, "fifth")
+        chat_table.turns.start_next(session_id, OWNER, message)
+        chat_table.turns.end_from_stream(terminal, text)
+    chat_table.turns.start_next(session_id, OWNER, "fifth")
     # WHEN the proxy builds the messages for turn 5 THEN only turns with text are replayed (Bedrock refuses a blank
     # text block), roles alternating, ending with the new message
     assert prompt_of(chat_table, session_id, 5) == [("user", "first"), ("assistant", "One"), ("user", "fifth")]
@@ -412,9 +412,11 @@ def test_the_history_a_client_sent_with_a_turn_stays_when_the_turn_failed(chat_t
     # (Ada's introduction), then failed (throttled) without a reply
     session_id = chat_table.create_session(OWNER)
     sent = TurnOptions(history=(HistoryMessage("user", "My name is Ada."), HistoryMessage("assistant", "Hi Ada.")))
-    chat_table.start_turn(session_id, OWNER, "/throttle", options=sent)
-    chat_table.complete_turn(TokenRecord.failure(session_id, 1, 1, ErrorInfo("throttled", "slow down", True), 1), "")
-    chat_table.start_turn(session_id, OWNER, "What is my name?")
+    chat_table.turns.start_next(session_id, OWNER, "/throttle", options=sent)
+    chat_table.turns.end_from_stream(
+        TokenRecord.failure(session_id, 1, 1, ErrorInfo("throttled", "slow down", True), 1), ""
+    )
+    chat_table.turns.start_next(session_id, OWNER, "What is my name?")
     # WHEN the proxy builds the messages for turn 2 THEN the client's history is still there (only the failed turn's
     # own message, which got no reply, is left out)
     assert prompt_of(chat_table, session_id, 2) == [
@@ -441,8 +443,8 @@ def proxy_app(monkeypatch, template, local_model, stream_name, table_name) -> Mo
 
 def start_sample_turn(monkeypatch, chat_table: ChatTable, message: str, **options: Any) -> None:
     """The turn the sample event names, as the relay writes it (the sample's session id)."""
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: SAMPLE["session_id"])
-    assert chat_table.start_session(OWNER, message, **options) == SAMPLE["session_id"] and SAMPLE["turn"] == 1
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: SAMPLE["session_id"])
+    assert chat_table.turns.start_first(OWNER, message, **options) == SAMPLE["session_id"] and SAMPLE["turn"] == 1
 
 
 def test_sample_event_runs_through_the_handler(monkeypatch, proxy_app, kinesis, stream_name, chat_table) -> None:
@@ -563,7 +565,7 @@ def test_a_duplicate_delivery_of_the_event_generates_nothing(
     assert line.levelname == "WARNING" and line.claimed_by == "first-delivery"  # type: ignore[attr-defined]
     assert "hello" not in json.dumps(vars(line), default=str)
     # WHEN a delivery comes after the turn ended THEN it generates nothing either
-    chat_table.complete_turn(generated[-1], assistant_text(generated))
+    chat_table.turns.end_from_stream(generated[-1], assistant_text(generated))
     result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="third-delivery"))
     assert result["type"] == "duplicate" and read_stream(kinesis, stream_name) == generated
     # AND its line too names the invocation that generated it
@@ -579,7 +581,7 @@ def test_the_event_of_a_turn_the_relay_ended_first_is_no_duplicate(
     start_sample_turn(monkeypatch, chat_table, "hello")
     session_id, turn = SAMPLE["session_id"], SAMPLE["turn"]
     stop = TokenRecord.stop(session_id, turn, 1, StopReason.CANCELLED, Usage(0, 0), 5)
-    assert chat_table.complete_turn(stop, "", claim="relay")
+    assert chat_table.turns.cancel_unclaimed(stop)
     # WHEN its event's only delivery runs
     result = proxy_app.handler(SAMPLE, FakeContext("ProxyFunction", request_id="only-delivery"))
     # THEN nothing is generated, and it is not counted or logged as a duplicate delivery (an operator reads

@@ -176,7 +176,7 @@ def test_a_stream_with_nothing_new_to_send_ends_with_reconnect(start_stack: Call
     stack = start_stack(function_overrides={"RelayFunction": {"IDLE_RECONNECT_S": "1"}})
     table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"))
     session_id = table.create_session("anonymous")
-    table.start_turn(session_id, "anonymous", "hello")
+    table.turns.start_next(session_id, "anonymous", "hello")
     table.put_records(turn_records(session_id, 1, ["one", "two"])[:2])
     # WHEN a client follows it
     with httpx.stream("GET", f"{stack.url}/sessions/{session_id}/turns/1/events", timeout=30) as response:
@@ -290,7 +290,7 @@ def test_a_gap_that_does_not_fill_ends_in_error(start_stack: Callable[..., Local
     stack = start_stack(function_overrides={"RelayFunction": {"GAP_TIMEOUT_S": "1"}})
     table = ChatTable(stack.client("dynamodb"), stack.name("ChatTable"))
     session_id = table.create_session("anonymous")
-    table.start_turn(session_id, "anonymous", "hello")
+    table.turns.start_next(session_id, "anonymous", "hello")
     table.put_records([record for record in turn_records(session_id, 1, ["one", "two", "three"]) if record.seq != 2])
     # WHEN a client follows it
     with httpx.stream("GET", f"{stack.url}/sessions/{session_id}/turns/1/events", timeout=30) as response:

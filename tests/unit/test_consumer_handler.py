@@ -45,9 +45,9 @@ def session_of(event: dict[str, Any]) -> str:
 
 def open_turn(chat_table: ChatTable, session_id: str, monkeypatch: pytest.MonkeyPatch) -> int:
     """Create the sample's session and its turn 1 (as the relay would), under the sample's session id."""
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
     chat_table.create_session(OWNER)
-    return chat_table.start_turn(session_id, OWNER, "hello")
+    return chat_table.turns.start_next(session_id, OWNER, "hello")
 
 
 def test_the_sample_turn_is_materialized_and_completed(app, chat_table, monkeypatch) -> None:

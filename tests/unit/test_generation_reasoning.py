@@ -61,7 +61,7 @@ def read_stream(kinesis: KinesisClient, stream_name: str) -> list[TokenRecord]:
 
 def run(chat_table: ChatTable, kinesis: KinesisClient, stream_name: str, bedrock: ScriptedBedrock, **kw: Any):
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, "why?")
+    turn = chat_table.turns.start_next(session_id, OWNER, "why?")
     current = turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
     writer = TokenStreamWriter(kinesis, stream_name, sleep=lambda _: None)
     settings = GenerationSettings(model_id="local.model", **kw)
@@ -153,10 +153,10 @@ def stream_records(tokens: list[TokenRecord]) -> list[StreamRecord]:
 def test_the_turn_item_keeps_reasoning_apart_and_the_next_prompt_leaves_it_out(chat_table, sink) -> None:
     # GIVEN a finished turn with reasoning, materialized by the consumer, and a second turn
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "first")
+    chat_table.turns.start_next(session_id, OWNER, "first")
     tokens = turn_records(session_id, 1, ["One"], reasoning=["Pondering", " deeply"])
     outcome = Materializer(table=chat_table, poison_sink=sink).process(stream_records(tokens))
-    chat_table.start_turn(session_id, OWNER, "second")
+    chat_table.turns.start_next(session_id, OWNER, "second")
     # THEN the turn's reply is the answer alone and its reasoning is beside it
     first = chat_table.get_turn(session_id, 1)
     assert outcome.ok and first is not None

@@ -61,7 +61,7 @@ class RecordingSink:
 
 def new_turn(table: ChatTable, message: str = "hello") -> tuple[str, int]:
     session_id = table.create_session(OWNER)
-    return session_id, table.start_turn(session_id, OWNER, message)
+    return session_id, table.turns.start_next(session_id, OWNER, message)
 
 
 def stored_keys(table: ChatTable, session_id: str, turn: int) -> list[int]:
@@ -127,7 +127,7 @@ def test_error_and_cancelled_turns_get_their_status(chat_table, materializer) ->
     failed = turn_records(session_id, first, ["partial"], error=error)
     stream = Stream()
     materializer.process(stream.records(failed))
-    second = chat_table.start_turn(session_id, OWNER, "again")
+    second = chat_table.turns.start_next(session_id, OWNER, "again")
     # WHEN the cancelled turn is materialized
     materializer.process(stream.records(turn_records(session_id, second, ["Once"], stop_reason=StopReason.CANCELLED)))
     # THEN each turn has the status its terminal record says, with the text it got
@@ -328,7 +328,7 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
     def throttled_complete(record: TokenRecord, assistant: str, *, reasoning: str = "") -> None:
         raise Throttled("DynamoDB ThrottlingException")
 
-    monkeypatch.setattr(chat_table, "complete_turn", throttled_complete)
+    monkeypatch.setattr(chat_table.turns, "end_from_stream", throttled_complete)
     batch = Stream().records(turn_records(session_id, turn, ["x", "y"]))
     # WHEN the turn's records are materialized
     outcome = Materializer(table=chat_table, poison_sink=sink).process(batch)

@@ -84,7 +84,7 @@ def test_other_messages_are_invalid_events(body: str) -> None:
 def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(chat_table: ChatTable) -> None:
     # GIVEN a turn whose proxy wrote its reasoning and two deltas and died
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     chat_table.put_records(opening_records(session_id, 1, ["Hel", "lo"], reasoning=["I", " greet"]))
     # WHEN its failure reaches the reaper
     ended = end_abandoned_turn(
@@ -95,13 +95,13 @@ def test_an_abandoned_turn_ends_in_error_with_its_text_and_frees_the_session(cha
     assert ended is Reaping.ENDED and turn is not None and turn.status is TurnStatus.ERROR
     assert (turn.assistant, turn.reasoning) == ("Hello", "I greet")
     assert turn.error is not None and turn.error["code"] == "generation_failed"
-    assert chat_table.start_turn(session_id, OWNER, "again") == 2
+    assert chat_table.turns.start_next(session_id, OWNER, "again") == 2
 
 
 def test_records_that_reach_the_table_after_the_reaper_are_part_of_the_turns_reply(chat_table: ChatTable) -> None:
     # GIVEN a turn the reaper ended with the records the lagging consumer had written by then
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     records = opening_records(session_id, 1, ["one", " two", " three"])
     chat_table.put_records(records[:2])
     failure = FailedGeneration.from_destination_record(destination_record(session_id))
@@ -117,12 +117,12 @@ def test_records_that_reach_the_table_after_the_reaper_are_part_of_the_turns_rep
 
 def test_a_turn_that_ended_is_left_alone(chat_table: ChatTable) -> None:
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     start, stop = turn_records(session_id, 1, [])
     chat_table.put_records([start, stop])  # terminal in, not yet completed
     failed = FailedGeneration.from_destination_record(destination_record(session_id))
     assert end_abandoned_turn(chat_table, failed, lambda: 9) is Reaping.NOTHING_TO_END
-    chat_table.complete_turn(stop, "")
+    chat_table.turns.end_from_stream(stop, "")
     assert end_abandoned_turn(chat_table, failed, lambda: 9) is Reaping.NOTHING_TO_END
     assert chat_table.get_turn(session_id, 1).status is TurnStatus.COMPLETE  # type: ignore[union-attr]
     unknown = FailedGeneration.from_destination_record(destination_record(session_id, turn=7))
@@ -152,9 +152,9 @@ def test_a_turn_another_delivery_claimed_is_left_to_it(
 ) -> None:
     # GIVEN a turn in progress with one delta, claimed by a delivery of its event (or by none)
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     if claimed_by is not None:
-        chat_table.claim_turn(session_id, 1, claimed_by)
+        chat_table.turns.claim(session_id, 1, claimed_by)
     chat_table.put_records(opening_records(session_id, 1, ["Hel"]))
     # WHEN the record of a failed delivery, request id "failed-delivery", reaches the reaper
     outcome = end_abandoned_turn(chat_table, failed_delivery(session_id, condition, "failed-delivery"), lambda: 9)
@@ -166,7 +166,7 @@ def test_a_turn_another_delivery_claimed_is_left_to_it(
     else:
         assert turn.status is TurnStatus.IN_PROGRESS and turn.generator == claimed_by
         with pytest.raises(TurnInProgress):
-            chat_table.start_turn(session_id, OWNER, "again")
+            chat_table.turns.start_next(session_id, OWNER, "again")
 
 
 def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outcome(
@@ -174,7 +174,7 @@ def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outco
 ) -> None:
     # GIVEN a turn whose proxy put its whole reply, stop record included, and died before it returned
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     *deltas, stop = turn_records(session_id, 1, ["Hel", "lo"])
     chat_table.put_records(deltas)
     read_records = chat_table.query_records
@@ -182,7 +182,7 @@ def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outco
     def consumer_ends_it_meanwhile(session: str, turn: int) -> list[TokenRecord]:
         records = read_records(session, turn)  # what the reaper read: no terminal record yet
         chat_table.put_records([stop])  # then the consumer materializes the stop record and ends the turn
-        chat_table.complete_turn(stop, "Hello")
+        chat_table.turns.end_from_stream(stop, "Hello")
         return records
 
     monkeypatch.setattr(chat_table, "query_records", consumer_ends_it_meanwhile)
@@ -200,14 +200,14 @@ def test_a_turn_its_terminal_record_ends_while_the_reaper_reads_keeps_that_outco
 def test_a_terminal_record_materialized_after_the_reaper_ended_the_turn_overrides_it(chat_table: ChatTable) -> None:
     # GIVEN a turn the reaper ended in error before its stop record was materialized
     session_id = chat_table.create_session(OWNER)
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     *deltas, stop = turn_records(session_id, 1, ["Hel", "lo"])
     chat_table.put_records(deltas)
     failed = FailedGeneration.from_destination_record(destination_record(session_id))
     assert end_abandoned_turn(chat_table, failed, lambda: 9) is Reaping.ENDED
     # WHEN the consumer materializes the stop record
     chat_table.put_records([stop])
-    chat_table.complete_turn(stop, "Hello")
+    chat_table.turns.end_from_stream(stop, "Hello")
     # THEN the turn has the outcome the token log has, and none of the reaper's (no error beside end_turn)
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.status is TurnStatus.COMPLETE and turn.assistant == "Hello"
@@ -227,7 +227,7 @@ def test_the_handler_on_the_sample_event(
         TableName=table_name,
         Item={"pk": {"S": f"S#{session_id}"}, "sk": {"S": "SESSION"}, "owner": {"S": OWNER}, "turn_count": {"N": "0"}},
     )
-    chat_table.start_turn(session_id, OWNER, "hello")
+    chat_table.turns.start_next(session_id, OWNER, "hello")
     garbage = {**event["Records"][0], "messageId": "m-2", "body": "not a destination record"}
     event = {"Records": [event["Records"][0], garbage]}
     app = load_function("reaper")

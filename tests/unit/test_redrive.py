@@ -60,7 +60,7 @@ def put_turn(kinesis: Any, stream_name: str, tokens: list[TokenRecord]) -> list[
 
 def new_turn(table: ChatTable) -> tuple[str, int]:
     session_id = table.create_session(OWNER)
-    return session_id, table.start_turn(session_id, OWNER, "hello")
+    return session_id, table.turns.start_next(session_id, OWNER, "hello")
 
 
 def on_failure_message(stream_arn: str, start: str, end: str, batch_size: int) -> str:
@@ -102,9 +102,9 @@ def test_a_poison_message_that_is_now_valid_is_written_and_one_that_is_not_stays
     # GIVEN the sample poison message (a truncated record), and one whose payload is a valid record
     bad = load_sample("consumer-dlq-poison-message.json")
     session_id = bad["partitionKey"]
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
     chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, "hi")
+    turn = chat_table.turns.start_next(session_id, OWNER, "hi")
     good = dict(bad, payload=base64.b64encode(TokenRecord.delta(session_id, turn, 2, " there", 5).encode()).decode())
     good["sequenceNumber"] = str(int(bad["sequenceNumber"]) + 1)
     for body in (bad, good):
@@ -371,9 +371,9 @@ def test_with_a_stack_the_items_written_expire_after_its_ttl_days(
     )
     poison = load_sample("consumer-dlq-poison-message.json")
     session_id = poison["partitionKey"]
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
     chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, "hi")
+    turn = chat_table.turns.start_next(session_id, OWNER, "hi")
     record = TokenRecord.delta(session_id, turn, 2, " there", 1_700_000_000_000)
     poison["payload"] = base64.b64encode(record.encode()).decode()
     sqs.send_message(QueueUrl=dlq.queue_url, MessageBody=json.dumps(poison))

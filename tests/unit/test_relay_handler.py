@@ -52,9 +52,9 @@ def proxy(app: ModuleType) -> Iterator[Stubber]:
 @pytest.fixture
 def sample_session(chat_table: ChatTable, monkeypatch: pytest.MonkeyPatch) -> str:
     """The samples' session, owned by the samples' caller, with turn 1 started."""
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: SAMPLE_SESSION)
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: SAMPLE_SESSION)
     chat_table.create_session(SAMPLE_CALLER)
-    assert chat_table.start_turn(SAMPLE_SESSION, SAMPLE_CALLER, "hello") == 1
+    assert chat_table.turns.start_next(SAMPLE_SESSION, SAMPLE_CALLER, "hello") == 1
     return SAMPLE_SESSION
 
 
@@ -225,7 +225,7 @@ def test_events_near_the_deadline_end_with_reconnect(
 def test_cancel_sample_is_202(app: ModuleType, chat_table: ChatTable, sample_session: str) -> None:
     # GIVEN the samples' turn generating (a proxy claimed it) WHEN the cancel sample is handled THEN 202 and the flag
     # is set
-    chat_table.claim_turn(sample_session, 1, "proxy-request")
+    chat_table.turns.claim(sample_session, 1, "proxy-request")
     response = run(app, "relay-cancel.json")
     assert response.status_code == 202
     assert body_json(response) == {"session_id": sample_session, "turn": 1, "status": "cancelling"}

@@ -59,7 +59,7 @@ def test_events_that_name_no_valid_turn_seed_nothing() -> None:
 
 def test_seeding_a_finished_turn_writes_the_sample_conversation(chat_table: ChatTable) -> None:
     # GIVEN a session already holding something else
-    chat_table.start_session("someone", "old", session_id=SAMPLE_SESSION)
+    chat_table.turns.start_first("someone", "old", session_id=SAMPLE_SESSION)
     # WHEN turn 2 is seeded finished
     seed(chat_table, [SeededTurn(SAMPLE_SESSION, 2, True, "anonymous")])
     # THEN the session is the caller's, with two finished turns of the sample reply and their records

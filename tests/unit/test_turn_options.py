@@ -39,7 +39,7 @@ def converse_params(
 
 def test_the_options_go_through_the_turn_item_to_converse_stream(chat_table: ChatTable) -> None:
     # GIVEN a turn started with every option
-    session_id = chat_table.start_session("me", "/history", max_tokens=9, temperature=0.2, options=OPTIONS)
+    session_id = chat_table.turns.start_first("me", "/history", max_tokens=9, temperature=0.2, options=OPTIONS)
     # WHEN the proxy reads it back THEN the turn item holds them, exactly
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.options == OPTIONS
@@ -61,7 +61,7 @@ def test_the_options_go_through_the_turn_item_to_converse_stream(chat_table: Cha
 
 
 def test_a_turn_without_options_sends_none_but_the_deployments_cap(chat_table: ChatTable) -> None:
-    session_id = chat_table.start_session("me", "hello")
+    session_id = chat_table.turns.start_first("me", "hello")
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.options == TurnOptions()
     params = converse_params(chat_table, session_id, 1)
@@ -74,7 +74,7 @@ def test_a_turn_without_options_sends_none_but_the_deployments_cap(chat_table: C
 def test_the_deployments_model_request_fields_go_to_converse_stream(chat_table: ChatTable) -> None:
     # GIVEN a deployment that turns on Claude's extended thinking (the ModelRequestFields parameter)
     thinking = {"thinking": {"type": "enabled", "budget_tokens": 2048}}
-    session_id = chat_table.start_session("me", "hello")
+    session_id = chat_table.turns.start_first("me", "hello")
     # WHEN the proxy builds the request THEN they are its additionalModelRequestFields, as given
     params = converse_params(chat_table, session_id, 1, environ={"MODEL_REQUEST_FIELDS": json.dumps(thinking)})
     assert params["additionalModelRequestFields"] == thinking
@@ -116,10 +116,10 @@ def test_options_bedrock_would_refuse_cannot_be_made(options: dict[str, Any], ma
 
 def test_a_later_turn_replays_the_history_an_earlier_turn_was_sent_with(chat_table: ChatTable) -> None:
     # GIVEN turn 1 sent with a history, and answered
-    session_id = chat_table.start_session("me", "three", options=TurnOptions(history=OPTIONS.history))
+    session_id = chat_table.turns.start_first("me", "three", options=TurnOptions(history=OPTIONS.history))
     write_turn(chat_table, session_id, 1, ["four"])
     # WHEN turn 2 follows it
-    turn = chat_table.start_turn(session_id, "me", "/history")
+    turn = chat_table.turns.start_next(session_id, "me", "/history")
     # THEN the model is sent turn 1's history, turn 1, then turn 2
     texts = [
         (message["role"], message["content"][0]["text"])

@@ -191,10 +191,10 @@ def turn_to_generate(table: ChatTable, request: GenerateRequest, generator: str)
     does not exist (or no longer does: expired by TTL), so there is no message to answer.
     :class:`~chatstream.errors.TurnClaimed` and :class:`~chatstream.errors.TurnFinished` when the event is a
     duplicate (Lambda may deliver an asynchronous event more than once): another invocation generates the turn, or
-    it already ended; this one must generate nothing (:meth:`~chatstream.table.ChatTable.claim_turn`).
+    it already ended; this one must generate nothing (:meth:`~chatstream.table.turns.Turns.claim`).
     """
     try:
-        return table.claim_turn(request.session_id, request.turn, generator)
+        return table.turns.claim(request.session_id, request.turn, generator)
     except TurnNotFound as err:
         raise TurnNotFound(
             f"session {request.session_id} has no turn {request.turn} in ChatTable, so there is no message to "
@@ -568,7 +568,7 @@ class Generation:
         self._result_terminal = record
         for attempt in range(self.settings.table_attempts):
             try:
-                self.table.complete_turn(
+                self.table.turns.end_from_stream(
                     record, assistant_text(self._written_deltas), reasoning=reasoning_text(self._written_deltas)
                 )
                 self.table.put_records([record] if opening is None else [opening, record])

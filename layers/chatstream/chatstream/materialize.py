@@ -262,7 +262,7 @@ class Materializer:
         terminal = entry.token
         assert terminal is not None
         text, reasoning, missing = self._assemble(terminal)
-        self.table.complete_turn(terminal, text, reasoning=reasoning)
+        self.table.turns.end_from_stream(terminal, text, reasoning=reasoning)
         self.table.put_records([terminal])
         outcome.written += 1
         outcome.turns_completed += 1
@@ -312,7 +312,7 @@ class Materializer:
         if terminal is None:
             return
         text, reasoning, _missing = self._assemble(terminal)
-        self.table.complete_turn(terminal, text, reasoning=reasoning)
+        self.table.turns.end_from_stream(terminal, text, reasoning=reasoning)
         outcome.turns_reconciled += 1
 
 

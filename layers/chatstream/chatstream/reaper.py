@@ -123,5 +123,5 @@ def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Calla
     # Conditional: the terminal record may have been put just before the proxy died, and the consumer may end the
     # turn from it between the reads above and this write; then its outcome stands. Its texts are read from its
     # records, not stored now: records a lagging consumer (or a redrive) writes after this are part of its reply.
-    ended = table.complete_turn(terminal, "", if_in_progress=True, texts_in_records=True)
+    ended = table.turns.end_presumed_lost(terminal)
     return Reaping.ENDED if ended else Reaping.NOTHING_TO_END

@@ -79,10 +79,10 @@ def seed(table: ChatTable, turns: list[SeededTurn]) -> None:
     """Put each turn (and the turns before it) in its state, in a session emptied first."""
     for wanted in turns:
         table.delete_session(wanted.session_id)
-        table.start_session(wanted.owner, SAMPLE_MESSAGE, session_id=wanted.session_id)
+        table.turns.start_first(wanted.owner, SAMPLE_MESSAGE, session_id=wanted.session_id)
         for turn in range(1, wanted.turn + 1):
             if turn > 1:
-                table.start_turn(wanted.session_id, wanted.owner, SAMPLE_MESSAGE)
+                table.turns.start_next(wanted.session_id, wanted.owner, SAMPLE_MESSAGE)
             if turn < wanted.turn or wanted.finished:
                 _finish(table, wanted.session_id, turn)
 
@@ -95,7 +95,7 @@ def _finish(table: ChatTable, session_id: str, turn: int) -> None:
     usage = Usage(input_tokens=len(SAMPLE_MESSAGE.split()), output_tokens=len(SAMPLE_REPLY))
     records.append(TokenRecord.stop(session_id, turn, len(records), StopReason.END_TURN, usage, now))
     table.put_records(records)
-    table.complete_turn(records[-1], assistant_text(records))
+    table.turns.end_from_stream(records[-1], assistant_text(records))
 
 
 def _function_url_turns(event: Mapping[str, Any], auth_type: str) -> list[SeededTurn]:

@@ -189,6 +189,6 @@ def write_turn(
     """Write a whole turn as the consumer does (turn item first, then the token items); ``reasoning``: words of
     reasoning before the reply."""
     records = turn_records(session_id, turn, words, stop_reason=stop_reason, error=error, reasoning=reasoning or ())
-    table.complete_turn(records[-1], assistant_text(records), reasoning=reasoning_text(records))
+    table.turns.end_from_stream(records[-1], assistant_text(records), reasoning=reasoning_text(records))
     table.put_records(records)
     return records

@@ -265,7 +265,7 @@ def test_cancel_of_a_background_response_a_generation_claimed_sets_the_flag_and_
 ) -> None:
     # GIVEN a background response a proxy invocation claimed, which ends its turn cancelled 2 s after the flag is set
     clock, service, created, session_id = background_on_a_clock(chat_table, proxy, table_name)
-    chat_table.claim_turn(session_id, 1, "proxy-request")
+    chat_table.turns.claim(session_id, 1, "proxy-request")
     clock.at(2.0, lambda: write_turn(chat_table, session_id, 1, ["Hel", "lo"], stop_reason=StopReason.CANCELLED))
     # WHEN the client cancels it
     answer = body_of(call(service, "POST", f"/v1/responses/{created['id']}/cancel"))
@@ -312,7 +312,7 @@ def test_a_finished_response_read_before_its_last_records_are_stored_has_the_who
 ) -> None:
     # GIVEN a turn whose item the consumer has ended, but whose last token items are not written yet
     created, records = background_turn(service, ["You", " said:", " hi"])
-    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.turns.end_from_stream(records[-1], assistant_text(records))
     chat_table.put_records(records[:2])
     # WHEN it is read THEN its text is the whole reply
     read = body_of(call(service, "GET", f"/v1/responses/{created['id']}"))
@@ -335,7 +335,7 @@ def test_a_throttled_table_is_a_503_with_retry_after(
     def throttled(*args: Any, **kwargs: Any) -> str:
         raise Throttled("DynamoDB ThrottlingException")
 
-    monkeypatch.setattr(chat_table, "start_session", throttled)
+    monkeypatch.setattr(chat_table.turns, "start_first", throttled)
     response = call(service, "POST", "/v1/responses", {"model": MODEL, "input": "hi"})
     assert openai_error(response, 503)["code"] == "unavailable" and response.headers["Retry-After"] == "1"
 
@@ -436,7 +436,7 @@ def test_deltas_are_word_pieces_and_a_resume_after_any_number_is_exactly_the_res
     created, records = background_turn(
         service, ["You said:", " hi and", " more  words "], reasoning=["Let me think.", " Done"]
     )
-    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.turns.end_from_stream(records[-1], assistant_text(records))
     chat_table.put_records(records)
     url = f"/v1/responses/{created['id']}?stream=true"
     # WHEN its events are streamed whole (paced)
@@ -478,7 +478,7 @@ def test_a_resume_while_the_turn_goes_on_is_exact(service: RelayService, chat_ta
         if had[-1].get("delta") == " two":
             break
     # WHEN the rest of the turn is stored and the client resumes after its last event
-    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.turns.end_from_stream(records[-1], assistant_text(records))
     chat_table.put_records(records[2:])
     after = had[-1]["sequence_number"]
     rest = stream_events(call(service, "GET", f"/v1/responses/{created['id']}?stream=true&starting_after={after}"))
@@ -506,7 +506,7 @@ def test_a_resume_after_any_number_the_stream_sent_its_error_event_included_is_e
         state.handle_event(construct_type_unchecked(type_=ResponseStreamEvent, value=event))
 
     # WHEN the turn ends, and the client resumes after any number it received, the error's (its last) included
-    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.turns.end_from_stream(records[-1], assistant_text(records))
     chat_table.put_records(records[3:])
     whole = stream_events(call(service, "GET", url))
 
@@ -533,7 +533,7 @@ def streamed_completion(
         {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
     )
     records = turn_records(response.headers["X-Chatstream-Session-Id"], 1, words, error=error)
-    chat_table.complete_turn(records[-1], assistant_text(records))
+    chat_table.turns.end_from_stream(records[-1], assistant_text(records))
     chat_table.put_records(records)
     return [chunk.removeprefix("data: ").strip() for chunk in response.body if chunk.startswith("data: ")]
 
@@ -557,7 +557,7 @@ def completion_in(
     ``clock`` (each test its own session: the table is shared)."""
 
     def ask(session_id: str, clock: FakeClock) -> Response:
-        monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+        monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
         config = relay_config(table_name, MODEL_ID=MODEL)
         service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
         return call(
@@ -577,7 +577,10 @@ def test_a_chat_completion_waits_out_a_model_silent_longer_than_the_idle_reconne
     clock.at(1.0, lambda: chat_table.put_records(records[:1]))
     clock.at(
         90.0,
-        lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records[1:])),
+        lambda: (
+            chat_table.turns.end_from_stream(records[-1], assistant_text(records)),
+            chat_table.put_records(records[1:]),
+        ),
     )
 
     # WHEN a chat completion that is not streamed asks for it
@@ -643,7 +646,7 @@ def test_an_answer_not_streamed_comes_before_the_sdks_time_the_request_out(
     # GIVEN a turn that starts, then generates for longer than OpenAI's SDKs wait for an answer (600 s: then they
     # send the request again, twice, each a new generation), on a relay with all of its 900 s ahead
     session_id = f"8e1f2a3b4c5d6e7f8091a2b3c4d5e6{len(path):02x}"
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
     records = turn_records(session_id, 1, ["You said:", " hi"])
     clock = FakeClock(deadline_s=900.0)
     clock.at(1.0, lambda: chat_table.put_records(records[:2]))
@@ -670,7 +673,7 @@ def test_the_wait_of_an_answer_not_streamed_is_the_services_to_choose(
 ) -> None:
     # GIVEN a relay whose answers not streamed wait 30 s, and a turn that starts and goes on
     session_id = "9e1f2a3b4c5d6e7f8091a2b3c4d5e6f7"
-    monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+    monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
     records = turn_records(session_id, 1, ["You said:", " hi"])
     clock = FakeClock()
     clock.at(1.0, lambda: chat_table.put_records(records[:2]))
@@ -699,7 +702,11 @@ def test_a_chat_completion_whose_turn_failed_names_the_turn(chat_table: ChatTabl
     records = turn_records(session_id, 1, ["You"], error=error)
     clock = FakeClock()
     clock.at(
-        1.0, lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records))
+        1.0,
+        lambda: (
+            chat_table.turns.end_from_stream(records[-1], assistant_text(records)),
+            chat_table.put_records(records),
+        ),
     )
 
     # WHEN a chat completion that is not streamed asks for it
@@ -734,12 +741,15 @@ def test_a_response_not_streamed_whose_turn_failed_is_the_error_a_chat_completio
 
     def ask(path: str, body: dict[str, Any], session_id: str) -> Response:
         """``body`` asked at ``path`` without a stream, whose turn (in session ``session_id``) fails after a word."""
-        monkeypatch.setattr("chatstream.table.new_session_id", lambda: session_id)
+        monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
         records = turn_records(session_id, 1, ["You"], error=failure)
         clock = FakeClock()
         clock.at(
             1.0,
-            lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records)),
+            lambda: (
+                chat_table.turns.end_from_stream(records[-1], assistant_text(records)),
+                chat_table.put_records(records),
+            ),
         )
         config = relay_config(table_name, MODEL_ID=MODEL)
         service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
@@ -799,7 +809,11 @@ def test_a_continuation_not_streamed_whose_turn_failed_is_not_retried(
     write_turn(chat_table, session_id, 1, ["Hello"])
     records = turn_records(session_id, 2, ["You"], error=ErrorInfo("throttled", "slow down", True))
     clock.at(
-        1.0, lambda: (chat_table.complete_turn(records[-1], assistant_text(records)), chat_table.put_records(records))
+        1.0,
+        lambda: (
+            chat_table.turns.end_from_stream(records[-1], assistant_text(records)),
+            chat_table.put_records(records),
+        ),
     )
 
     # WHEN the continuation is asked for without a stream

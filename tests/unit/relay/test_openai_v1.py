@@ -324,7 +324,7 @@ def native_stream(*pieces: tuple[str, str]) -> list[str]:
 
 def spelt_as_response(chat_table: ChatTable, native: list[str]) -> list[dict[str, Any]]:
     """The Responses stream of a finished turn whose native stream is ``native``, each event checked by the SDK."""
-    session_id = chat_table.start_session("me", "hi")
+    session_id = chat_table.turns.start_first("me", "hi")
     write_turn(chat_table, session_id, 1, ["x"])
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None
@@ -345,7 +345,7 @@ def test_sequence_numbers_follow_from_the_records_so_every_resume_is_a_suffix(
     chat_table: ChatTable, stop_reason: StopReason, error: ErrorInfo | None, last: str
 ) -> None:
     # GIVEN a finished turn of three deltas
-    session_id = chat_table.start_session("me", "hi")
+    session_id = chat_table.turns.start_first("me", "hi")
     write_turn(chat_table, session_id, 1, ["a", " b", " c"], stop_reason=stop_reason, error=error)
     # WHEN its events are read whole
     whole = events_of(chat_table, session_id, -1)
@@ -373,7 +373,7 @@ def test_a_reply_cut_short_reads_as_cut_short_on_both_apis(
     chat_table: ChatTable, stop_reason: StopReason, finish: str, status: str
 ) -> None:
     # GIVEN a turn that ended for this reason
-    session_id = chat_table.start_session("me", "hi")
+    session_id = chat_table.turns.start_first("me", "hi")
     write_turn(chat_table, session_id, 1, ["a"], stop_reason=stop_reason)
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None
@@ -539,7 +539,7 @@ def test_a_reasoning_item_closed_before_the_reply_ended_stays_completed_whatever
     chat_table: ChatTable, stop_reason: StopReason, error: ErrorInfo | None, last: str
 ) -> None:
     # GIVEN a turn that reasoned, then replied, and ended so (cut at max_output_tokens, failed, or whole)
-    session_id = chat_table.start_session("me", "hi")
+    session_id = chat_table.turns.start_first("me", "hi")
     write_turn(chat_table, session_id, 1, ["Hi"], reasoning=["Think."], stop_reason=stop_reason, error=error)
     # WHEN its stream is read whole, and its object as GET /v1/responses/{id} builds it
     events = events_of(chat_table, session_id, -1)
@@ -575,7 +575,7 @@ def followed_as_response(table: ChatTable, session_id: str, after: int) -> list[
 def test_a_turn_the_reaper_ended_ends_its_v1_streams_as_its_error_record_would(chat_table: ChatTable) -> None:
     # GIVEN a turn whose generation died after some reasoning and a word, which the reaper ended: the turn item says
     # generation_failed, and no terminal record follows its records
-    session_id = chat_table.start_session("me", "hi")
+    session_id = chat_table.turns.start_first("me", "hi")
     chat_table.put_records(opening_records(session_id, 1, ["Hel"], reasoning=["Hmm."]))
     failed = FailedGeneration.from_destination_record(
         {"requestPayload": {"session_id": session_id, "turn": 1}, "responsePayload": {"errorType": "Runtime.Crash"}}
@@ -609,7 +609,7 @@ def test_a_turn_the_reaper_ended_ends_its_v1_streams_as_its_error_record_would(c
 
 def test_a_streams_own_failure_after_the_turn_failed_is_still_the_streams(chat_table: ChatTable) -> None:
     # GIVEN a turn that ended in error, and a stream whose own failure (a gap, say) comes without an id
-    session_id = chat_table.start_session("me", "hi")
+    session_id = chat_table.turns.start_first("me", "hi")
     write_turn(chat_table, session_id, 1, ["a"], error=ErrorInfo("model_error", "boom", False))
     gap = json_message({"code": "gap", "message": "event 2 of the turn is missing", "retryable": True}, event="error")
     turn = chat_table.get_turn(session_id, 1)
@@ -668,7 +668,7 @@ def longest_silence(timed: list[tuple[float, str]]) -> float:
 
 def reasoning_for_a_while(table: ChatTable, clock: FakeClock, records: int) -> str:
     """A turn in progress that reasons a record every 0.3 s (fake time), then replies and stops; its session."""
-    session_id = table.start_session("me", "hi")
+    session_id = table.turns.start_first("me", "hi")
     whole = turn_records(session_id, 1, ["Answer."], reasoning=[f" r{seq}" for seq in range(1, records + 1)])
     table.put_records(whole[:1])
     for record in whole[1:]:

@@ -27,7 +27,7 @@ OWNER = "arn:aws:iam::123456789012:user/alice"
 @pytest.fixture
 def session_id(chat_table: ChatTable) -> str:
     session_id = chat_table.create_session(OWNER)
-    assert chat_table.start_turn(session_id, OWNER, "hello") == 1
+    assert chat_table.turns.start_next(session_id, OWNER, "hello") == 1
     return session_id
 
 
@@ -287,10 +287,10 @@ def test_a_turn_no_generation_claimed_is_ended_at_the_start_timeout_so_the_error
     # AND the turn ended with it: stored, its session free for the next message
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.status is TurnStatus.ERROR and (turn.error or {})["code"] == "timeout"
-    assert chat_table.start_turn(session_id, OWNER, "again") == 2
+    assert chat_table.turns.start_next(session_id, OWNER, "again") == 2
     # AND the queued invocation, when it runs, finds the turn ended and generates nothing
     with pytest.raises(TurnFinished):
-        chat_table.claim_turn(session_id, 1, "late-request-id")
+        chat_table.turns.claim(session_id, 1, "late-request-id")
     # AND a client resuming it later gets the same ending
     again = read_stream(follow(chat_table, session_id, FakeClock()).events())
     assert [(event.event, event.id) for event in again.events] == [("error", "1")]
@@ -301,7 +301,7 @@ def test_an_ending_whose_session_update_failed_is_completed_by_the_next_try(
 ) -> None:
     # GIVEN a turn no generation claimed, and a table whose first session update after the turn's ending is throttled
     # (after the turn item was written)
-    free_session = chat_table.free_session
+    free_session = chat_table.turns.free_session
     refusals = [Throttled("DynamoDB ProvisionedThroughputExceededException")]
 
     def throttled_once(*args: Any, **kwargs: Any) -> None:
@@ -309,7 +309,7 @@ def test_an_ending_whose_session_update_failed_is_completed_by_the_next_try(
             raise refusals.pop()
         free_session(*args, **kwargs)
 
-    monkeypatch.setattr(chat_table, "free_session", throttled_once)
+    monkeypatch.setattr(chat_table.turns, "free_session", throttled_once)
     clock = FakeClock()
     # WHEN the request that started it follows it past the start timeout
     stream = read_stream(follow(chat_table, session_id, clock, ends_unstarted=True).events(), clock)
@@ -319,14 +319,14 @@ def test_an_ending_whose_session_update_failed_is_completed_by_the_next_try(
     assert [(event.event, event.id) for event in stream.events] == [("error", "1")]
     assert stream.events[0].json()["code"] == "timeout"
     assert [record.seq for record in chat_table.query_records(session_id, 1)] == [0, 1]
-    assert chat_table.start_turn(session_id, OWNER, "again") == 2
+    assert chat_table.turns.start_next(session_id, OWNER, "again") == 2
 
 
 def test_a_claimed_turn_slow_to_begin_is_followed_past_the_start_timeout(
     chat_table: ChatTable, session_id: str
 ) -> None:
     # GIVEN a turn a generation has claimed whose model sends its first delta only after 45 s
-    chat_table.claim_turn(session_id, 1, "request-1")
+    chat_table.turns.claim(session_id, 1, "request-1")
     records = turn_records(session_id, 1, ["late", " but", " here"])
     clock = FakeClock()
     clock.at(45.0, lambda: chat_table.put_records(records))
@@ -342,7 +342,7 @@ def test_a_claimed_turn_that_stays_silent_ends_the_stream_with_reconnect_not_an_
     chat_table: ChatTable, session_id: str
 ) -> None:
     # GIVEN a turn a generation has claimed that writes nothing
-    chat_table.claim_turn(session_id, 1, "request-1")
+    chat_table.turns.claim(session_id, 1, "request-1")
     clock = FakeClock()
     settings = replace(FAST, idle_reconnect_s=60, start_timeout_s=30)
     # WHEN a client follows it
@@ -490,7 +490,7 @@ def test_resuming_past_the_end_of_a_finished_turn_ends_at_once(chat_table: ChatT
 def test_a_terminal_record_behind_its_turn_item_is_waited_for(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn already completed in the table whose terminal token item shows up 3 s later
     records = turn_records(session_id, 1, ["a"])
-    chat_table.complete_turn(records[-1], "a")
+    chat_table.turns.end_from_stream(records[-1], "a")
     chat_table.put_records(records[:-1])
     clock = FakeClock()
     clock.at(3.0, lambda: chat_table.put_records(records[-1:]))
@@ -503,7 +503,7 @@ def test_a_terminal_record_behind_its_turn_item_is_waited_for(chat_table: ChatTa
 def test_a_terminal_record_that_never_shows_up_is_rebuilt_from_the_turn(chat_table: ChatTable, session_id: str) -> None:
     # GIVEN a turn completed as cancelled in the table whose terminal token item never arrives
     records = turn_records(session_id, 1, ["a"], stop_reason=StopReason.CANCELLED)
-    chat_table.complete_turn(records[-1], "a")
+    chat_table.turns.end_from_stream(records[-1], "a")
     chat_table.put_records(records[:-1])
     # WHEN a client follows it
     stream = read_stream(follow(chat_table, session_id, FakeClock()).events())

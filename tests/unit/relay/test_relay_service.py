@@ -322,7 +322,7 @@ def test_an_invoke_that_failed_but_reached_the_proxy_is_followed_not_ended(
 ) -> None:
     # GIVEN an invoke that timed out after Lambda had queued it, and the proxy claimed the turn meanwhile
     proxy.failure = ReadTimeoutError(endpoint_url="https://lambda.us-east-1.amazonaws.com")
-    proxy.accepted_anyway = lambda event: chat_table.claim_turn(event["session_id"], event["turn"], "proxy-request")
+    proxy.accepted_anyway = lambda event: chat_table.turns.claim(event["session_id"], event["turn"], "proxy-request")
     # WHEN a client starts a chat
     response = chat(service, "hello")
     session_id = meta_of(response)["session_id"]
@@ -343,7 +343,7 @@ def test_a_proxy_invocation_after_the_relay_ended_the_turn_generates_nothing(
     # WHEN Lambda delivers the invocation after all, and the proxy tries to claim the turn
     # THEN the turn has ended: the proxy must not generate
     with pytest.raises(TurnFinished):
-        chat_table.claim_turn(session_id, 1, "proxy-request")
+        chat_table.turns.claim(session_id, 1, "proxy-request")
 
 
 def test_a_resume_of_a_turn_whose_invoke_failed_replays_the_error(
@@ -510,7 +510,7 @@ def test_a_client_attaching_to_a_turn_that_waits_for_its_generation_does_not_end
 ) -> None:
     # GIVEN a turn whose generation waits in Lambda's queue (nothing claims it), which a request started and left
     session_id = chat_table.create_session(ALICE["userArn"])
-    assert chat_table.start_turn(session_id, ALICE["userArn"], "hello") == 1
+    assert chat_table.turns.start_next(session_id, ALICE["userArn"], "hello") == 1
     # WHEN another client attaches to its events past the start timeout
     stream = rest_of(service.handle(request("GET", f"/sessions/{session_id}/turns/1/events")), clock)
     # THEN its stream ends with reconnect (it resumes and waits on), and the turn still waits for its generation
@@ -625,7 +625,7 @@ def test_events_of_an_unknown_session_are_404_session_not_found(service: RelaySe
 def test_cancel_of_a_generating_turn_is_202_and_sets_the_flag(service: RelayService, chat_table: ChatTable) -> None:
     # GIVEN a turn a proxy invocation claimed and generates
     session_id = meta_of(chat(service, "hello"))["session_id"]
-    chat_table.claim_turn(session_id, 1, "proxy-request")
+    chat_table.turns.claim(session_id, 1, "proxy-request")
     # WHEN the client cancels it
     response = service.handle(request("POST", f"/sessions/{session_id}/turns/1/cancel"))
     # THEN 202 cancelling, and the flag the proxy checks is set; the turn is the generation's to end
@@ -851,7 +851,7 @@ def test_dynamodb_throttling_before_the_stream_is_503_with_retry_after(
     def throttled(owner: str, message: str, **options: object) -> str:
         raise Throttled("DynamoDB ThrottlingException")
 
-    monkeypatch.setattr(chat_table, "start_session", throttled)
+    monkeypatch.setattr(chat_table.turns, "start_first", throttled)
     # WHEN a client starts a chat THEN 503 unavailable with Retry-After, not a traceback
     response = chat(service, "hi")
     assert_error(response, 503, "unavailable")
@@ -865,7 +865,7 @@ def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
     def broken(owner: str, message: str, **options: object) -> str:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(chat_table, "start_session", broken)
+    monkeypatch.setattr(chat_table.turns, "start_first", broken)
     # WHEN a client starts a chat THEN a JSON 500 that does not leak the exception
     message = assert_error(chat(service, "hi"), 500, "internal_error")
     assert "secret" not in message

@@ -98,10 +98,24 @@ def events_url(session_id: str, turn: int) -> str:
     return f"/sessions/{session_id}/turns/{turn}/events"
 
 
-def end_unclaimed_turn(table: ChatTable, terminal: TokenRecord) -> bool:
-    """End a turn no generation has claimed with ``terminal`` (its stop or error record), in the write that claims it
-    for the relay, so that its proxy invocation, if it runs after all (it waited in Lambda's queue), finds the turn
-    ended and calls no model; then store the turn's start and ``terminal`` records for its followers.
+def end_unclaimed_turn(table: ChatTable, failure: TokenRecord) -> bool:
+    """End a turn no generation has claimed with ``failure`` (its error record: ``timeout``, ``proxy_unavailable``),
+    in the write that claims it for the relay (:meth:`~chatstream.table.turns.Turns.end_unclaimed`), so that its
+    proxy invocation, if it runs after all (it waited in Lambda's queue), finds the turn ended and calls no model;
+    then store the turn's start and ``failure`` records for its followers. Whether this ended the turn
+    (:func:`_end_for_the_relay`)."""
+    return _end_for_the_relay(table, failure, table.turns.end_unclaimed)
+
+
+def cancel_unclaimed_turn(table: ChatTable, stop: TokenRecord) -> bool:
+    """End a turn no generation has claimed as cancelled (``stop``: its ``cancelled`` stop record), as
+    :func:`end_unclaimed_turn` does (:meth:`~chatstream.table.turns.Turns.cancel_unclaimed`)."""
+    return _end_for_the_relay(table, stop, table.turns.cancel_unclaimed)
+
+
+def _end_for_the_relay(table: ChatTable, terminal: TokenRecord, transition: Callable[[TokenRecord], bool]) -> bool:
+    """End an unclaimed turn with ``terminal`` through ``transition`` (one of the turn's relay endings), then store
+    its start and terminal records.
 
     Whether this ended the turn: not when a generation had claimed it, or it had ended, first. The turn item is
     written first, as the consumer orders them, then the session is freed; a failure to store the records after
@@ -110,7 +124,7 @@ def end_unclaimed_turn(table: ChatTable, terminal: TokenRecord) -> bool:
     session update or records failed after its item was written) gets what that try may have left undone: its
     session freed and its records stored, from its item.
     """
-    if not table.complete_turn(terminal, "", claim=RELAY_CLAIM):
+    if not transition(terminal):
         _complete_relay_ending(table, terminal.session_id, terminal.turn, terminal.ts)
         return False
     _store_relay_records(table, terminal)
@@ -123,7 +137,7 @@ def _complete_relay_ending(table: ChatTable, session_id: str, turn_number: int, 
     turn = table.get_turn(session_id, turn_number, texts=False)
     if turn is None or not turn.finished or turn.generator != RELAY_CLAIM:
         return
-    table.free_session(session_id, turn_number)
+    table.turns.free_session(session_id, turn_number)
     if turn.status is TurnStatus.ERROR:
         terminal = TokenRecord.failure(session_id, turn_number, 1, turn_error(turn), now_ms)
     else:

@@ -52,6 +52,7 @@ from chatstream.relay.follow import (
     FollowSettings,
     FollowStats,
     StreamOutcome,
+    cancel_unclaimed_turn,
     end_unclaimed_turn,
     events_url,
     render,
@@ -289,13 +290,13 @@ class _Exchange:
         owner = self.owner()
         try:
             if session_id is None:
-                session_id = self.table.start_session(
+                session_id = self.table.turns.start_first(
                     owner, message, max_tokens=max_tokens, temperature=temperature, options=options
                 )
                 return session_id, 1
             session_id = _session_param(session_id, not_found_advice)
             # The table checks ownership in the same read that allocates the turn.
-            turn = self.table.start_turn(
+            turn = self.table.turns.start_next(
                 session_id,
                 owner,
                 message,
@@ -423,8 +424,8 @@ class _Exchange:
         """
         stop = TokenRecord.stop(session_id, turn, 1, StopReason.CANCELLED, Usage(0, 0), self.table.now_ms())
         # A turn that is not claimable (claimed, ended, or none) is left as it is: request_cancel tells which.
-        if not end_unclaimed_turn(self.table, stop):
-            self.table.request_cancel(session_id, turn)
+        if not cancel_unclaimed_turn(self.table, stop):
+            self.table.turns.request_cancel(session_id, turn)
             return False
         logger.info("cancelled before a generation started", extra={"session_id": session_id, "turn": turn})
         return True
