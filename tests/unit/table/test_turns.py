@@ -1,4 +1,5 @@
-"""ChatTable access layer against moto's DynamoDB, with the table built from template.yaml."""
+"""Turns in ChatTable (chatstream.table.turns): their reads and each transition's behaviour, against moto's DynamoDB,
+the table built from template.yaml. The transitions' table as a whole is walked in test_turn_machine.py."""
 
 from __future__ import annotations
 
@@ -19,14 +20,6 @@ if TYPE_CHECKING:
     from chatstream.table import ChatTable
 
 OWNER = "caller-a"
-
-
-def test_session_ids_are_unguessable(chat_table: ChatTable) -> None:
-    # WHEN two sessions are created
-    first, second = chat_table.create_session(OWNER), chat_table.create_session(OWNER)
-    # THEN each id carries 128 random bits (32 hex digits) and they differ
-    assert len(first) == len(second) == 32 and first != second
-    int(first, 16)
 
 
 def test_start_turn_allocates_consecutive_turns_one_at_a_time(chat_table: ChatTable) -> None:
@@ -199,26 +192,6 @@ def test_a_stale_turn_whose_item_is_gone_does_not_stop_the_session(chat_table: C
     clock[0] += 61_000
     assert chat_table.turns.start_next(session_id, OWNER, "retry", stale_after_ms=60_000) == 2
     assert [t.turn for t in chat_table.list_turns(session_id)] == [2]
-
-
-def test_records_are_idempotent_and_queried_in_seq_order(chat_table: ChatTable) -> None:
-    # GIVEN a turn's records written out of order, with duplicates (redelivery)
-    session_id = chat_table.create_session(OWNER)
-    records = turn_records(session_id, 1, ["a", "b", "c"])
-    chat_table.put_records([records[3], records[1], records[1]])
-    chat_table.put_records([records[0], records[2], records[4], records[3]])
-    # THEN each record is stored once, in seq order, and the text assembles exactly
-    assert [r.seq for r in chat_table.query_records(session_id, 1)] == [0, 1, 2, 3, 4]
-    assert [r.seq for r in chat_table.query_records(session_id, 1, after_seq=2)] == [3, 4]
-    assert chat_table.assemble_texts(session_id, 1) == ("abc", "")
-
-
-def test_more_than_one_batch_of_records(chat_table: ChatTable) -> None:
-    session_id = chat_table.create_session(OWNER)
-    records = turn_records(session_id, 1, [f" w{i}" for i in range(120)])
-    chat_table.put_records(records)
-    assert len(chat_table.query_records(session_id, 1)) == 122
-    assert chat_table.query_records(session_id, 2) == []
 
 
 def test_cancel_flag_and_finished_turns(chat_table: ChatTable) -> None:
@@ -395,19 +368,3 @@ def test_a_session_can_start_with_a_chosen_id_once(chat_table: ChatTable) -> Non
     with pytest.raises(ClientError) as raised:
         chat_table.turns.start_first(OWNER, "again", session_id=chosen)
     assert raised.value.response["Error"]["Code"] == "TransactionCanceledException"
-
-
-def test_deleting_a_session_removes_its_turns_and_records_only(chat_table: ChatTable) -> None:
-    # GIVEN two sessions, one with 30 token records (more than one batch of deletes)
-    doomed = chat_table.turns.start_first(OWNER, "hello")
-    kept = chat_table.turns.start_first(OWNER, "hello")
-    chat_table.put_records(turn_records(doomed, 1, ["w"] * 28))
-    chat_table.put_records(turn_records(kept, 1, ["k"]))
-    # WHEN one is deleted
-    deleted = chat_table.delete_session(doomed)
-    # THEN its session item, its turn and its 30 records are gone, and the other session is whole
-    assert deleted == 1 + 1 + 30
-    assert chat_table.get_session(doomed) is None and chat_table.list_turns(doomed) == []
-    assert chat_table.query_records(doomed, 1) == []
-    assert chat_table.get_session(kept) is not None and len(chat_table.query_records(kept, 1)) == 3
-    assert chat_table.delete_session(doomed) == 0
