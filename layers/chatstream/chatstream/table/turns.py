@@ -5,25 +5,8 @@ change is a named transition, listed in :data:`TRANSITIONS` with the statuses it
 end in, and made by the :class:`Turns` method of its name, in one conditional write whose condition is built from
 that table and nothing else (:func:`condition`): the allowed "from" statuses, and where the transition says so, no
 generation's claim yet (``generator`` absent) and not expired. Callers name the transition they mean; no other code
-writes a turn item's ``status``.
-
-======================  ===============================  ==============  ========  ==============================
-transition              from                             to              by        what for
-======================  ===============================  ==============  ========  ==============================
-``start_first``         (no turn)                        in_progress     relay     a new session's turn 1
-``start_next``          (no turn)                        in_progress     relay     the session's next turn
-``claim``               in_progress, unclaimed           in_progress     proxy     one generation per turn
-``request_cancel``      in_progress, unexpired           in_progress     relay     the flag a generation reads
-``cancel_unclaimed``    in_progress, unclaimed,          cancelled       relay     a cancel before any claim
-                        unexpired
-``end_unclaimed``       in_progress, unclaimed,          error           relay     ``proxy_unavailable``,
-                        unexpired                                                  the start ``timeout``
-``end_from_stream``     any                              complete,       consumer  the turn's terminal record
-                                                         cancelled,      (proxy)   (the proxy's when Kinesis
-                                                         error                     refused it)
-``end_presumed_lost``   in_progress                      error           reaper    ``generation_failed``
-``end_stale``           in_progress                      error           relay     taken over by the next turn
-======================  ===============================  ==============  ========  ==============================
+writes a turn item's ``status``. ARCHITECTURE.md ("A turn's lifecycle") draws the table, and
+``tests/unit/table/test_turn_machine.py`` holds the drawing and the code to it.
 
 An ending from the stream is allowed from any status: the token log is what happened, so a terminal record
 overrides an outcome a presumption wrote (the reaper's, a stale takeover's). Every other ending is allowed only
@@ -99,10 +82,15 @@ class Transition:
     frees_session: bool = False  # an ending after which the session may take its next turn
 
 
+# A new chat: the session and its turn 1, in one transaction.
 START_FIRST = Transition("start_first", NO_TURN, IN_PROGRESS, (Trigger.RELAY,))
+# The session's next turn, while none generates (or the one that does is stale: END_STALE).
 START_NEXT = Transition("start_next", NO_TURN, IN_PROGRESS, (Trigger.RELAY,))
+# One generation per turn: the first delivery of the proxy's event writes its request id.
 CLAIM = Transition("claim", IN_PROGRESS, IN_PROGRESS, (Trigger.PROXY,), unclaimed=True)
+# The cancel flag, which the generation reads between flushes.
 REQUEST_CANCEL = Transition("request_cancel", IN_PROGRESS, IN_PROGRESS, (Trigger.RELAY,), unexpired=True)
+# A cancel before any generation claimed the turn, claimed for the relay in the same write.
 CANCEL_UNCLAIMED = Transition(
     "cancel_unclaimed",
     IN_PROGRESS,
@@ -112,6 +100,7 @@ CANCEL_UNCLAIMED = Transition(
     unexpired=True,
     frees_session=True,
 )
+# proxy_unavailable (the relay's Invoke failed) or the follower's start timeout, claimed for the relay.
 END_UNCLAIMED = Transition(
     "end_unclaimed",
     IN_PROGRESS,
@@ -121,12 +110,15 @@ END_UNCLAIMED = Transition(
     unexpired=True,
     frees_session=True,
 )
+# The turn's terminal record (the proxy's own when Kinesis refused the reply): the token log overrides a presumption.
 END_FROM_STREAM = Transition(
     "end_from_stream", ANY_STATUS, ENDED, (Trigger.CONSUMER, Trigger.PROXY), frees_session=True
 )
+# generation_failed: the proxy invocation died without a terminal record.
 END_PRESUMED_LOST = Transition(
     "end_presumed_lost", IN_PROGRESS, frozenset({TurnStatus.ERROR}), (Trigger.REAPER,), frees_session=True
 )
+# timeout: the turn START_NEXT took over as stale (the session has moved on: it is not freed).
 END_STALE = Transition("end_stale", IN_PROGRESS, frozenset({TurnStatus.ERROR}), (Trigger.RELAY,))
 
 TRANSITIONS: tuple[Transition, ...] = (
