@@ -22,7 +22,16 @@ from chatstream.errors import ChatstreamError
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table.dynamodb import deser, ser
-from chatstream.table.turns import ANY_STATUS, START_FIRST, START_NEXT, TRANSITIONS, Transition, Trigger, Turns
+from chatstream.table.turns import (
+    ANY_STATUS,
+    START_FIRST,
+    START_NEXT,
+    TRANSITIONS,
+    Transition,
+    Trigger,
+    Turns,
+    condition,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -195,6 +204,33 @@ def test_a_transition_acts_exactly_from_its_from_states(
             assert freed == (changed or transition.sources == ANY_STATUS), f"{name} from {state}: freed={freed}"
         elif transition.sources:
             assert after["SESSION"] == before["SESSION"], f"{name} from {state} changed the session"
+
+
+def test_a_transition_from_several_statuses_acts_from_each_of_them_only(chat_table: ChatTable) -> None:
+    # GIVEN a transition allowed from two statuses (no transition of today's is: the condition is built for any)
+    transition = Transition(
+        "example", frozenset({TurnStatus.COMPLETE, TurnStatus.ERROR}), frozenset({TurnStatus.ERROR}), (Trigger.RELAY,)
+    )
+    expression, names, values = condition(transition, NOW_MS)
+    for number, status in enumerate(TurnStatus):
+        session_id = f"several-{number}"
+        given(chat_table, START_NEXT, State(status), session_id)
+        # WHEN a write on its condition is made on a turn in each status
+        try:
+            chat_table.client.update_item(
+                TableName=chat_table.table_name,
+                Key=ser({"pk": f"S#{session_id}", "sk": "T#000001"}),
+                UpdateExpression="SET updated_at = :now",
+                ConditionExpression=expression,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=ser({**values, ":now": NOW_MS}),
+            )
+            written = True
+        except ClientError as err:
+            assert err.response["Error"]["Code"] == "ConditionalCheckFailedException"
+            written = False
+        # THEN it is written exactly from those two
+        assert written == (status in transition.sources), status
 
 
 def test_every_transition_is_driven_and_is_a_method_of_turns() -> None:

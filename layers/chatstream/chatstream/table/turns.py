@@ -378,7 +378,8 @@ class Turns:
         Whether the turn item was written (not when there is none: expired, or a record replayed from the stream
         after its TTL; the session is freed all the same).
         """
-        return self._end(END_FROM_STREAM, record, _outcome(record, self.store.now_ms(), (assistant, reasoning)))
+        fields = _outcome(record, self.store.now_ms(), (assistant, reasoning))
+        return self._end(END_FROM_STREAM, record.session_id, record.turn, fields)
 
     def end_presumed_lost(self, failure: TokenRecord) -> bool:
         """End a turn whose generation is presumed lost without its terminal record (the reaper's
@@ -386,7 +387,8 @@ class Turns:
         record ended meanwhile keeps that outcome. Its texts are not stored in its item but read from its records, so
         records that reach the table after this write (a lagging consumer's, a redrive's) are part of its reply.
         Whether this ended it."""
-        return self._end(END_PRESUMED_LOST, failure, _outcome(failure, self.store.now_ms(), None))
+        fields = _outcome(failure, self.store.now_ms(), None)
+        return self._end(END_PRESUMED_LOST, failure.session_id, failure.turn, fields)
 
     def cancel_unclaimed(self, stop: TokenRecord) -> bool:
         """End a turn no generation has claimed as ``cancelled`` (``stop``: its ``cancelled`` stop record), in the
@@ -407,7 +409,7 @@ class Turns:
         that is gone or ended must never stop a session from going on, so a failure is logged, not raised."""
         fields = {"status": TurnStatus.ERROR, "error": STALE_ERROR.to_dict(), TEXTS_IN_RECORDS: True, "updated_at": now}
         try:
-            self._end(END_STALE, _TurnRef(session_id, turn), fields)
+            self._end(END_STALE, session_id, turn, fields)
         except (ClientError, BotoCoreError, Throttled) as err:
             logger.warning(
                 "could not end the stale turn taken over",
@@ -450,9 +452,9 @@ class Turns:
     def _end_unclaimed(self, transition: Transition, terminal: TokenRecord) -> bool:
         fields = _outcome(terminal, self.store.now_ms(), ("", ""))
         fields["generator"] = RELAY_CLAIM
-        return self._end(transition, terminal, fields)
+        return self._end(transition, terminal.session_id, terminal.turn, fields)
 
-    def _end(self, transition: Transition, ref: TokenRecord | _TurnRef, fields: dict[str, Any]) -> bool:
+    def _end(self, transition: Transition, session_id: str, turn: int, fields: dict[str, Any]) -> bool:
         """Every ending of a turn: its outcome (``fields``) written on ``transition``'s condition, then, if the
         transition frees it, the session freed. Whether the turn item was written: not when the condition failed (no
         such turn, or not in a state the transition starts from). An ending that any status allows fails only when
@@ -466,37 +468,37 @@ class Turns:
         # a complete turn carries no error, an errored one no stop_reason.
         cleared = [name for name in _OUTCOME_FIELDS if name not in fields]
         try:
-            self._write_outcome(transition, ref, fields, cleared)
+            self._write_outcome(transition, session_id, turn, fields, cleared)
             written = True
         except ClientError as err:
             if not condition_failed(err):
                 raise
             written = False
         if transition.frees_session and (written or transition.sources == ANY_STATUS):
-            self.free_session(ref.session_id, ref.turn)
+            self.free_session(session_id, turn)
         return written
 
     def _write_outcome(
-        self, transition: Transition, ref: TokenRecord | _TurnRef, fields: dict[str, Any], cleared: list[str]
+        self, transition: Transition, session_id: str, turn: int, fields: dict[str, Any], cleared: list[str]
     ) -> None:
         """Write a turn's outcome: with its texts, or, when they make the item larger than DynamoDB allows, without
         them, read from the turn's records instead (the consumer stores a turn's text records before it ends the
         turn)."""
         if fields.get(TEXTS_IN_RECORDS):
-            self._write(transition, ref.session_id, ref.turn, fields, [*cleared, *_TEXT_FIELDS])
+            self._write(transition, session_id, turn, fields, [*cleared, *_TEXT_FIELDS])
             return
         try:
-            self._write(transition, ref.session_id, ref.turn, fields, [*cleared, TEXTS_IN_RECORDS])
+            self._write(transition, session_id, turn, fields, [*cleared, TEXTS_IN_RECORDS])
         except ClientError as err:
             if not too_large(err):
                 raise
             logger.info(
                 "turn's texts too large for its item; read from its records",
-                extra={"session_id": ref.session_id, "turn": ref.turn},
+                extra={"session_id": session_id, "turn": turn},
             )
             fields = {name: value for name, value in fields.items() if name not in _TEXT_FIELDS}
             fields[TEXTS_IN_RECORDS] = True
-            self._write(transition, ref.session_id, ref.turn, fields, [*cleared, *_TEXT_FIELDS])
+            self._write(transition, session_id, turn, fields, [*cleared, *_TEXT_FIELDS])
 
     def _write(
         self,
@@ -510,7 +512,7 @@ class Turns:
         """The one write of an existing turn item: set ``fields``, remove ``removed`` (those of them not set), on
         ``transition``'s condition. The only place a turn's ``status`` changes."""
         if fields.get("status", TurnStatus.IN_PROGRESS) not in transition.dests:
-            raise ValueError(f"{transition.name} ends a turn {sorted(transition.dests)}, not {fields['status']}")
+            raise ValueError(f"{transition.name} makes a turn {sorted(transition.dests)}, not {fields.get('status')}")
         expression, names, values = condition(transition, self.store.now_ms())
         removed = [name for name in removed if name not in fields]
         return call(
@@ -564,14 +566,6 @@ class Turns:
             return turn
         assistant, reasoning = self.records.assemble_texts(session_id, turn.turn)
         return replace(turn, assistant=assistant, reasoning=reasoning or None)
-
-
-@dataclass(frozen=True)
-class _TurnRef:
-    """A turn's key, for an ending that has no record (:meth:`Turns.end_stale`)."""
-
-    session_id: str
-    turn: int
 
 
 def _outcome(record: TokenRecord, now_ms: int, texts: tuple[str, str] | None) -> dict[str, Any]:
