@@ -7,10 +7,12 @@ wrong shape reads as absent, so even a hand-made event gets an HTTP answer. The 
 (base64-decoded when ``isBase64Encoded``); a body that is not valid base64 is remembered as such and reported by
 whoever reads it.
 
-:class:`Router` holds routes declared once (a method, a path template where ``{name}`` matches one
-non-empty segment, and a handler). It matches ``rawPath`` against the templates and calls the handler
-with the request's context (whatever the router's user answers a request with) and the path's
-parameters, answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
+:class:`Router` holds routes declared once, at import (a method, a path template where ``{name}`` matches one
+non-empty segment, and a handler, a function): each area of the API declares its own on its own router, a decorator
+above each handler (:meth:`Router.get`, :meth:`Router.post`), and one router composes them
+(:meth:`Router.include_router`, with a prefix), as Powertools' event handler does. It matches ``rawPath`` against
+the templates and calls the handler with the request's context (whatever the router's user answers a request with)
+and the path's parameters, answering ``404 not_found`` for an unknown path and ``405 method_not_allowed`` with an
 ``Allow`` header for a known path with another method. An :class:`HttpError` a handler raises becomes
 its response. ``HEAD`` is answered wherever ``GET`` is, as ``GET`` would be but without the body (an uptime check's
 ``HEAD /``, ``curl -I``); a stream's body is never started, so a ``HEAD`` of a turn's events follows nothing.
@@ -30,7 +32,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 from urllib.parse import unquote_to_bytes
 
 if TYPE_CHECKING:
@@ -193,13 +195,16 @@ def sse_response(body: Iterable[str], stream: StreamInfo) -> Response:
 
 
 _C = TypeVar("_C")
+# An endpoint: the request's context (what the router's user answers a request with) and the path's parameters in,
+# the response out.
+Handler: TypeAlias = "Callable[[_C, Mapping[str, str]], Response]"
 
 
 @dataclass(frozen=True)
 class Route(Generic[_C]):
     method: str
     template: str
-    handler: Callable[[_C, Mapping[str, str]], Response]
+    handler: Handler[_C]
 
     def match(self, path: str) -> dict[str, str] | None:
         want = self.template.split("/")
@@ -238,11 +243,30 @@ def _native_error(request: Request, err: HttpError) -> Response:
     return err.response()
 
 
-@dataclass(frozen=True)
+@dataclass
 class Router(Generic[_C]):
-    routes: tuple[Route[_C], ...]
+    routes: tuple[Route[_C], ...] = ()
     # How the router's own errors (and a handler's HttpError) are answered; a path's API may have its own shape.
     render_error: Callable[[Request, HttpError], Response] = _native_error
+
+    def route(self, method: str, template: str) -> Callable[[Handler[_C]], Handler[_C]]:
+        """A decorator: the function below it answers ``method`` on ``template`` (it is returned as it is)."""
+
+        def register(handler: Handler[_C]) -> Handler[_C]:
+            self.routes = (*self.routes, Route(method, template, handler))
+            return handler
+
+        return register
+
+    def get(self, template: str) -> Callable[[Handler[_C]], Handler[_C]]:
+        return self.route("GET", template)
+
+    def post(self, template: str) -> Callable[[Handler[_C]], Handler[_C]]:
+        return self.route("POST", template)
+
+    def include_router(self, router: Router[_C], prefix: str = "") -> None:
+        """Serve ``router``'s routes too, after this one's, each template under ``prefix`` (``"/v1"``)."""
+        self.routes = (*self.routes, *(replace(route, template=prefix + route.template) for route in router.routes))
 
     def dispatch(self, request: Request, context: _C) -> Response:
         """The route's answer; to ``HEAD``, what ``GET`` would answer, without its body (RFC 9110, 9.3.2)."""
