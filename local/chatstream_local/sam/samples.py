@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import InvalidRecord
 from chatstream.records import TokenRecord, Usage, assistant_text, validate_session_id
-from chatstream.relay.service import ANONYMOUS_OWNER, session_owner
+from chatstream.relay.http import HttpError, Request
+from chatstream.relay.identity import ANONYMOUS_OWNER, identity_for
 from chatstream.status import StopReason
 
 if TYPE_CHECKING:
@@ -102,9 +103,10 @@ def _function_url_turns(event: Mapping[str, Any], auth_type: str) -> list[Seeded
     match = _SESSION_PATH.match(str(event.get("rawPath", "")))
     if match is None or not _valid_session(match["session"]):
         return []
-    authorizer = event["requestContext"].get("authorizer")
-    iam = authorizer.get("iam") if isinstance(authorizer, dict) else None
-    owner = session_owner(auth_type, iam if isinstance(iam, dict) else {}) or ANONYMOUS_OWNER
+    try:
+        owner = identity_for(auth_type).owner(Request.from_event(event))
+    except HttpError:  # the relay would answer 403; the session is seeded all the same
+        owner = ANONYMOUS_OWNER
     turn = int(match["turn"]) if match["turn"] else 1
     return [SeededTurn(match["session"], turn, True, owner)]
 

@@ -38,8 +38,8 @@ from chatstream.status import TurnStatus
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from chatstream.relay.exchange import Exchange
     from chatstream.relay.openai.requests import ChatCompletionRequest
-    from chatstream.relay.service import _Exchange
     from chatstream.table import Turn
 
 logger = logging.getLogger(__name__)
@@ -53,12 +53,12 @@ CANCEL_WAIT_S = 10.0  # how long a cancel waits for the turn to end before answe
 _CANCEL_POLL_S = 0.1
 
 
-def served_models(exchange: _Exchange) -> list[str]:
+def served_models(exchange: Exchange) -> list[str]:
     model_id = exchange.config.model_id
     return [model_id, MODEL_ALIAS] if model_id else []
 
 
-def _check_model(exchange: _Exchange, model: str) -> str:
+def _check_model(exchange: Exchange, model: str) -> str:
     """The deployment's model id, when ``model`` names it (or its alias); else ``404 model_not_found``."""
     served = served_models(exchange)
     if model not in served:
@@ -74,12 +74,12 @@ def _model_object(name: str) -> dict[str, Any]:
 
 
 @openai_api
-def list_models(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+def list_models(exchange: Exchange, params: Mapping[str, str]) -> Response:
     return json_response(200, {"object": "list", "data": [_model_object(name) for name in served_models(exchange)]})
 
 
 @openai_api
-def get_model(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+def get_model(exchange: Exchange, params: Mapping[str, str]) -> Response:
     _check_model(exchange, params["model"])
     return json_response(200, _model_object(params["model"]))
 
@@ -88,7 +88,7 @@ def get_model(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 
 @openai_api
-def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+def create_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
     request = parse_responses_request(
         exchange.request.body,
         **_body_limits(exchange),
@@ -134,7 +134,7 @@ def create_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 
 @openai_api
-def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+def get_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
     turn = _owned_response(exchange, params["response_id"])
     query = exchange.request.query
     stream = query.get("stream", "false")
@@ -150,7 +150,7 @@ def get_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 
 @openai_api
-def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+def cancel_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
     turn = _owned_response(exchange, params["response_id"])
     try:
         ended_now = exchange.cancel_turn(turn.session_id, turn.turn)
@@ -177,7 +177,7 @@ def cancel_response(exchange: _Exchange, params: Mapping[str, str]) -> Response:
 
 
 def _response_stream(
-    exchange: _Exchange,
+    exchange: Exchange,
     turn: Turn,
     after: int,
     headers: Mapping[str, str],
@@ -205,7 +205,7 @@ def _response_stream(
     return Response(200, {**SSE_HEADERS, **headers}, chain(events.prelude(), body), info)
 
 
-def _object(exchange: _Exchange, turn: Turn) -> dict[str, Any]:
+def _object(exchange: Exchange, turn: Turn) -> dict[str, Any]:
     """The response object of ``turn`` as stored now (its output from its records)."""
     records = exchange.table.query_records(turn.session_id, turn.turn)
     if turn.finished and not (records and records[-1].is_terminal):
@@ -220,7 +220,7 @@ def _object(exchange: _Exchange, turn: Turn) -> dict[str, Any]:
     return response_object(turn, exchange.config.model_id, output)
 
 
-def _previous(exchange: _Exchange, previous: str) -> str:
+def _previous(exchange: Exchange, previous: str) -> str:
     """The session a new response continues: ``previous`` must be the latest response of one of the caller's."""
     parsed = parse_response_id(previous)
     if parsed is None:
@@ -238,7 +238,7 @@ def _previous(exchange: _Exchange, previous: str) -> str:
     return session_id
 
 
-def _conversation_conflict(exchange: _Exchange, code: str, previous: str) -> OpenAIError:
+def _conversation_conflict(exchange: Exchange, code: str, previous: str) -> OpenAIError:
     """A continuation the conversation cannot take now (``409``), in the Responses API's words.
 
     ``turn_limit`` never clears, so OpenAI's SDKs, which retry every ``409`` unless told not to (``x-should-retry``),
@@ -258,7 +258,7 @@ def _conversation_conflict(exchange: _Exchange, code: str, previous: str) -> Ope
     return OpenAIError(409, code, message, "previous_response_id")
 
 
-def _owned_response(exchange: _Exchange, value: str) -> Turn:
+def _owned_response(exchange: Exchange, value: str) -> Turn:
     parsed = parse_response_id(value)
     if parsed is None:
         raise _response_not_found(value)
@@ -275,7 +275,7 @@ def _owned_response(exchange: _Exchange, value: str) -> Turn:
     return turn
 
 
-def _referenced_item(exchange: _Exchange, item_id: str, param: str) -> tuple[str, str] | None:
+def _referenced_item(exchange: Exchange, item_id: str, param: str) -> tuple[str, str] | None:
     """The (role, text) of the earlier output item an ``item_reference`` names, the caller's own; ``None`` for a
     reasoning item (the model is never sent reasoning back)."""
     parsed = parse_item_id(item_id)
@@ -305,7 +305,7 @@ def _response_not_found(value: str, param: str | None = None) -> OpenAIError:
 
 
 @openai_api
-def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Response:
+def create_chat_completion(exchange: Exchange, params: Mapping[str, str]) -> Response:
     request = parse_chat_completion_request(exchange.request.body, **_body_limits(exchange))
     model, pace = _check_model(exchange, request.model), _pace(exchange)
     session_id, turn_number = exchange.begin_turn(
@@ -317,7 +317,7 @@ def create_chat_completion(exchange: _Exchange, params: Mapping[str, str]) -> Re
 
 
 def _chat_completion(
-    exchange: _Exchange,
+    exchange: Exchange,
     request: ChatCompletionRequest,
     model: str,
     pace: bool | None,
@@ -412,7 +412,7 @@ def _sequence_number(value: str | None, name: str) -> int | None:
     return None if position is None else position.seq
 
 
-def _body_limits(exchange: _Exchange) -> dict[str, Any]:
+def _body_limits(exchange: Exchange) -> dict[str, Any]:
     """What a /v1 body parser needs of the deployment and the request besides the body."""
     return {
         "max_tokens_limit": exchange.config.max_tokens_limit,
@@ -420,7 +420,7 @@ def _body_limits(exchange: _Exchange) -> dict[str, Any]:
     }
 
 
-def _pace(exchange: _Exchange) -> bool | None:
+def _pace(exchange: Exchange) -> bool | None:
     """``?pace=``, checked before anything is started: a malformed value is refused whether or not the answer
     streams."""
     return parse_pace(exchange.request.query.get("pace"))
@@ -430,16 +430,16 @@ def _session_headers(session_id: str, turn: int) -> dict[str, str]:
     return {SESSION_HEADER: session_id, TURN_HEADER: str(turn)}
 
 
-def _turn(exchange: _Exchange, session_id: str, turn_number: int) -> Turn:
+def _turn(exchange: Exchange, session_id: str, turn_number: int) -> Turn:
     turn = exchange.table.get_turn(session_id, turn_number)
     if turn is None:
         raise _response_not_found(response_id(session_id, turn_number))
     return turn
 
 
-def _drain(exchange: _Exchange, session_id: str, turn_number: int) -> None:
+def _drain(exchange: Exchange, session_id: str, turn_number: int) -> None:
     """Follow the turn to its end, for an answer that is not streamed; or until its wait is over
-    (:data:`~chatstream.relay.service.NON_STREAMED_WAIT_S`, before OpenAI's SDKs time the request out and send it
+    (:data:`~chatstream.relay.exchange.NON_STREAMED_WAIT_S`, before OpenAI's SDKs time the request out and send it
     again) or the relay's time is."""
     follower = exchange.follower(
         session_id, turn_number, None, FollowStats(), pace=False, new_turn=True, to_the_end=True, ends_unstarted=True

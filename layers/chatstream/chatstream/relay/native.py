@@ -1,0 +1,180 @@
+"""The native endpoints (HTTP_API.md), declared on their own :data:`router`: health, the OpenAPI document, the page,
+``POST /chat``, a session's history, a turn's events and its cancel.
+
+``POST /chat`` allocates the turn (:meth:`~chatstream.relay.exchange.Exchange.begin_turn`), invokes ProxyFunction
+(:meth:`~chatstream.relay.exchange.Exchange.invoke_proxy`), and answers a stream: ``retry: 1000``, ``meta`` at once,
+then the turn as :class:`~chatstream.relay.follow.Follower` emits it. When the invoke fails and the turn was ended as
+an ``error`` (``proxy_unavailable``), the stream's ``meta`` is followed by that error.
+
+``POST …/cancel`` ends at once a turn no proxy invocation has claimed yet, ``cancelled``; a turn a generation claimed
+gets its cancel flag (:meth:`~chatstream.relay.exchange.Exchange.cancel_turn`): ``202 cancelling`` either way.
+
+The OpenAPI document and the page are imported by their first request, not at init: only their own requests need
+them (bench/README.md, "Where init goes").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chatstream.errors import TurnFinished, TurnNotFound
+from chatstream.proxy_event import GenerateRequest
+from chatstream.relay import sse
+from chatstream.relay.exchange import PROXY_UNAVAILABLE, Exchange
+from chatstream.relay.follow import FollowStats, StreamOutcome, events_url, render
+from chatstream.relay.http import HttpError, Response, Router, StreamInfo, StreamKind, json_response, sse_response
+from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
+from chatstream.status import TurnStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from chatstream.records import TokenRecord
+    from chatstream.relay.follow import Follower
+    from chatstream.table import Turn
+
+RETRY_MS = 1000
+# The advice of a POST /chat's 404 session_not_found: a path's session id (history, events, cancel) has no field to
+# omit, and its 404 gives none.
+OMIT_SESSION_ID = "omit session_id to start a new one"
+
+router: Router[Exchange] = Router()
+
+
+@router.get("/health")
+def health(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    return json_response(200, {"status": "ok"})
+
+
+@router.get("/openapi.json")
+def openapi(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    from chatstream.relay.openai.endpoints import served_models
+    from chatstream.relay.openapi import DOCUMENT
+
+    return DOCUMENT.response(exchange.config.max_tokens_limit, served_models(exchange))
+
+
+@router.get("/")
+def page(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    from chatstream.relay.page import SITE
+
+    return SITE.index()
+
+
+@router.get("/static/{name}")
+def asset(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    from chatstream.relay.page import SITE
+
+    return SITE.asset(params["name"])
+
+
+@router.get("/static/vendor/{name}")
+def vendor_asset(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    from chatstream.relay.page import SITE, VENDOR
+
+    return SITE.asset(f"{VENDOR}/{params['name']}")
+
+
+@router.post("/chat")
+def chat(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    pace = parse_pace(exchange.request.query.get("pace"))
+    chat = parse_chat_request(
+        exchange.request.body,
+        max_tokens_limit=exchange.config.max_tokens_limit,
+        valid_base64=exchange.request.body_is_valid_base64,
+    )
+    session_id, turn = exchange.begin_turn(
+        chat.session_id,
+        chat.message,
+        max_tokens=chat.max_tokens,
+        temperature=chat.temperature,
+        not_found_advice=OMIT_SESSION_ID,
+    )
+    request = GenerateRequest(session_id, turn)
+    failure = exchange.invoke_proxy(request)
+    stats = FollowStats()
+    info = StreamInfo(StreamKind.CHAT, session_id, turn, stats, exchange.started_at)
+    meta = sse.json_message(
+        {"session_id": session_id, "turn": turn, "events_url": events_url(session_id, turn)}, event="meta"
+    )
+    if failure is not None:
+        return sse_response(_failed_stream(meta, failure, stats), info)
+    follower = exchange.follower(session_id, turn, None, stats, pace, new_turn=True, ends_unstarted=True)
+    return sse_response(_stream(meta, follower), info)
+
+
+@router.get("/sessions/{session_id}")
+def history(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    session_id = exchange.owned(params).session_id
+    turns = [_turn_view(exchange, turn) for turn in exchange.table.list_turns(session_id)]
+    return json_response(200, {"session_id": session_id, "turns": turns})
+
+
+@router.get("/sessions/{session_id}/turns/{turn}/events")
+def events(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    header = parse_position(exchange.request.header("last-event-id"), "Last-Event-ID", header=True)
+    query = parse_position(exchange.request.query.get("after"), "after")
+    pace = parse_pace(exchange.request.query.get("pace"))
+    after = header if header is not None else query
+    owned = exchange.owned(params)
+    turn = exchange.table.get_turn(owned.session_id, owned.turn, texts=False)
+    if turn is None:
+        raise _turn_not_found(owned.session_id, owned.turn)
+    stats = FollowStats()
+    info = StreamInfo(StreamKind.EVENTS, owned.session_id, turn.turn, stats, exchange.started_at)
+    follower = exchange.follower(owned.session_id, turn.turn, after, stats, pace)
+    return sse_response(_stream(None, follower), info)
+
+
+@router.post("/sessions/{session_id}/turns/{turn}/cancel")
+def cancel(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    owned = exchange.owned(params)
+    session_id, turn = owned.session_id, owned.turn
+    try:
+        exchange.cancel_turn(session_id, turn)
+    except TurnNotFound:
+        raise _turn_not_found(session_id, turn) from None
+    except TurnFinished:
+        raise HttpError(
+            409, "turn_finished", f"turn {turn} of session {session_id} already ended; there is nothing to cancel"
+        ) from None
+    return json_response(202, {"session_id": session_id, "turn": turn, "status": "cancelling"})
+
+
+def _stream(meta: str | None, follower: Follower) -> Iterator[str]:
+    # The first chunk goes out at once: the prelude is sent with it, before any table read.
+    yield sse.retry(RETRY_MS) + (meta or "")
+    if meta is not None:
+        follower.stats.events_sent += 1
+    yield from follower.events()
+
+
+def _failed_stream(meta: str, failure: TokenRecord, stats: FollowStats) -> Iterator[str]:
+    yield sse.retry(RETRY_MS) + meta
+    stats.events_sent += 2
+    stats.outcome = StreamOutcome.ERROR
+    stats.error_code = PROXY_UNAVAILABLE
+    yield render(failure)
+
+
+def _turn_view(exchange: Exchange, turn: Turn) -> dict[str, Any]:
+    assistant, reasoning = turn.assistant, turn.reasoning
+    if turn.status is TurnStatus.IN_PROGRESS:
+        assistant, reasoning = exchange.table.assemble_texts(turn.session_id, turn.turn)
+    view: dict[str, Any] = {
+        "turn": turn.turn,
+        "status": turn.status,
+        "user": turn.user,
+        "assistant": assistant or "",
+        "stop_reason": turn.stop_reason,
+        "usage": dict(turn.usage) if turn.usage is not None else None,
+    }
+    if reasoning:
+        view["reasoning"] = reasoning  # apart from the reply; absent when the model showed none
+    if turn.error is not None:
+        view["error"] = dict(turn.error)
+    return view
+
+
+def _turn_not_found(session_id: str, turn: int) -> HttpError:
+    return HttpError(404, "turn_not_found", f"session {session_id} has no turn {turn}")
