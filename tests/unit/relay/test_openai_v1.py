@@ -12,7 +12,9 @@ from openai._models import construct_type_unchecked
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessage, ParsedChatCompletionMessage
-from openai.types.responses import ResponseStreamEvent
+from openai.types.chat.chat_completion import Choice
+from openai.types.responses import Response, ResponseOutputMessage, ResponseStreamEvent
+from openai.types.responses.response import IncompleteDetails
 
 from chatstream.generation import CONTEXT_LENGTH_EXCEEDED
 from chatstream.reaper import FailedGeneration, end_abandoned_turn
@@ -31,9 +33,19 @@ from chatstream.relay.openai.responses import (
     response_object,
     status_of,
 )
+from chatstream.relay.openai.status import (
+    FinishReason,
+    IncompleteReason,
+    ItemStatus,
+    ResponseStatus,
+    finish_reason,
+    incomplete_reason,
+    response_status,
+)
 from chatstream.relay.openai.turn_events import KeepAlive, Token, TurnEvent, kept_alive, turn_events
+from chatstream.relay.openapi import DOCUMENT_PATH
 from chatstream.relay.sse import json_message
-from chatstream.status import StopReason
+from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import HistoryMessage
 from tests.builders import opening_records, turn_records
 from tests.unit.relay.relay_support import FAST, FakeClock, write_turn
@@ -714,3 +726,41 @@ def test_a_v1_stream_that_sends_nothing_for_the_events_it_gets_still_sends_keep_
     # THEN a keep-alive comment goes out at least every 10 s and a piece's interval: the body is never idle longer
     assert [chunk for _, chunk in timed][-1] == "data: end\n\n"
     assert len(timed) >= 6 and longest_silence(timed) < 10 + 1
+
+
+def test_openais_statuses_and_stop_reasons_are_the_strings_the_openapi_document_gives() -> None:
+    # GIVEN the enums of the OpenAPI document's /v1 schemas
+    schemas = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))["components"]["schemas"]
+    response = schemas["ResponseObject"]["properties"]
+    finish = schemas["ChatCompletion"]["properties"]["choices"]["items"]["properties"]["finish_reason"]
+    # THEN each of OpenAI's vocabularies in chatstream/relay/openai/status.py is exactly one of them
+    assert sorted(ResponseStatus) == sorted(response["status"]["enum"])
+    assert sorted(IncompleteReason) == sorted(
+        response["incomplete_details"]["oneOf"][1]["properties"]["reason"]["enum"]
+    )
+    for item in ("OutputMessage", "OutputReasoning"):
+        assert sorted(ItemStatus) == sorted(schemas[item]["properties"]["status"]["enum"])
+    assert sorted(FinishReason) == sorted(finish["enum"])
+    # AND each is a value OpenAI's own SDK reads there
+    sdk = {
+        ResponseStatus: Response.model_fields["status"].annotation,
+        ItemStatus: ResponseOutputMessage.model_fields["status"].annotation,
+        IncompleteReason: IncompleteDetails.model_fields["reason"].annotation,
+        FinishReason: Choice.model_fields["finish_reason"].annotation,
+    }
+    for vocabulary, annotation in sdk.items():
+        assert set(vocabulary) <= _literal_values(annotation), vocabulary
+    # AND every turn reads as one of them: each status, with each stop reason (one Bedrock may add later included)
+    reasons = [*StopReason, StopReason("a_reason_added_later"), None]
+    assert {response_status(status, reason) for status in TurnStatus for reason in reasons} == set(ResponseStatus) - {
+        ResponseStatus.QUEUED
+    }
+    assert {finish_reason(reason) for reason in reasons} == set(FinishReason)
+    assert {incomplete_reason(reason) for reason in reasons} == set(IncompleteReason)
+
+
+def _literal_values(annotation: object) -> set[object]:
+    """The values of a ``Literal[...]`` annotation, or of an optional one."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return set(typing.get_args(annotation))
+    return {value for arg in typing.get_args(annotation) for value in _literal_values(arg)}

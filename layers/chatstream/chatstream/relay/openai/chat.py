@@ -16,8 +16,9 @@ extra fields). So a stream sends something while the model reasons: a proxy (Clo
 60 s) or undici's 300 s ``bodyTimeout`` would cut one that stays silent until the reply. A completion without
 reasoning has no such field, as OpenAI's own.
 
-``finish_reason``: ``stop`` (``end_turn``, ``stop_sequence``, ``cancelled``), ``length`` (``max_tokens``),
-``content_filter`` (``content_filtered``, ``guardrail_intervened``).
+``finish_reason`` (:func:`~chatstream.relay.openai.status.finish_reason`): ``stop`` (``end_turn``, ``stop_sequence``,
+``cancelled``), ``length`` (``max_tokens``, the model's context window), ``content_filter`` (``content_filtered``,
+``guardrail_intervened``).
 """
 
 from __future__ import annotations
@@ -27,26 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.relay import sse
 from chatstream.relay.openai.errors import error_type, failed_status
+from chatstream.relay.openai.status import FinishReason, finish_reason
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
-from chatstream.status import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
 
-_FINISH = {
-    StopReason.MAX_TOKENS: "length",
-    StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED: "length",  # cut short by the context window, as OpenAI says it
-    StopReason.CONTENT_FILTERED: "content_filter",
-    StopReason.GUARDRAIL_INTERVENED: "content_filter",
-}
+    from chatstream.status import StopReason
 
 
 def completion_id(session_id: str) -> str:
     return f"chatcmpl-{session_id}"
-
-
-def finish_reason(stop_reason: str | None) -> str:
-    return _FINISH.get(StopReason(stop_reason or StopReason.END_TURN), "stop")
 
 
 def usage_object(usage: Mapping[str, int] | None) -> dict[str, int]:
@@ -59,7 +51,7 @@ def completion_object(
     model: str,
     created: int,
     text: str,
-    stop_reason: str | None,
+    stop_reason: StopReason | None,
     usage: Mapping[str, int] | None,
     reasoning: str | None = None,
 ) -> dict[str, Any]:
@@ -133,7 +125,7 @@ class ChunkStream:
             "system_fingerprint": None,
         }
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+    def _chunk(self, delta: dict[str, Any], finish: FinishReason | None = None) -> str:
         chunk = {**self._base(), "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
         if self.include_usage:
             chunk["usage"] = None

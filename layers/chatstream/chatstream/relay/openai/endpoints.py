@@ -31,6 +31,7 @@ from chatstream.relay.openai.responses import (
     response_id,
     response_object,
 )
+from chatstream.relay.openai.status import ResponseStatus
 from chatstream.relay.openai.turn_events import kept_alive, turn_events
 from chatstream.relay.validation import parse_pace, parse_position
 from chatstream.status import TurnStatus
@@ -118,9 +119,8 @@ def create_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
                 exchange, turn, -1, headers, pace, new_turn=True, ends_unstarted=not request.background
             )
         if request.background:
-            return json_response(
-                200, response_object(turn, model, Output(session_id, turn_number), status="queued"), headers
-            )
+            queued = response_object(turn, model, Output(session_id, turn_number), status=ResponseStatus.QUEUED)
+            return json_response(200, queued, headers)
         _drain(exchange, session_id, turn_number)
         turn = _turn(exchange, session_id, turn_number)
         if turn.status is TurnStatus.ERROR:

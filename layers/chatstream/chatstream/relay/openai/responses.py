@@ -21,10 +21,10 @@ such a resume would skip). A turn that ended in error without a terminal record 
 is no such error: the follower rebuilds its ``error`` from the turn item, without an id, and the stream ends with
 ``response.failed`` as the record would end it (:meth:`ResponseStream._ended_with`).
 
-Statuses: a turn in progress is ``in_progress``; a complete one ``completed``, or ``incomplete`` when it stopped at
-``max_tokens`` or the model's context window (``incomplete_details.reason: max_output_tokens``) or was filtered
-(``content_filter``); a cancelled one ``cancelled`` (its stream ends with ``response.incomplete``); a failed one
-``failed``, with ``error``.
+Statuses (:mod:`chatstream.relay.openai.status`): a turn in progress is ``in_progress``; a complete one
+``completed``, or ``incomplete`` when it stopped at ``max_tokens`` or the model's context window
+(``incomplete_details.reason: max_output_tokens``) or was filtered (``content_filter``); a cancelled one
+``cancelled`` (its stream ends with ``response.incomplete``); a failed one ``failed``, with ``error``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from chatstream.records import SESSION_ID_PATTERN, ErrorInfo, RecordType
 from chatstream.relay import sse
 from chatstream.relay.follow import turn_error
 from chatstream.relay.openai.errors import error_type, failed_status
+from chatstream.relay.openai.status import ItemStatus, ResponseStatus, incomplete_reason, response_status
 from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
 from chatstream.relay.pace import Position, TextEvent, pieces
 from chatstream.status import StopReason, TurnStatus
@@ -54,10 +55,6 @@ if TYPE_CHECKING:
 # rest). invalid_prompt is the code a request the model refused takes (OpenRouter's Responses API docs, "Error
 # Handling", map invalid_prompt to 400, rate_limit_exceeded to 429 and server_error to 500+).
 _RESPONSE_ERROR_CODES = {400: "invalid_prompt", 429: "rate_limit_exceeded"}
-_FILTERED = frozenset({StopReason.CONTENT_FILTERED, StopReason.GUARDRAIL_INTERVENED})
-# Cut short by a token limit: the turn's max_tokens, or the model's context window (Claude's
-# model_context_window_exceeded); OpenAI reads both as max_output_tokens.
-_CUT_SHORT = frozenset({StopReason.MAX_TOKENS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED})
 
 
 def response_id(session_id: str, turn: int) -> str:
@@ -86,16 +83,8 @@ def parse_item_id(value: str) -> tuple[str, str, int] | None:
     return None if parsed is None else (kinds[prefix], *parsed)
 
 
-def status_of(turn: Turn) -> str:
-    if turn.status is TurnStatus.IN_PROGRESS:
-        return "in_progress"
-    if turn.status is TurnStatus.CANCELLED:
-        return "cancelled"
-    if turn.status is TurnStatus.ERROR:
-        return "failed"
-    if turn.stop_reason in _CUT_SHORT or turn.stop_reason in _FILTERED:
-        return "incomplete"
-    return "completed"
+def status_of(turn: Turn) -> ResponseStatus:
+    return response_status(turn.status, turn.stop_reason)
 
 
 # A run of records of one kind → (the output item's type, its id prefix, its content part's type).
@@ -109,9 +98,9 @@ class _Item:
     item_id: str
     text: str = ""
     done: bool = False
-    # "completed" once a later item closed it (its run of text ended before the reply did); None: it ends with the
+    # completed once a later item closed it (its run of text ended before the reply did); None: it ends with the
     # response, whose status decides its own (to_list)
-    status: str | None = None
+    status: ItemStatus | None = None
 
     def part(self, text: str | None = None) -> dict[str, Any]:
         _, _, part_type = _ITEMS[self.kind]
@@ -120,7 +109,7 @@ class _Item:
             part.update(annotations=[], logprobs=[])
         return part
 
-    def to_dict(self, status: str) -> dict[str, Any]:
+    def to_dict(self, status: ItemStatus) -> dict[str, Any]:
         item_type = _ITEMS[self.kind][0]
         content = [self.part()] if self.done or self.text else []
         if item_type == "message":
@@ -144,7 +133,7 @@ class Output:
             return None, None
         closed = self.close()
         if closed is not None:
-            closed.status = "completed"
+            closed.status = ItemStatus.COMPLETED
         prefix = _ITEMS[kind][1]
         index = len(self.items)
         opened = _Item(kind, index, f"{prefix}_{self.session_id}_{self.turn}_{index}", text)
@@ -157,12 +146,12 @@ class Output:
             current.done = True
         return current
 
-    def to_list(self, status: str) -> list[dict[str, Any]]:
+    def to_list(self, status: ResponseStatus) -> list[dict[str, Any]]:
         """The items as the response object shows them: an item still open is ``in_progress``, one a later item
         closed ``completed`` (as its ``response.output_item.done`` said), and the one the response's end closed
         ``completed`` or, when the response did not complete, ``incomplete``."""
-        last = "completed" if status == "completed" else "incomplete"
-        return [item.to_dict((item.status or last) if item.done else "in_progress") for item in self.items]
+        last = ItemStatus.COMPLETED if status is ResponseStatus.COMPLETED else ItemStatus.INCOMPLETE
+        return [item.to_dict((item.status or last) if item.done else ItemStatus.IN_PROGRESS) for item in self.items]
 
 
 def output_of(session_id: str, turn: int, records: Iterable[TokenRecord], *, finished: bool) -> Output:
@@ -175,11 +164,11 @@ def output_of(session_id: str, turn: int, records: Iterable[TokenRecord], *, fin
     return output
 
 
-def response_object(turn: Turn, model: str, output: Output, *, status: str | None = None) -> dict[str, Any]:
+def response_object(turn: Turn, model: str, output: Output, *, status: ResponseStatus | None = None) -> dict[str, Any]:
     """The response object of ``turn`` with its ``output`` so far."""
     status = status or status_of(turn)
     usage = None
-    if turn.usage is not None and status not in ("in_progress", "queued"):
+    if turn.usage is not None and status not in (ResponseStatus.IN_PROGRESS, ResponseStatus.QUEUED):
         input_tokens, output_tokens = int(turn.usage.get("input_tokens", 0)), int(turn.usage.get("output_tokens", 0))
         usage = {
             "input_tokens": input_tokens,
@@ -189,10 +178,10 @@ def response_object(turn: Turn, model: str, output: Output, *, status: str | Non
             "total_tokens": input_tokens + output_tokens,
         }
     incomplete = None
-    if status == "incomplete":
-        incomplete = {"reason": "content_filter" if turn.stop_reason in _FILTERED else "max_output_tokens"}
+    if status is ResponseStatus.INCOMPLETE:
+        incomplete = {"reason": incomplete_reason(turn.stop_reason)}
     error = None
-    if status == "failed":
+    if status is ResponseStatus.FAILED:
         detail = dict(turn.error or {})
         status_code = failed_status(str(detail.get("code") or "model_error"))
         message = str(detail.get("message") or "the generation failed")
@@ -234,7 +223,7 @@ def record_events(records: Iterable[TokenRecord]) -> Iterator[TurnEvent]:
             usage = record.usage
             yield Done(
                 record.seq,
-                str(record.stop_reason),
+                record.stop_reason or StopReason.END_TURN,  # a stop record always has one
                 usage.input_tokens if usage else 0,
                 usage.output_tokens if usage else 0,
             )
@@ -257,7 +246,8 @@ class ResponseStream:
 
     def prelude(self) -> Iterator[str]:
         turn = replace(self.turn, status=TurnStatus.IN_PROGRESS, assistant=None, usage=None, stop_reason=None)
-        snapshot = response_object(turn, self.model, Output(turn.session_id, turn.turn), status="in_progress")
+        output = Output(turn.session_id, turn.turn)
+        snapshot = response_object(turn, self.model, output, status=ResponseStatus.IN_PROGRESS)
         yield from self._event("response.created", {"response": snapshot})
         yield from self._event("response.in_progress", {"response": snapshot})
 
@@ -326,7 +316,7 @@ class ResponseStream:
         if closed is not None:
             yield from self._close(closed)
         if opened is not None:
-            item = replace(opened, text="").to_dict("in_progress")  # added empty: the deltas bring its text
+            item = replace(opened, text="").to_dict(ItemStatus.IN_PROGRESS)  # added empty: the deltas bring its text
             yield from self._event("response.output_item.added", {"output_index": opened.index, "item": item})
             part = opened.part("")
             yield from self._event("response.content_part.added", {**self._where(opened), "part": part})
@@ -339,7 +329,7 @@ class ResponseStream:
             payload["logprobs"] = []
         yield from self._event(kind, payload)
 
-    def _close(self, item: _Item, status: str = "completed") -> Iterator[str]:
+    def _close(self, item: _Item, status: ItemStatus = ItemStatus.COMPLETED) -> Iterator[str]:
         where = self._where(item)
         if item.kind == "token":
             yield from self._event("response.output_text.done", {**where, "text": item.text, "logprobs": []})
@@ -372,24 +362,25 @@ class ResponseStream:
             if not final.finished:
                 final = _failed_copy(final, event)
             self._output.close()
-            response = response_object(final, self.model, self._output, status="failed")
+            response = response_object(final, self.model, self._output, status=ResponseStatus.FAILED)
             yield from self._event("response.failed", {"response": response})
             return
         if not final.finished:  # rebuilt from a turn item that has not caught up: the record decides
-            final = replace(final, status=TurnStatus.COMPLETE, stop_reason=StopReason(event.stop_reason))
+            final = replace(final, status=TurnStatus.COMPLETE, stop_reason=event.stop_reason)
         status = status_of(final)
         if not self._output.items:  # a reply without text is still one (empty) message
             self._output.add("token", "")
             opened = self._output.items[-1]
             yield from self._event(
-                "response.output_item.added", {"output_index": 0, "item": opened.to_dict("in_progress")}
+                "response.output_item.added", {"output_index": 0, "item": opened.to_dict(ItemStatus.IN_PROGRESS)}
             )
             yield from self._event("response.content_part.added", {**self._where(opened), "part": opened.part("")})
         closing = self._output.close()
         assert closing is not None
-        yield from self._close(closing, "completed" if status == "completed" else "incomplete")
+        completed = status is ResponseStatus.COMPLETED
+        yield from self._close(closing, ItemStatus.COMPLETED if completed else ItemStatus.INCOMPLETE)
         response = response_object(final, self.model, self._output, status=status)
-        kind = "response.completed" if status == "completed" else "response.incomplete"
+        kind = "response.completed" if completed else "response.incomplete"
         yield from self._event(kind, {"response": response})
 
     def _where(self, item: _Item) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatstream.relay.sse import LINE_BREAK
+from chatstream.status import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +30,7 @@ class Done:
     """The turn's ``done`` (``seq`` None: rebuilt from the turn item)."""
 
     seq: int | None
-    stop_reason: str
+    stop_reason: StopReason
     input_tokens: int
     output_tokens: int
 
@@ -79,7 +80,7 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
             usage = data.get("usage") or {}
             yield Done(
                 seq,
-                str(data.get("stop_reason") or "end_turn"),
+                StopReason(str(data.get("stop_reason") or StopReason.END_TURN)),
                 int(usage.get("input_tokens", 0)),
                 int(usage.get("output_tokens", 0)),
             )
