@@ -27,7 +27,17 @@ from hypothesis import strategies as st
 from chatstream.errors import InvalidEvent, InvalidRecord
 from chatstream.generation import Generation, GenerationSettings
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import MAX_SEQ, MAX_TURN, ErrorInfo, RecordType, TokenRecord, Usage, assistant_text
+from chatstream.records import (
+    MAX_CALL_INDEX,
+    MAX_SEQ,
+    MAX_TURN,
+    ErrorInfo,
+    RecordType,
+    TokenRecord,
+    ToolCallRef,
+    Usage,
+    assistant_text,
+)
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import Turn
 
@@ -84,6 +94,20 @@ def valid_records() -> st.SearchStrategy[TokenRecord]:
     )
 
 
+def tool_use_records() -> st.SearchStrategy[TokenRecord]:
+    """Every tool_use record a producer can build (schema version 3): a call's argument text, or its end."""
+    calls = st.builds(
+        ToolCallRef, st.integers(0, MAX_CALL_INDEX), st.text(min_size=1, max_size=64), st.text(min_size=1, max_size=64)
+    )
+    turns, seqs = st.integers(1, MAX_TURN), st.integers(1, MAX_SEQ)
+    return st.one_of(
+        st.builds(TokenRecord.tool_use, SESSION_IDS, turns, seqs, calls, st.text(min_size=1, max_size=60), TIMESTAMPS),
+        st.builds(
+            TokenRecord.tool_use, SESSION_IDS, turns, seqs, calls, st.text(max_size=60), TIMESTAMPS, end=st.just(True)
+        ),
+    )
+
+
 def valid_events() -> st.SearchStrategy[dict[str, Any]]:
     """Every invocation event the relay can build."""
     return st.builds(GenerateRequest, SESSION_IDS, st.integers(1, 2**40)).map(GenerateRequest.to_event)
@@ -132,6 +156,41 @@ def assert_both_branches_ran(outcomes: Counter[str], accepted: str, refused: str
 @given(valid_records())
 def test_every_record_a_producer_builds_is_the_record_a_consumer_reads(record: TokenRecord) -> None:
     assert TokenRecord.decode(record.encode()) == record
+
+
+@settings(max_examples=200, deadline=None)
+@given(tool_use_records())
+def test_every_tool_use_record_a_producer_builds_is_the_record_a_consumer_reads(record: TokenRecord) -> None:
+    assert TokenRecord.decode(record.encode()) == record
+    assert json.loads(record.encode())["v"] == 3
+
+
+def test_almost_valid_tool_use_records_raise_only_invalid_record_and_valid_ones_round_trip() -> None:
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.one_of(
+            tool_use_records().map(TokenRecord.to_dict),
+            mutated(tool_use_records().map(TokenRecord.to_dict), (*RECORD_FIELDS, "call", "end")),
+        )
+    )
+    def check(raw: dict[str, Any]) -> None:
+        # GIVEN a tool_use record, valid or with one field wrong or missing (which may leave it valid)
+        try:
+            record = TokenRecord.decode(json.dumps(raw, allow_nan=True).encode())
+        except InvalidRecord:
+            outcomes["refused"] += 1
+            return
+        outcomes["decoded"] += 1
+        # THEN what decodes re-encodes to itself, and its call is what the object said
+        assert TokenRecord.decode(record.encode()).encode() == record.encode()
+        if record.type is RecordType.TOOL_USE:
+            assert record.call is not None and record.call.to_dict() == raw["call"]
+            assert record.end is (raw.get("end") is True)
+
+    check()
+    assert_both_branches_ran(outcomes, "decoded", "refused")
 
 
 def test_almost_valid_records_raise_only_invalid_record_and_valid_ones_round_trip() -> None:

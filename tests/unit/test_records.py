@@ -9,8 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatstream.errors import InvalidRecord
-from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
+from chatstream.records import (
+    ErrorInfo,
+    RecordType,
+    TokenRecord,
+    ToolCallRef,
+    Usage,
+    assistant_text,
+    reasoning_text,
+    tool_calls,
+)
 from chatstream.status import StopReason, TurnStatus
+from chatstream.tools import ToolCall
 from tests.builders import turn_records
 
 SESSION = "3f9c2a7e5b1d4c8e9f0a1b2c3d4e5f60"
@@ -47,7 +57,19 @@ def _valid() -> dict[str, object]:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ({"v": 3}, "schema version"),
+        ({"v": 4}, "schema version"),
+        ({"v": 2, "type": "tool_use", "call": {"index": 0, "id": "t1", "name": "f"}}, "schema version 3"),
+        ({"v": 3, "type": "tool_use"}, "carries"),
+        ({"v": 3, "type": "tool_use", "text": "", "call": {"index": 0, "id": "t1", "name": "f"}}, "empty only"),
+        ({"v": 3, "type": "tool_use", "call": {"index": -1, "id": "t1", "name": "f"}}, "call.index"),
+        ({"v": 3, "type": "tool_use", "call": {"index": 10_000, "id": "t1", "name": "f"}}, "call.index"),
+        ({"v": 3, "type": "tool_use", "call": {"index": 0, "id": "", "name": "f"}}, "call.id"),
+        ({"v": 3, "type": "tool_use", "call": {"index": 0, "id": "t1"}}, "call.name"),
+        ({"v": 3, "type": "tool_use", "call": [0, "t1", "f"]}, "call must be"),
+        ({"v": 3, "type": "tool_use", "call": {"index": 0, "id": "t1", "name": "f"}, "end": False}, "end must"),
+        ({"v": 3, "type": "tool_use", "call": {"index": 0, "id": "t1", "name": "f"}, "end": 1}, "end must"),
+        ({"end": True}, "only a tool_use"),
+        ({"call": {"index": 0, "id": "t1", "name": "f"}}, "carries"),
         ({"v": 1, "type": "reasoning"}, "schema version 2"),
         ({"v": 2, "type": "reasoning", "text": ""}, "non-empty"),
         ({"v": 2, "type": "reasoning", "text": None, "stop_reason": StopReason.END_TURN}, "carries"),
@@ -175,3 +197,81 @@ def test_reasoning_and_reply_are_spelled_apart() -> None:
     # THEN the reply holds only the deltas, the reasoning only the reasoning, each in seq order
     assert assistant_text(shuffled) == "Hello"
     assert reasoning_text(shuffled) == "think more"
+
+
+# ------------------------------------------------------------------------------- tool use (schema version 3)
+
+CALL = ToolCallRef(0, "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q", "top_song")
+
+
+def test_a_tool_use_record_is_schema_version_3_and_round_trips_byte_for_byte() -> None:
+    # GIVEN a call's first record and its end
+    first = TokenRecord.tool_use(SESSION, 1, 2, CALL, '{"sign": ', 7)
+    last = TokenRecord.tool_use(SESSION, 1, 3, CALL, '"WZPZ"}', 8, end=True)
+    # WHEN encoded THEN each is v 3, names its call, and the end is said only on the last
+    assert json.loads(first.encode()) == {
+        "v": 3,
+        "session_id": SESSION,
+        "turn": 1,
+        "seq": 2,
+        "type": "tool_use",
+        "ts": 7,
+        "text": '{"sign": ',
+        "call": {"index": 0, "id": "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q", "name": "top_song"},
+    }
+    assert json.loads(last.encode())["end"] is True
+    # THEN both decode to themselves and re-encode to the same bytes
+    for record in (first, last):
+        assert TokenRecord.decode(record.encode()) == record
+        assert TokenRecord.decode(record.encode()).encode() == record.encode()
+
+
+def test_records_older_readers_can_read_keep_their_versions_and_bytes() -> None:
+    # GIVEN a turn with reasoning, a reply and a tool call
+    records = [
+        TokenRecord.start(SESSION, 1, 1),
+        TokenRecord.reasoning(SESSION, 1, 1, "hm", 2),
+        TokenRecord.delta(SESSION, 1, 2, "Let me look.", 3),
+        TokenRecord.tool_use(SESSION, 1, 3, CALL, "{}", 4, end=True),
+        TokenRecord.stop(SESSION, 1, 4, StopReason.TOOL_USE, Usage(1, 2), 5),
+    ]
+    # THEN only the tool_use record needs version 3; the others are what versions 1 and 2 wrote, byte for byte
+    assert [json.loads(record.encode())["v"] for record in records] == [1, 2, 1, 3, 1]
+    assert records[2].encode() == (
+        b'{"v":1,"session_id":"' + SESSION.encode() + b'","turn":1,"seq":2,"type":"delta","ts":3,"text":"Let me look."}'
+    )
+    assert records[1].encode() == (
+        b'{"v":2,"session_id":"' + SESSION.encode() + b'","turn":1,"seq":1,"type":"reasoning","ts":2,"text":"hm"}'
+    )
+
+
+def test_a_reader_that_knows_only_version_2_rejects_a_tool_use_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the reader of the release before tool use (versions 1 and 2)
+    record = TokenRecord.tool_use(SESSION, 1, 2, CALL, "{}", 7, end=True)
+    monkeypatch.setattr("chatstream.records.SCHEMA_VERSIONS", frozenset({1, 2}))
+    # WHEN it decodes a tool_use record THEN it refuses it as a version it does not know (the consumer's DLQ)
+    with pytest.raises(InvalidRecord, match="unsupported schema version 3"):
+        TokenRecord.decode(record.encode())
+    # AND it still reads every record an older writer wrote
+    assert TokenRecord.decode(TokenRecord.reasoning(SESSION, 1, 1, "r", 1).encode()).text == "r"
+
+
+def test_tool_calls_are_assembled_by_index_from_records_in_any_order() -> None:
+    # GIVEN two parallel calls' records, interleaved with the reply, shuffled; the second call not ended
+    weather = ToolCallRef(1, "tooluse_b", "get_weather")
+    records = [
+        TokenRecord.delta(SESSION, 1, 1, "Checking.", 1),
+        TokenRecord.tool_use(SESSION, 1, 2, CALL, '{"sign":', 2),
+        TokenRecord.tool_use(SESSION, 1, 3, CALL, ' "WZPZ"}', 3),
+        TokenRecord.tool_use(SESSION, 1, 4, CALL, "", 4, end=True),
+        TokenRecord.tool_use(SESSION, 1, 5, weather, '{"city": "Pa', 5),
+    ]
+    shuffled = [records[4], records[2], records[0], records[3], records[1]]
+    # THEN the calls come in index order with their arguments in seq order; only the ended one is complete
+    assert tool_calls(shuffled) == [
+        ToolCall("tooluse_kZJMlvQmRJ6eAyJE5GIl7Q", "top_song", '{"sign": "WZPZ"}', complete=True),
+        ToolCall("tooluse_b", "get_weather", '{"city": "Pa', complete=False),
+    ]
+    # THEN neither the reply nor the reasoning holds a tool's arguments
+    assert assistant_text(shuffled) == "Checking." and reasoning_text(shuffled) == ""
+    assert tool_calls([]) == [] and tool_calls(records[:1]) == []

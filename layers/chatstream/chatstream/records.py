@@ -1,18 +1,25 @@
 """The token record: one JSON object per Kinesis record, the contract on the stream.
 
 Fields (ARCHITECTURE.md): ``v`` (schema version), ``session_id``, ``turn`` (from 1),
-``seq`` (from 0, contiguous within a turn), ``type`` (start, delta, reasoning, stop, error), ``text``
-(delta, reasoning), ``stop_reason`` (a :class:`~chatstream.status.StopReason`) and ``usage`` (stop), ``error``
-(error) and ``ts`` (producer time, epoch milliseconds). Readers order and de-duplicate by
-``(session_id, turn, seq)``; :func:`assistant_text` is the reply a turn's records spell, and
-:func:`reasoning_text` the reasoning the model showed before (or between) its words.
+``seq`` (from 0, contiguous within a turn), ``type`` (start, delta, reasoning, tool_use, stop, error), ``text``
+(delta, reasoning, tool_use), ``call`` and ``end`` (tool_use), ``stop_reason`` (a
+:class:`~chatstream.status.StopReason`) and ``usage`` (stop), ``error`` (error) and ``ts`` (producer time, epoch
+milliseconds). Readers order and de-duplicate by ``(session_id, turn, seq)``; :func:`assistant_text` is the reply a
+turn's records spell, :func:`reasoning_text` the reasoning the model showed before (or between) its words, and
+:func:`tool_calls` the tools it called.
 
 Schema versions: ``v`` is the lowest version a reader must know to read the record. Version 1 has start, delta,
-stop and error; version 2 adds ``reasoning`` (the model's reasoning text, never part of the reply). A record
-that version 1 can carry is written as ``v: 1``, so a turn without reasoning is byte for byte what it was; only
-reasoning records are ``v: 2``. A reader that knows only version 1 rejects them (``unsupported schema version``:
-the consumer sends them to its DLQ, from where a redrive after the upgrade writes them), and so never takes
-reasoning for the reply, which a field added to version 1 would have let it do.
+stop and error; version 2 adds ``reasoning`` (the model's reasoning text, never part of the reply); version 3 adds
+``tool_use`` (the arguments of one tool call, never part of the reply either). A record that version 1 can carry is
+written as ``v: 1``, so a turn without reasoning or tool calls is byte for byte what it was; only reasoning records
+are ``v: 2`` and only tool_use records ``v: 3``. A reader that does not know a record's version rejects it
+(``unsupported schema version``: the consumer sends it to its DLQ, from where a redrive after the upgrade writes it),
+and so never takes reasoning or a tool's arguments for the reply, which a field added to version 1 would have let it do.
+
+A ``tool_use`` record holds argument text of one call (``call``: its ``index`` among the message's tool calls, from 0,
+its ``id``, Bedrock's ``toolUseId``, and the tool's ``name``, on every record of the call, so a reader that starts
+inside a call knows it); ``end: true`` on the call's last record says its arguments are complete (that record's text
+may be empty: the end came after its last text was written).
 """
 
 from __future__ import annotations
@@ -25,14 +32,16 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import InvalidRecord
 from chatstream.status import StopReason, TurnStatus
+from chatstream.tools import ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-SCHEMA_VERSION = 2  # the newest version this module reads and writes
-SCHEMA_VERSIONS = frozenset({1, 2})
+SCHEMA_VERSION = 3  # the newest version this module reads and writes
+SCHEMA_VERSIONS = frozenset({1, 2, 3})
 MAX_TURN = 999_999
 MAX_SEQ = 99_999_999
+MAX_CALL_INDEX = 9_999  # tool calls in one message, counted from 0
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9_-]{1,128}\Z")  # \Z: "$" would also take a trailing newline
 
 
@@ -40,8 +49,13 @@ class RecordType(StrEnum):
     START = "start"
     DELTA = "delta"
     REASONING = "reasoning"  # schema version 2
+    TOOL_USE = "tool_use"  # schema version 3
     STOP = "stop"
     ERROR = "error"
+
+
+# The lowest schema version that can carry each record type (what ``v`` says on the wire).
+_VERSIONS = {RecordType.REASONING: 2, RecordType.TOOL_USE: 3}
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,30 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True)
+class ToolCallRef:
+    """The tool call a ``tool_use`` record belongs to: its ``index`` among the message's tool calls (from 0, in the
+    order the model made them: never Bedrock's content block index, which counts text and reasoning blocks too), its
+    ``id`` (Bedrock's ``toolUseId``) and the tool's ``name``."""
+
+    index: int
+    id: str
+    name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "id": self.id, "name": self.name}
+
+    @classmethod
+    def from_dict(cls, raw: object) -> ToolCallRef:
+        if not isinstance(raw, dict):
+            raise InvalidRecord("call must be an object")
+        return cls(
+            index=_non_negative_int(raw.get("index"), "call.index"),
+            id=_non_empty_str(raw.get("id"), "call.id"),
+            name=_non_empty_str(raw.get("name"), "call.name"),
+        )
+
+
+@dataclass(frozen=True)
 class TokenRecord:
     session_id: str
     turn: int
@@ -102,6 +140,8 @@ class TokenRecord:
     stop_reason: StopReason | None = None
     usage: Usage | None = None
     error: ErrorInfo | None = None
+    call: ToolCallRef | None = None  # tool_use: the call its text belongs to
+    end: bool = False  # tool_use: the call's last record (its arguments are complete)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -122,7 +162,7 @@ class TokenRecord:
     @property
     def version(self) -> int:
         """The lowest schema version that can carry this record (what ``v`` says on the wire)."""
-        return 2 if self.type is RecordType.REASONING else 1
+        return _VERSIONS.get(self.type, 1)
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -139,6 +179,10 @@ class TokenRecord:
         }
         if self.text is not None:
             out["text"] = self.text
+        if self.call is not None:
+            out["call"] = self.call.to_dict()
+        if self.end:
+            out["end"] = True
         if self.stop_reason is not None:
             out["stop_reason"] = self.stop_reason
         if self.usage is not None:
@@ -170,12 +214,17 @@ class TokenRecord:
             kind = RecordType(str(raw.get("type")))
         except ValueError as err:
             raise InvalidRecord(f"unknown record type {raw.get('type')!r}") from err
-        if kind is RecordType.REASONING and version < 2:
-            raise InvalidRecord(f"a reasoning record needs schema version 2, got {version!r}")
+        needed = _VERSIONS.get(kind, 1)
+        if version < needed:
+            raise InvalidRecord(f"a {kind.value} record needs schema version {needed}, got {version!r}")
         usage = raw.get("usage")
         error = raw.get("error")
         text = raw.get("text")
         stop_reason = raw.get("stop_reason")
+        call = raw.get("call")
+        end = "end" in raw
+        if end and raw["end"] is not True:
+            raise InvalidRecord("end must be true when present")
         return cls(
             session_id=_str(raw.get("session_id"), "session_id"),
             turn=_non_negative_int(raw.get("turn"), "turn"),
@@ -186,9 +235,11 @@ class TokenRecord:
             stop_reason=None if stop_reason is None else StopReason(_str(stop_reason, "stop_reason")),
             usage=None if usage is None else Usage.from_dict(usage),
             error=None if error is None else ErrorInfo.from_dict(error),
+            call=None if call is None else ToolCallRef.from_dict(call),
+            end=end,
         )
 
-    # Constructors for the five kinds, so producers never assemble invalid combinations.
+    # Constructors for the six kinds, so producers never assemble invalid combinations.
     @classmethod
     def start(cls, session_id: str, turn: int, ts: int) -> TokenRecord:
         return cls(session_id, turn, 0, RecordType.START, ts)
@@ -200,6 +251,13 @@ class TokenRecord:
     @classmethod
     def reasoning(cls, session_id: str, turn: int, seq: int, text: str, ts: int) -> TokenRecord:
         return cls(session_id, turn, seq, RecordType.REASONING, ts, text=text)
+
+    @classmethod
+    def tool_use(
+        cls, session_id: str, turn: int, seq: int, call: ToolCallRef, text: str, ts: int, *, end: bool = False
+    ) -> TokenRecord:
+        """Argument text of the tool call ``call``; ``end``: the call's last record."""
+        return cls(session_id, turn, seq, RecordType.TOOL_USE, ts, text=text, call=call, end=end)
 
     @classmethod
     def stop(cls, session_id: str, turn: int, seq: int, stop_reason: StopReason, usage: Usage, ts: int) -> TokenRecord:
@@ -218,6 +276,22 @@ def assistant_text(records: Iterable[TokenRecord]) -> str:
 def reasoning_text(records: Iterable[TokenRecord]) -> str:
     """The reasoning a turn's records spell: the texts of its reasoning records, in ``seq`` order."""
     return _joined(records, RecordType.REASONING)
+
+
+def tool_calls(records: Iterable[TokenRecord]) -> list[ToolCall]:
+    """The tool calls a turn's records spell, by their index: each call's id and name, and its arguments, the texts of
+    its ``tool_use`` records in ``seq`` order; complete once its ``end`` record is among them."""
+    parts = sorted((record for record in records if record.type is RecordType.TOOL_USE), key=lambda record: record.seq)
+    calls: dict[int, tuple[ToolCallRef, list[str], list[bool]]] = {}
+    for record in parts:
+        assert record.call is not None
+        ref, texts, ended = calls.setdefault(record.call.index, (record.call, [], [False]))
+        texts.append(record.text or "")
+        ended[0] = ended[0] or record.end
+    return [
+        ToolCall(ref.id, ref.name, "".join(texts), complete=ended[0])
+        for _index, (ref, texts, ended) in sorted(calls.items())
+    ]
 
 
 def _joined(records: Iterable[TokenRecord], kind: RecordType) -> str:
@@ -249,16 +323,33 @@ def _validate(record: TokenRecord) -> None:
         RecordType.START: set(),
         RecordType.DELTA: {"text"},
         RecordType.REASONING: {"text"},
+        RecordType.TOOL_USE: {"text", "call"},
         RecordType.STOP: {"stop_reason", "usage"},
         RecordType.ERROR: {"error"},
     }[record.type]
-    present = {name for name in ("text", "stop_reason", "usage", "error") if getattr(record, name) is not None}
+    present = {name for name in ("text", "stop_reason", "usage", "error", "call") if getattr(record, name) is not None}
     if present != expected:
         raise InvalidRecord(
             f"a {record.type.value} record carries {sorted(expected) or 'no payload'}, got {sorted(present)}"
         )
     if record.type in (RecordType.DELTA, RecordType.REASONING) and not record.text:
         raise InvalidRecord(f"a {record.type.value} record carries non-empty text")
+    if not isinstance(record.end, bool) or (record.end and record.type is not RecordType.TOOL_USE):
+        raise InvalidRecord("only a tool_use record ends a call (end)")
+    if record.type is RecordType.TOOL_USE:
+        _validate_tool_use(record)
+
+
+def _validate_tool_use(record: TokenRecord) -> None:
+    call = record.call
+    if not isinstance(call, ToolCallRef):
+        raise InvalidRecord("call must be a ToolCallRef")
+    if isinstance(call.index, bool) or not isinstance(call.index, int) or not 0 <= call.index <= MAX_CALL_INDEX:
+        raise InvalidRecord(f"call.index must be between 0 and {MAX_CALL_INDEX}")
+    if not (isinstance(call.id, str) and call.id and isinstance(call.name, str) and call.name):
+        raise InvalidRecord("call.id and call.name must be non-empty strings")
+    if not isinstance(record.text, str) or (not record.text and not record.end):
+        raise InvalidRecord("a tool_use record carries argument text (empty only on the call's end)")
 
 
 def _str(value: object, name: str) -> str:
