@@ -86,6 +86,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="ReasoningDeltas", unit=MetricUnit.Count, value=result.reasoning_deltas)
     if result.redacted_reasoning:
         metrics.add_metric(name="RedactedReasoningDeltas", unit=MetricUnit.Count, value=result.redacted_reasoning)
+    if result.tool_calls:
+        metrics.add_metric(name="ToolCalls", unit=MetricUnit.Count, value=result.tool_calls)
     metrics.add_metric(name="RecordsWritten", unit=MetricUnit.Count, value=result.records_written)
     metrics.add_metric(name="PutRecordsCalls", unit=MetricUnit.Count, value=result.put_calls)
     metrics.add_metric(name="KinesisThrottleRetries", unit=MetricUnit.Count, value=result.throttle_retries)
@@ -106,6 +108,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "deltas": result.deltas,
             "reasoning_deltas": result.reasoning_deltas,
             "redacted_reasoning": result.redacted_reasoning,
+            "tool_calls": result.tool_calls,
             "records": result.records_written,
             "ttft_ms": result.ttft_ms,
         },

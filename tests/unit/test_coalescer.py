@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from chatstream.coalescer import MAX_RECORD_CHARS, Coalescer, Step, WriterAction
-from chatstream.records import RecordType, TokenRecord
+from chatstream.records import RecordType, TokenRecord, ToolCallRef
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
@@ -130,3 +130,72 @@ def test_the_largest_record_fits_a_kinesis_record_and_a_table_item(chat_table: C
     assert len(record.encode()) + len(record.session_id) <= 1024 * 1024
     chat_table.put_records([record])
     assert chat_table.query_records(record.session_id, 1) == [record]
+
+
+# ------------------------------------------------------------------------------- tool calls
+
+FIRST = ToolCallRef(0, "tooluse_a", "get_weather")
+SECOND = ToolCallRef(1, "tooluse_b", "get_time")
+
+
+def test_a_tool_calls_arguments_coalesce_like_text_and_its_end_goes_out_at_once() -> None:
+    c = coalescer(max_chars=10)
+    c.append("Sure.")
+    assert c.next_step(0.0) == Step(WriterAction.WRITE_DELTA, "Sure.")
+    # WHEN a call's arguments arrive in pieces THEN the text before them is no company: they start a record of their own
+    assert c.append('{"ci', RecordType.TOOL_USE, FIRST) is True
+    assert c.append('ty": ', RecordType.TOOL_USE, FIRST) is False
+    # THEN they wait for the interval or the flush size, as text does
+    assert c.next_step(0.1).action is None
+    assert c.next_step(0.31) == Step(WriterAction.WRITE_DELTA, '{"city": ', kind=RecordType.TOOL_USE, call=FIRST)
+    # WHEN the rest comes and the model ends the call THEN the rest and the end are one record, written at once
+    c.append('"Paris"}', RecordType.TOOL_USE, FIRST)
+    assert c.end_call(FIRST) is True
+    step = c.next_step(0.32)
+    assert step == Step(WriterAction.WRITE_DELTA, '"Paris"}', kind=RecordType.TOOL_USE, call=FIRST, end=True)
+
+
+def test_an_end_after_the_calls_text_was_written_is_a_record_without_text() -> None:
+    c = coalescer()
+    c.append("{}", RecordType.TOOL_USE, FIRST)
+    assert c.next_step(0.0).text == "{}"
+    c.end_call(FIRST)
+    assert c.next_step(0.01) == Step(WriterAction.WRITE_DELTA, "", kind=RecordType.TOOL_USE, call=FIRST, end=True)
+    assert c.next_step(0.02).action is None
+
+
+def test_two_calls_never_share_a_record() -> None:
+    c = coalescer(max_chars=100)
+    c.append("x", RecordType.TOOL_USE, FIRST)
+    c.next_step(0.0)
+    # GIVEN the rest of the first call, its end and the second call's first arguments, all buffered
+    c.append('{"a": 1}', RecordType.TOOL_USE, FIRST)
+    c.end_call(FIRST)
+    c.append('{"b"', RecordType.TOOL_USE, SECOND)
+    # THEN the first call's record ends with its end, at once, and the second's arguments wait for their own record
+    first = c.next_step(0.01)
+    assert first == Step(WriterAction.WRITE_DELTA, '{"a": 1}', kind=RecordType.TOOL_USE, call=FIRST, end=True)
+    assert c.next_step(0.02).action is None
+    assert c.next_step(0.32) == Step(WriterAction.WRITE_DELTA, '{"b"', kind=RecordType.TOOL_USE, call=SECOND)
+
+
+def test_long_arguments_cost_no_more_records_than_the_same_text() -> None:
+    # GIVEN the same deltas once as the reply and once as a call's arguments, both after a first record
+    def records_for(kind: RecordType, call: ToolCallRef | None) -> int:
+        c = coalescer(max_chars=16)
+        c.append("first")
+        c.next_step(0.0)
+        steps = 0
+        now = 0.0
+        for index in range(200):
+            now += 0.01
+            c.append(f"piece{index:03d}", kind, call)
+            while c.next_step(now).action is WriterAction.WRITE_DELTA:
+                steps += 1
+        c.end()
+        while c.next_step(now).action is WriterAction.WRITE_DELTA:
+            steps += 1
+        return steps
+
+    # THEN the call takes exactly as many records as the text
+    assert records_for(RecordType.TOOL_USE, FIRST) == records_for(RecordType.DELTA, None) == 100

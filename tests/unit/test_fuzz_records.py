@@ -37,6 +37,7 @@ from chatstream.records import (
     ToolCallRef,
     Usage,
     assistant_text,
+    tool_calls,
 )
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import Turn
@@ -352,3 +353,99 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
     assert "".join(texts).startswith(written)
     if records[-1].type is RecordType.STOP:
         assert written == "".join(texts)
+
+
+# ------------------------------------------------------------------------------- the generation, with tool calls
+
+ARGUMENTS = st.sampled_from(["", "{}", '{"a": 1}', '{"city": "Paris"}', '{"s": "' + "x" * 300 + '"}', "[1]", '{"a":'])
+
+
+@st.composite
+def tool_use_streams(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]], bool]:
+    """A model stream with text and tool calls (their arguments cut anywhere, some not JSON objects), maybe with any
+    other events mixed in; the calls it makes (id, name, arguments) and whether it is only that."""
+    events: list[dict[str, Any]] = [{"messageStart": {"role": "assistant"}}]
+    calls: list[tuple[str, str, str]] = []
+    block = 0
+    if draw(st.booleans()):
+        words = draw(st.text(min_size=1, max_size=20))
+        events += [{"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": words}}}]
+        events += [{"contentBlockStop": {"contentBlockIndex": 0}}]
+        block = 1
+    for number in range(draw(st.integers(0, 4))):
+        tool_id, name, arguments = (
+            f"tooluse_{number}",
+            draw(st.sampled_from(["get_weather", "top_song"])),
+            draw(ARGUMENTS),
+        )
+        cuts = sorted(draw(st.lists(st.integers(0, len(arguments)), max_size=4)))
+        pieces = [arguments[a:b] for a, b in zip([0, *cuts], [*cuts, len(arguments)], strict=True)]
+        events.append(
+            {
+                "contentBlockStart": {
+                    "contentBlockIndex": block,
+                    "start": {"toolUse": {"toolUseId": tool_id, "name": name}},
+                }
+            }
+        )
+        events += [
+            {"contentBlockDelta": {"contentBlockIndex": block, "delta": {"toolUse": {"input": p}}}} for p in pieces
+        ]
+        events.append({"contentBlockStop": {"contentBlockIndex": block}})
+        calls.append((tool_id, name, arguments))
+        block += 1
+    events.append({"messageStop": {"stopReason": "tool_use" if calls else "end_turn"}})
+    clean = draw(st.booleans())
+    if not clean:
+        for junk in draw(st.lists(CONVERSE_EVENTS, min_size=1, max_size=3)):
+            events.insert(draw(st.integers(0, len(events))), junk)
+    return events, calls, clean
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tool_use_streams(), st.booleans())
+def test_a_generation_with_tool_calls_ends_with_one_terminal_record_and_exact_calls(
+    stream: tuple[list[dict[str, Any]], list[tuple[str, str, str]], bool], fail: bool
+) -> None:
+    events, calls, clean = stream
+    # GIVEN a model stream with tool calls (maybe malformed, maybe mixed with anything), maybe failing at its end
+    writer = _Writer()
+    generation = Generation(
+        turn=Turn("s1", 1, "hello", TurnStatus.IN_PROGRESS),
+        bedrock=_Bedrock(events, fail),  # type: ignore[arg-type]
+        writer=writer,  # type: ignore[arg-type]
+        table=_Table(),  # type: ignore[arg-type]
+        settings=GenerationSettings(model_id="local", flush_interval_ms=0),
+    )
+    # WHEN the generation runs
+    result = generation.run()
+    # THEN start, then records with contiguous seq, then exactly one terminal record, last; each one readable
+    records = writer.records
+    assert [record.seq for record in records] == list(range(len(records)))
+    assert records[0].type is RecordType.START and result.terminal == records[-1]
+    assert [record.is_terminal for record in records].count(True) == 1 and records[-1].is_terminal
+    assert [TokenRecord.decode(record.encode()) for record in records] == records
+    # THEN the calls are numbered from 0 in order, each record of one call only, and no call ends twice
+    indexes = [record.call.index for record in records if record.call is not None]
+    assert indexes == sorted(indexes) and set(indexes) == set(range(len(set(indexes))))
+    assert all(sum(1 for r in records if r.end and r.call == c.call) <= 1 for c in records if c.call is not None)
+    # THEN a clean stream's calls are exactly the model's, "{}" for none, or the turn ended naming the bad one
+    written = tool_calls(records)
+    if clean and not fail:
+        if all(not arguments or _json_object(arguments) for _, _, arguments in calls):
+            assert records[-1].type is RecordType.STOP
+            assert [(c.id, c.name, c.arguments, c.complete) for c in written] == [
+                (tool_id, name, arguments or "{}", True) for tool_id, name, arguments in calls
+            ]
+        else:
+            assert records[-1].error is not None and records[-1].error.code == "malformed_tool_use"
+            assert not written[-1].complete
+    # THEN every complete call's arguments are a JSON object
+    assert all(_json_object(call.arguments) for call in written if call.complete)

@@ -325,7 +325,7 @@ def test_a_failure_after_the_turn_records_keeps_the_terminal_item_out_of_the_tab
     # GIVEN completing the turn item is throttled
     session_id, turn = new_turn(chat_table)
 
-    def throttled_complete(record: TokenRecord, assistant: str, *, reasoning: str = "") -> None:
+    def throttled_complete(record: TokenRecord, assistant: str, **texts: object) -> None:
         raise Throttled("DynamoDB ThrottlingException")
 
     monkeypatch.setattr(chat_table.turns, "end_from_stream", throttled_complete)

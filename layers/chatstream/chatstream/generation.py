@@ -25,10 +25,22 @@ Reasoning (``contentBlockDelta.delta.reasoningContent``): its ``text`` deltas be
 coalesced like the reply's deltas but never in the same record. Its ``signature`` and ``redactedContent``
 deltas are counted and dropped: they matter only to a request that sends the reasoning block back to the
 model, which :func:`build_messages` never does (see its docstring), and redacted reasoning is never text.
+
+Tool use: the turn's tools and tool choice go to the model as ``toolConfig`` (:func:`tool_config`, which also says
+how ``none`` is sent). A ``contentBlockStart`` with ``start.toolUse`` opens a call, numbered from 0 among the message's
+calls in the order they start (Bedrock's ``contentBlockIndex`` counts every block, text and reasoning too, so it only
+tells which call a later event belongs to); its ``contentBlockDelta``s' ``delta.toolUse.input`` (partial JSON text)
+become ``tool_use`` records, coalesced like the reply's text but never in a record with anything else; its
+``contentBlockStop`` ends the call, and the call's end is written at once. A call that ends with no arguments gets
+``{}``; one whose arguments are not a JSON object, a delta for no open call, a start without its id or name, or
+Bedrock's stop reason ``malformed_tool_use``, end the turn with the error ``malformed_tool_use`` (never a crash). The
+earlier turns' calls and the results the client sent for them go back to the model as ``toolUse`` and ``toolResult``
+blocks (:func:`build_messages`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -44,12 +56,23 @@ from urllib3.exceptions import ReadTimeoutError as StreamReadTimeout
 from chatstream.backoff import Backoff
 from chatstream.coalescer import Coalescer, Step, WriterAction
 from chatstream.errors import Throttled, TurnNotFound
-from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
+from chatstream.records import (
+    MAX_CALL_INDEX,
+    ErrorInfo,
+    RecordType,
+    TokenRecord,
+    ToolCallRef,
+    Usage,
+    assistant_text,
+    reasoning_text,
+    tool_calls,
+)
 from chatstream.status import StopReason, TurnStatus
 from chatstream.text import is_blank
+from chatstream.tools import ToolCall, ToolChoiceMode, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from mypy_boto3_bedrock_runtime import BedrockRuntimeClient
 
@@ -57,6 +80,7 @@ if TYPE_CHECKING:
     from chatstream.kinesis import TokenStreamWriter
     from chatstream.proxy_event import GenerateRequest
     from chatstream.table import ChatTable, Turn
+    from chatstream.turn_options import HistoryMessage, TurnOptions
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +123,10 @@ REQUEST_ERRORS = frozenset({"invalid_request", CONTEXT_LENGTH_EXCEEDED})
 
 # Turns whose text goes back to the model as history.
 _REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})
+
+MALFORMED_TOOL_USE = "malformed_tool_use"  # the error of a turn whose tool call the model got wrong
+# The system text of a request that may call no tool but must still declare tools (tool_config).
+NO_TOOL_INSTRUCTION = "Do not call any tool in this reply: answer in text."
 
 
 @dataclass(frozen=True)
@@ -143,8 +171,9 @@ class GenerationResult:
     """What happened, for logs and metrics."""
 
     terminal: TokenRecord
-    deltas: int = 0  # text and reasoning deltas
+    deltas: int = 0  # text, reasoning and tool call argument deltas
     reasoning_deltas: int = 0
+    tool_calls: int = 0
     redacted_reasoning: int = 0  # redactedContent deltas (dropped)
     records_written: int = 0
     put_calls: int = 0
@@ -203,36 +232,136 @@ def turn_to_generate(table: ChatTable, request: GenerateRequest, generator: str)
 
 
 def build_messages(table: ChatTable, current: Turn) -> list[dict[str, Any]]:
-    """The Converse ``messages``: earlier turns that produced text, then the turn's user message; each turn preceded by
-    the history the client sent with it (``TurnOptions.history``), kept even when that turn produced nothing.
+    """The Converse ``messages``: earlier turns that produced text or tool calls, then the turn's user message; each
+    turn preceded by the history the client sent with it (``TurnOptions.history``), kept even when that turn produced
+    nothing.
+
+    A turn's user message holds the tool results it carried (``toolResult`` blocks, first, as Bedrock wants them), then
+    its text; its reply holds its text, then its complete tool calls (``toolUse`` blocks). Bedrock refuses a
+    ``toolUse`` not answered in the next user message and a ``toolResult`` answering nothing in the message before
+    (:func:`_paired` keeps only the blocks that pair up, so one turn that went wrong never fails every later one);
+    the turn's own results are sent as they came, and a result that answers no call is Bedrock's to refuse.
 
     An earlier turn's reasoning is not sent back, only its reply. Bedrock requires a signed reasoning block
     (``reasoningContent.reasoningText`` with its ``signature``, or ``redactedContent``) to come back unchanged
     only within one tool-use cycle (the assistant message that asked for a tool, answered by the next user
-    message); this product uses no tools, so each turn ends with a plain reply, and Claude's extended thinking
-    ignores the thinking blocks of earlier turns anyway (Bedrock's "Extended thinking" guide). Leaving them out
-    keeps the prompt, and its input tokens, the same as without reasoning.
+    message); the proxy keeps no signatures, so a reasoning model's tool use works without extended thinking only
+    (ARCHITECTURE.md, "Reasoning"), and Claude's extended thinking ignores the thinking blocks of earlier turns
+    anyway (Bedrock's "Extended thinking" guide). Leaving them out keeps the prompt, and its input tokens, the same as
+    without reasoning.
     """
-    messages: list[dict[str, Any]] = []
+    exchanges: list[_Exchange] = []
     earlier = table.list_turns(current.session_id) if current.turn > 1 else []  # turn 1 has no history
     for turn in earlier:
         if turn.turn >= current.turn:
             break
         # The history a client sent with a turn (a response's input items) stays, whatever became of the turn: it
         # alternates and ends with the assistant. The turn's own message goes only with its reply: a failed turn, or
-        # one that ended without text, leaves both out. So does a reply of whitespace alone (a stop sequence or a
-        # max_tokens right after a model's opening newline): Bedrock refuses a blank text block, on every later turn.
-        messages += _sent_history(turn)
-        if turn.status in _REPLAYED_STATUSES and turn.assistant and not is_blank(turn.assistant):
-            messages.append({"role": "user", "content": [{"text": turn.user}]})
-            messages.append({"role": "assistant", "content": [{"text": turn.assistant}]})
-    messages += _sent_history(current)
-    messages.append({"role": "user", "content": [{"text": current.user}]})
+        # one that ended without text or a call, leaves both out. So does a reply of whitespace alone (a stop sequence
+        # or a max_tokens right after a model's opening newline): Bedrock refuses a blank text block, on every later
+        # turn.
+        exchanges += _sent_history(turn)
+        reply = _assistant_content(turn.assistant or "", turn.tool_calls)
+        if turn.status in _REPLAYED_STATUSES and reply:
+            exchanges.append(_Exchange(_user_content(turn.user, turn.options.tool_results), reply))
+    exchanges += _sent_history(current)
+    last = _user_content(current.user, current.options.tool_results)
+    messages: list[dict[str, Any]] = []
+    for exchange in _paired(exchanges, last):
+        messages.append({"role": "user", "content": exchange.user})
+        messages.append({"role": "assistant", "content": exchange.assistant})
+    messages.append({"role": "user", "content": last})
     return messages
 
 
-def _sent_history(turn: Turn) -> list[dict[str, Any]]:
-    return [{"role": message.role, "content": [{"text": message.text}]} for message in turn.options.history]
+@dataclass(frozen=True)
+class _Exchange:
+    """A user message and the assistant's answer, as Converse content blocks."""
+
+    user: list[dict[str, Any]]
+    assistant: list[dict[str, Any]]
+
+
+def _user_content(text: str, results: Sequence[ToolResult]) -> list[dict[str, Any]]:
+    blocks = [result.to_converse() for result in results]
+    return blocks + ([{"text": text}] if not is_blank(text) else [])
+
+
+def _assistant_content(text: str, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    blocks = [{"text": text}] if not is_blank(text) else []
+    return blocks + [block for block in (call.to_converse() for call in calls) if block is not None]
+
+
+def _sent_history(turn: Turn) -> list[_Exchange]:
+    history = turn.options.history
+    return [
+        _Exchange(_history_content(user), _history_content(reply))
+        for user, reply in zip(history[::2], history[1::2], strict=True)
+    ]
+
+
+def _history_content(message: HistoryMessage) -> list[dict[str, Any]]:
+    if message.role == "user":
+        return _user_content(message.text, message.tool_results)
+    return _assistant_content(message.text, message.tool_calls)
+
+
+def _ids(blocks: Sequence[Mapping[str, Any]], kind: str) -> set[str]:
+    return {str(block[kind]["toolUseId"]) for block in blocks if kind in block}
+
+
+def _paired(exchanges: list[_Exchange], last: list[dict[str, Any]]) -> list[_Exchange]:
+    """The exchanges with only the tool blocks Bedrock accepts: a ``toolUse`` answered by a ``toolResult`` in the next
+    user message (``last`` after the final exchange), a ``toolResult`` answering a ``toolUse`` of the assistant message
+    before it; an exchange left without a user message or a reply goes (and the blocks that paired with it next)."""
+    while True:
+        users = [exchange.user for exchange in exchanges] + [last]
+        kept = []
+        for index, exchange in enumerate(exchanges):
+            asked = _ids(exchanges[index - 1].assistant, "toolUse") if index else set()
+            answered = _ids(users[index + 1], "toolResult")
+            user = [b for b in exchange.user if "toolResult" not in b or b["toolResult"]["toolUseId"] in asked]
+            reply = [b for b in exchange.assistant if "toolUse" not in b or b["toolUse"]["toolUseId"] in answered]
+            if user and reply:
+                kept.append(_Exchange(user, reply))
+        if kept == exchanges:
+            return kept
+        exchanges = kept
+
+
+def tool_config(options: TurnOptions, messages: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+    """ConverseStream's ``toolConfig`` for a turn (``None``: none is sent), and a system text it needs (or "").
+
+    The tools are the turn's own (``TurnOptions.tools``: a client declares them with each turn that may use them); the
+    choice ``any`` or ``tool`` is sent as ``toolChoice``, ``auto`` (Bedrock's default) not at all. Bedrock has no
+    ``none``, and refuses messages that hold ``toolUse`` or ``toolResult`` blocks without a ``toolConfig`` ("toolConfig
+    field must be defined when using toolUse and toolResult content blocks"). So ``none``, and a turn that declares
+    no tools, is sent as:
+
+    - no ``toolConfig`` when the messages hold no tool blocks: the model is shown no tool and cannot call one (as
+      LiteLLM drops ``none``, and as agent libraries withhold the tools);
+    - when they do, a ``toolConfig`` with the turn's tools (or, when it declares none, each tool the messages' calls
+      name, with an open object schema: LiteLLM adds a placeholder tool in that case), no ``toolChoice``, and the
+      system text :data:`NO_TOOL_INSTRUCTION`. A model may still call a tool then: its call is kept as it came (the
+      turn ends ``tool_use``), never dropped.
+    """
+    choice = options.tool_choice
+    if options.tools and (choice is None or choice.mode is not ToolChoiceMode.NONE):
+        config: dict[str, Any] = {"tools": [tool.to_converse() for tool in options.tools]}
+        sent = None if choice is None or choice.mode is ToolChoiceMode.AUTO else choice.to_converse()
+        if sent is not None:
+            config["toolChoice"] = sent
+        return config, ""
+    blocks = [block for message in messages for block in message["content"]]
+    if not any("toolUse" in block or "toolResult" in block for block in blocks):
+        return None, ""
+    tools = list(options.tools) or [
+        ToolSpec(name, {"type": "object"})
+        for name in dict.fromkeys(str(block["toolUse"]["name"]) for block in blocks if "toolUse" in block)
+    ]
+    if not tools:
+        return None, ""  # results answering no call: Bedrock's to refuse
+    return {"tools": [tool.to_converse() for tool in tools]}, NO_TOOL_INSTRUCTION
 
 
 def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
@@ -242,13 +371,34 @@ def stop_reason_of(message_stop: Mapping[str, Any]) -> StopReason:
 
 
 @dataclass
+class _OpenCall:
+    """A tool call the model started and has not ended: its record reference and its arguments so far."""
+
+    ref: ToolCallRef
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
 class _Outcome:
     deltas: int = 0
     reasoning_deltas: int = 0
     redacted_reasoning: int = 0
+    tool_calls: int = 0
+    open_calls: dict[int, _OpenCall] = field(default_factory=dict)  # by Bedrock's contentBlockIndex
     stop_reason: StopReason | None = None
     usage: dict[str, int] = field(default_factory=dict)
     failure: ErrorInfo | None = None
+
+
+def _malformed(message: str) -> ErrorInfo:
+    return ErrorInfo(MALFORMED_TOOL_USE, message, False)
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -310,6 +460,7 @@ class Generation:
             deltas=outcome.deltas,
             reasoning_deltas=outcome.reasoning_deltas,
             redacted_reasoning=outcome.redacted_reasoning,
+            tool_calls=outcome.tool_calls,
             records_written=self._records_written,
             put_calls=self.writer.put_calls,
             throttle_retries=self.writer.throttle_retries,
@@ -364,7 +515,7 @@ class Generation:
                 if outcome.deltas and not waited:
                     self._first_written.wait(FIRST_WRITE_WAIT_S)
                     waited = True
-                if self._cancelled.is_set() or self._write_failed is not None:
+                if outcome.failure is not None or self._cancelled.is_set() or self._write_failed is not None:
                     break
                 if self.remaining_ms is not None and self.remaining_ms() < DEADLINE_MARGIN_MS:
                     outcome.failure = ErrorInfo("timeout", "the generation reached the proxy's time limit", True)
@@ -380,7 +531,8 @@ class Generation:
 
     def _on_event(self, event: Mapping[str, Any], outcome: _Outcome) -> None:
         if "contentBlockDelta" in event:
-            delta = event["contentBlockDelta"].get("delta", {})
+            block = event["contentBlockDelta"]
+            delta = block.get("delta", {})
             text = delta.get("text")
             if text:
                 outcome.deltas += 1
@@ -388,10 +540,71 @@ class Generation:
             reasoning = delta.get("reasoningContent")
             if isinstance(reasoning, Mapping):
                 self._on_reasoning(reasoning, outcome)
+            tool = delta.get("toolUse")
+            if isinstance(tool, Mapping):
+                self._on_tool_input(block.get("contentBlockIndex"), tool, outcome)
+        elif "contentBlockStart" in event:
+            self._on_block_start(event["contentBlockStart"], outcome)
+        elif "contentBlockStop" in event:
+            stop = event["contentBlockStop"]
+            self._end_call(stop.get("contentBlockIndex") if isinstance(stop, Mapping) else None, outcome)
         elif "messageStop" in event:
             outcome.stop_reason = stop_reason_of(event["messageStop"])
+            for block in list(outcome.open_calls):  # a call the model did not stop ends with its message
+                self._end_call(block, outcome)
+            if outcome.stop_reason is StopReason.MALFORMED_TOOL_USE and outcome.failure is None:
+                outcome.failure = _malformed("the model's tool call was malformed (stop reason malformed_tool_use)")
         elif "metadata" in event:
             outcome.usage = _usage(event["metadata"])
+
+    def _on_block_start(self, event: object, outcome: _Outcome) -> None:
+        """A content block starts: a tool call (``start.toolUse``) is opened; any other block is not ours to track."""
+        start = event.get("start") if isinstance(event, Mapping) else None
+        tool = start.get("toolUse") if isinstance(start, Mapping) else None
+        if not isinstance(tool, Mapping):
+            return
+        assert isinstance(event, Mapping)
+        block, tool_id, name = event.get("contentBlockIndex"), tool.get("toolUseId"), tool.get("name")
+        if not (isinstance(tool_id, str) and tool_id and isinstance(name, str) and name):
+            outcome.failure = _malformed("the model started a tool call without its id and name")
+        elif not isinstance(block, int) or isinstance(block, bool) or block in outcome.open_calls:
+            outcome.failure = _malformed("the model started a tool call in no new content block")
+        elif outcome.tool_calls > MAX_CALL_INDEX:
+            outcome.failure = _malformed(f"the model made more than {MAX_CALL_INDEX + 1} tool calls in one reply")
+        else:
+            outcome.open_calls[block] = _OpenCall(ToolCallRef(outcome.tool_calls, tool_id, name))
+            outcome.tool_calls += 1
+
+    def _on_tool_input(self, block: object, tool: Mapping[str, Any], outcome: _Outcome) -> None:
+        """A ``delta.toolUse.input``: more argument text of the call its content block holds."""
+        call = outcome.open_calls.get(block) if isinstance(block, int) else None
+        text = tool.get("input")
+        if call is None or not isinstance(text, str):
+            outcome.failure = _malformed("the model sent tool call arguments outside any tool call")
+            return
+        if text:
+            outcome.deltas += 1
+            call.arguments.append(text)
+            self._append(text, RecordType.TOOL_USE, call.ref)
+
+    def _end_call(self, block: object, outcome: _Outcome) -> None:
+        """A content block stopped: if it held a tool call, the call ends (its end written at once), with ``{}`` for no
+        arguments; arguments that are not a JSON object end the turn instead."""
+        call = outcome.open_calls.pop(block, None) if isinstance(block, int) else None
+        if call is None or outcome.failure is not None:
+            return
+        arguments = "".join(call.arguments)
+        if not arguments:
+            self._append("{}", RecordType.TOOL_USE, call.ref)
+        elif not _json_object(arguments):
+            ref = call.ref
+            outcome.failure = _malformed(
+                f"the model's arguments for tool call {ref.index} ({ref.name}) are no JSON object"
+            )
+            return
+        with self._cond:
+            self._coalescer.end_call(call.ref)
+            self._cond.notify_all()
 
     def _on_reasoning(self, reasoning: Mapping[str, Any], outcome: _Outcome) -> None:
         """A ``reasoningContent`` delta: its text is kept; a signature or redacted content is only counted."""
@@ -419,9 +632,13 @@ class Generation:
 
     def _converse_params(self) -> dict[str, Any]:
         settings = self.settings
-        params: dict[str, Any] = {"modelId": settings.model_id, "messages": build_messages(self.table, self.turn)}
+        messages = build_messages(self.table, self.turn)
+        params: dict[str, Any] = {"modelId": settings.model_id, "messages": messages}
         options = self.turn.options
-        system = [text for text in (settings.system_prompt, options.system) if text]
+        tools, instruction = tool_config(options, messages)
+        if tools is not None:
+            params["toolConfig"] = tools
+        system = [text for text in (settings.system_prompt, options.system, instruction) if text]
         if system:
             params["system"] = [{"text": text} for text in system]
         inference: dict[str, Any] = {}
@@ -440,9 +657,9 @@ class Generation:
             params["additionalModelRequestFields"] = dict(settings.model_request_fields)
         return params
 
-    def _append(self, text: str, kind: RecordType) -> None:
+    def _append(self, text: str, kind: RecordType, call: ToolCallRef | None = None) -> None:
         with self._cond:
-            if self._coalescer.append(text, kind):
+            if self._coalescer.append(text, kind, call):
                 self._cond.notify_all()
 
     # ------------------------------------------------------------------------------ writer
@@ -461,14 +678,14 @@ class Generation:
             while True:
                 step = self._next_step()
                 if opening is not None and step.action is WriterAction.WRITE_DELTA:
-                    self._write_delta(step.text, step.kind, opening=opening)  # one call: see _open_turn
+                    self._write_delta(step, opening=opening)  # one call: see _open_turn
                     opening = None
                     continue
                 if opening is not None:
                     self._write(opening)
                     opening = None
                 if step.action is WriterAction.WRITE_DELTA:
-                    self._write_delta(step.text, step.kind)
+                    self._write_delta(step)
                 elif step.action is WriterAction.CHECK_CANCEL:
                     self._check_cancel()
                 else:
@@ -514,11 +731,16 @@ class Generation:
                     return step
                 self._cond.wait(timeout=step.wait_s)
 
-    def _write_delta(self, text: str, kind: RecordType, opening: TokenRecord | None = None) -> None:
-        """A delta (or reasoning) record; after ``opening`` (the held start record) in the same call if given."""
-        make = TokenRecord.reasoning if kind is RecordType.REASONING else TokenRecord.delta
+    def _write_delta(self, step: Step, opening: TokenRecord | None = None) -> None:
+        """A delta, reasoning or tool_use record; after ``opening`` (the held start record) in one call if given."""
         seq = self._next_seq if opening is None else opening.seq + 1
-        record = make(self.turn.session_id, self.turn.turn, seq, text, self.now_ms())
+        session_id, turn, now = self.turn.session_id, self.turn.turn, self.now_ms()
+        if step.kind is RecordType.TOOL_USE:
+            assert step.call is not None
+            record = TokenRecord.tool_use(session_id, turn, seq, step.call, step.text, now, end=step.end)
+        else:
+            make = TokenRecord.reasoning if step.kind is RecordType.REASONING else TokenRecord.delta
+            record = make(session_id, turn, seq, step.text, now)
         self._write(*((record,) if opening is None else (opening, record)))
         self._written_deltas.append(record)
         if self._first_delta_at is None:
@@ -568,8 +790,12 @@ class Generation:
         self._result_terminal = record
         for attempt in range(self.settings.table_attempts):
             try:
+                written = self._written_deltas
                 self.table.turns.end_from_stream(
-                    record, assistant_text(self._written_deltas), reasoning=reasoning_text(self._written_deltas)
+                    record,
+                    assistant_text(written),
+                    reasoning=reasoning_text(written),
+                    tool_calls=tool_calls(written),
                 )
                 self.table.put_records([record] if opening is None else [opening, record])
                 return True

@@ -19,7 +19,7 @@ Guarantees, per batch:
   from the lowest failed sequence number. Other partition keys go on.
 - **Turn completion order.** On a turn's terminal record: every earlier record of the turn in the
   batch is written first, then the turn item is completed (status, stop reason, usage, error, and
-  the assistant text and apart from it the reasoning text, both assembled from the table), and only
+  the assistant text and apart from it the reasoning text and the tool calls, all assembled from the table), and only
   then is the terminal token item itself written. A reader that sees the terminal item can rely on
   the turn being complete and the session being free for its next turn.
 - **Poison records** (undecodable, or not a valid token record) go to the DLQ with their payload,
@@ -50,13 +50,14 @@ from botocore.exceptions import BotoCoreError
 
 from chatstream.dlq import PoisonRecord
 from chatstream.errors import DeadLetterError, InvalidRecord, RecordNotMaterialized, Throttled
-from chatstream.records import TokenRecord, assistant_text, reasoning_text
+from chatstream.records import TokenRecord, assistant_text, reasoning_text, tool_calls
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from chatstream.kinesis import StreamRecord
     from chatstream.table import ChatTable
+    from chatstream.tools import ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -261,8 +262,8 @@ class Materializer:
     def _complete(self, entry: _Entry, outcome: BatchOutcome) -> None:
         terminal = entry.token
         assert terminal is not None
-        text, reasoning, missing = self._assemble(terminal)
-        self.table.turns.end_from_stream(terminal, text, reasoning=reasoning)
+        text, reasoning, calls, missing = self._assemble(terminal)
+        self.table.turns.end_from_stream(terminal, text, reasoning=reasoning, tool_calls=calls)
         self.table.put_records([terminal])
         outcome.written += 1
         outcome.turns_completed += 1
@@ -276,9 +277,9 @@ class Materializer:
                 missing[0],
             )
 
-    def _assemble(self, terminal: TokenRecord) -> tuple[str, str, list[int]]:
-        """The turn's assistant text and reasoning text from the table, and the seqs before the terminal that
-        are missing."""
+    def _assemble(self, terminal: TokenRecord) -> tuple[str, str, list[ToolCall], list[int]]:
+        """The turn's assistant text, reasoning text and tool calls from the table, and the seqs before the terminal
+        that are missing."""
         stored = [
             record
             for record in self.table.query_records(terminal.session_id, terminal.turn)
@@ -288,7 +289,7 @@ class Materializer:
         # A missing start (seq 0) is no missing text: it shares its call with the first delta and carries nothing
         # (ARCHITECTURE.md, "Coalescing").
         missing = [seq for seq in range(1, terminal.seq) if seq not in present]
-        return assistant_text(stored), reasoning_text(stored), missing
+        return assistant_text(stored), reasoning_text(stored), tool_calls(stored), missing
 
     def _reconcile_steps(self, entries: list[_Entry], outcome: BatchOutcome) -> list[_Step]:
         """Re-complete finished turns that this group wrote records of without their terminal."""
@@ -311,8 +312,8 @@ class Materializer:
         terminal = next((record for record in reversed(stored) if record.is_terminal), None)
         if terminal is None:
             return
-        text, reasoning, _missing = self._assemble(terminal)
-        self.table.turns.end_from_stream(terminal, text, reasoning=reasoning)
+        text, reasoning, calls, _missing = self._assemble(terminal)
+        self.table.turns.end_from_stream(terminal, text, reasoning=reasoning, tool_calls=calls)
         outcome.turns_reconciled += 1
 
 

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import Throttled, TurnClaimed, TurnFinished, TurnInProgress, TurnLimitReached, TurnNotFound
-from chatstream.records import ErrorInfo
+from chatstream.records import ErrorInfo, assistant_text, reasoning_text
+from chatstream.records import tool_calls as assembled_tool_calls
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table.dynamodb import call, condition_failed, deser, number, ser, too_large
 from chatstream.table.store import pk, session_key, turn_key
+from chatstream.tools import ToolCall
 from chatstream.turn_options import TurnOptions
 
 if TYPE_CHECKING:
@@ -135,7 +137,7 @@ TRANSITIONS: tuple[Transition, ...] = (
 
 _UNEXPIRED = "(attribute_not_exists(expires_at) OR expires_at > :alive)"  # :alive: now, in epoch seconds
 _OUTCOME_FIELDS = ("stop_reason", "usage", "error")  # what a terminal record carries, one outcome's or the other's
-_TEXT_FIELDS = ("assistant", "reasoning")
+_TEXT_FIELDS = ("assistant", "reasoning", "tool_calls")
 TEXTS_IN_RECORDS = "texts_in_records"  # a finished turn whose texts are read from its records
 STALE_ERROR = ErrorInfo("timeout", "the generation stopped without finishing", True)
 
@@ -177,6 +179,7 @@ class Turn:
     error: Mapping[str, Any] | None = None
     assistant: str | None = None  # the reply only
     reasoning: str | None = None  # the reasoning the model showed, apart from the reply
+    tool_calls: tuple[ToolCall, ...] = ()  # the tools the model called, apart from the reply
     max_tokens: int | None = None
     temperature: float | None = None
     created_at: int = 0
@@ -369,16 +372,19 @@ class Turns:
 
     # ----------------------------------------------------------------------- endings
 
-    def end_from_stream(self, record: TokenRecord, assistant: str, *, reasoning: str = "") -> bool:
+    def end_from_stream(
+        self, record: TokenRecord, assistant: str, *, reasoning: str = "", tool_calls: Sequence[ToolCall] = ()
+    ) -> bool:
         """End the turn with its terminal record, as the token log has it, then free the session for the next turn.
 
-        ``assistant`` is the reply, ``reasoning`` the reasoning text (kept apart; not stored when empty). From any
+        ``assistant`` is the reply, ``reasoning`` the reasoning text and ``tool_calls`` the calls the model made (each
+        kept apart; not stored when empty). From any
         status, idempotent: a redelivered terminal record rewrites the same values, and a terminal record overrides
         the outcome a presumption wrote (the reaper's, a stale takeover's), since the token log is what happened.
         Whether the turn item was written (not when there is none: expired, or a record replayed from the stream
         after its TTL; the session is freed all the same).
         """
-        fields = _outcome(record, self.store.now_ms(), (assistant, reasoning))
+        fields = _outcome(record, self.store.now_ms(), (assistant, reasoning, tuple(tool_calls)))
         return self._end(END_FROM_STREAM, record.session_id, record.turn, fields)
 
     def end_presumed_lost(self, failure: TokenRecord) -> bool:
@@ -564,23 +570,32 @@ class Turns:
         turn = _turn_from_item(session_id, item)
         if not item.get(TEXTS_IN_RECORDS):
             return turn
-        assistant, reasoning = self.records.assemble_texts(session_id, turn.turn)
-        return replace(turn, assistant=assistant, reasoning=reasoning or None)
+        records = self.records.query(session_id, turn.turn)
+        return replace(
+            turn,
+            assistant=assistant_text(records),
+            reasoning=reasoning_text(records) or None,
+            tool_calls=tuple(assembled_tool_calls(records)),
+        )
 
 
-def _outcome(record: TokenRecord, now_ms: int, texts: tuple[str, str] | None) -> dict[str, Any]:
+def _outcome(
+    record: TokenRecord, now_ms: int, texts: tuple[str, str, tuple[ToolCall, ...]] | None
+) -> dict[str, Any]:
     """The turn item's attributes that a terminal record sets: its outcome, as the record carries it, and ``texts``
-    (the reply and the reasoning; None: read from the turn's records)."""
+    (the reply, the reasoning and the tool calls; None: read from the turn's records)."""
     if not record.is_terminal:
         raise ValueError(f"a turn ends with its stop or error record, not a {record.type.value} record")
     fields: dict[str, Any] = {"status": record.turn_status, "updated_at": now_ms}
     if texts is None:
         fields[TEXTS_IN_RECORDS] = True
     else:
-        assistant, reasoning = texts
+        assistant, reasoning, calls = texts
         fields["assistant"] = assistant
         if reasoning:
             fields["reasoning"] = reasoning
+        if calls:
+            fields["tool_calls"] = [call.to_item() for call in calls]
     carried = record.to_dict()
     fields.update({name: carried[name] for name in _OUTCOME_FIELDS if name in carried})
     return fields
@@ -602,6 +617,7 @@ def _turn_from_item(session_id: str, item: Mapping[str, Any]) -> Turn:
         error=item.get("error"),
         assistant=item.get("assistant"),
         reasoning=item.get("reasoning"),
+        tool_calls=tuple(ToolCall.from_item(call) for call in item.get("tool_calls") or ()),
         max_tokens=None if max_tokens is None else int(max_tokens),
         temperature=None if temperature is None else float(temperature),
         created_at=int(item.get("created_at", 0)),
