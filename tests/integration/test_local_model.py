@@ -290,3 +290,55 @@ def test_standalone_server_serves_and_stops_on_sigterm() -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+TOOLS = {
+    "tools": [
+        {"toolSpec": {"name": "get_weather", "inputSchema": {"json": {"type": "object"}}}},
+        {"toolSpec": {"name": "get_time", "inputSchema": {"json": {"type": "object"}}}},
+    ]
+}
+
+
+def test_call_lines_stream_as_parallel_tool_use_blocks_after_the_text(bedrock: BedrockRuntimeClient) -> None:
+    # GIVEN two tools declared, and a message with a line of text and two /call lines
+    message = 'check both\n/call get_weather {"city": "Paris"}\n/call get_time'
+    # WHEN the model streams its reply, read by boto3's own parser
+    events = _events(bedrock, message, toolConfig=TOOLS)
+    # THEN the text is block 0, then each call is a block of its own: start (id, name), input deltas, stop
+    starts = [e["contentBlockStart"] for e in events if "contentBlockStart" in e]
+    assert [(s["contentBlockIndex"], s["start"]["toolUse"]["name"]) for s in starts] == [
+        (1, "get_weather"),
+        (2, "get_time"),
+    ]
+    assert all(s["start"]["toolUse"]["toolUseId"].startswith("tooluse_") for s in starts)
+    inputs = [
+        e["contentBlockDelta"]["delta"]["toolUse"]["input"]
+        for e in events
+        if "contentBlockDelta" in e and e["contentBlockDelta"]["contentBlockIndex"] == 1
+    ]
+    assert len(inputs) > 2 and "".join(inputs) == '{"city": "Paris"}'
+    stops = [e["contentBlockStop"]["contentBlockIndex"] for e in events if "contentBlockStop" in e]
+    assert stops == [0, 1, 2]
+    assert [e["messageStop"]["stopReason"] for e in events if "messageStop" in e] == ["tool_use"]
+    assert (
+        _text([e for e in events if "text" in e.get("contentBlockDelta", {}).get("delta", {})])
+        == "You said: check both"
+    )
+
+
+def test_tool_results_are_answered_and_tool_blocks_without_tool_config_refused(bedrock: BedrockRuntimeClient) -> None:
+    # GIVEN the model's call, and the client's result for it
+    messages = [
+        {"role": "user", "content": [{"text": "/call get_time"}]},
+        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "tooluse_1", "name": "get_time", "input": {}}}]},
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_1", "content": [{"text": "noon"}]}}]},
+    ]
+    # WHEN sent back with the tools THEN the model says what the tool said
+    events = list(bedrock.converse_stream(modelId=MODEL_ID, messages=messages, toolConfig=TOOLS)["stream"])  # type: ignore[arg-type]
+    assert _text(events) == "Tool get_time said: noon"
+    # WHEN sent without a toolConfig THEN it is Bedrock's ValidationException
+    with pytest.raises(ClientError) as raised:
+        bedrock.converse_stream(modelId=MODEL_ID, messages=messages)  # type: ignore[arg-type]
+    assert raised.value.response["Error"]["Code"] == "ValidationException"
+    assert "toolConfig field must be defined" in raised.value.response["Error"]["Message"]

@@ -18,8 +18,9 @@ from chatstream.errors import Throttled, TurnNotFound
 from chatstream.generation import Generation, GenerationSettings, build_messages, turn_to_generate
 from chatstream.kinesis import TokenStreamWriter
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text
+from chatstream.records import ErrorInfo, RecordType, TokenRecord, Usage, assistant_text, reasoning_text, tool_calls
 from chatstream.status import StopReason, TurnStatus
+from chatstream.tools import ToolCall, ToolResult, ToolSpec
 from chatstream.turn_options import HistoryMessage, TurnOptions
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
@@ -743,3 +744,57 @@ def test_a_first_write_that_hangs_holds_the_stream_only_so_long(kinesis, stream_
     assert bedrock.asked[-1] - bedrock.asked[0] < 1.0
     assert result.terminal.type is RecordType.STOP
     assert assistant_text(read_stream(kinesis, stream_name)) == "".join(deltas)
+
+
+def test_the_local_models_tool_calls_reach_the_stream_and_their_results_the_model(
+    bedrock, kinesis, stream_name, chat_table
+) -> None:
+    # GIVEN a turn that declares two tools and asks the local model for both, after a line of text
+    tools = (ToolSpec("get_weather", {"type": "object"}), ToolSpec("get_time", {"type": "object"}))
+    message = 'weather and time\n/call get_weather {"city": "Paris", "days": [1, 2, 3]}\n/call get_time'
+    current = start_turn(chat_table, message, options=TurnOptions(tools=tools))
+    # WHEN the proxy generates it, reading Bedrock's real event stream
+    result = generate(current, bedrock, kinesis, stream_name, chat_table)
+    # THEN the text, then the two calls numbered 0 and 1 (content blocks 1 and 2), each ended, exactly as planned
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    planned = plan_reply(message, tools=("get_weather", "get_time"))
+    assert assistant_text(records) == planned.text == "You said: weather and time"
+    assert tool_calls(records) == [
+        ToolCall(planned.calls[0].id, "get_weather", '{"city": "Paris", "days": [1, 2, 3]}'),
+        ToolCall(planned.calls[1].id, "get_time", "{}"),
+    ]
+    assert [r.call.index for r in records if r.call is not None and r.end] == [0, 1]
+    assert records[-1].stop_reason is StopReason.TOOL_USE and result.tool_calls == 2
+
+    # WHEN the turn ends as the consumer ends it, and the client sends both results as the next turn
+    chat_table.complete_turn(records[-1], assistant_text(records), tool_calls=tool_calls(records))
+    results = (ToolResult(planned.calls[0].id, "sunny"), ToolResult(planned.calls[1].id, "noon"))
+    turn = chat_table.start_turn(current.session_id, OWNER, "", options=TurnOptions(tools=tools, tool_results=results))
+    writer_offset = len(records)
+    generate(
+        turn_to_generate(chat_table, GenerateRequest(current.session_id, turn), "p2"),
+        bedrock,
+        kinesis,
+        stream_name,
+        chat_table,
+    )
+    # THEN Bedrock accepted the round trip and the model answered each result
+    second = read_stream(kinesis, stream_name)[writer_offset:]
+    assert_well_formed(second)
+    assert assistant_text(second) == "Tool get_weather said: sunny\nTool get_time said: noon"
+
+
+def test_arguments_that_are_not_json_end_the_turn_with_malformed_tool_use(
+    bedrock, kinesis, stream_name, chat_table
+) -> None:
+    current = start_turn(
+        chat_table,
+        "/call get_weather {city: Paris",
+        options=TurnOptions(tools=(ToolSpec("get_weather", {"type": "object"}),)),
+    )
+    result = generate(current, bedrock, kinesis, stream_name, chat_table)
+    records = read_stream(kinesis, stream_name)
+    assert_well_formed(records)
+    assert records[-1].error is not None and records[-1].error.code == "malformed_tool_use"
+    assert "tool call 0 (get_weather)" in records[-1].error.message and result.terminal == records[-1]

@@ -12,7 +12,10 @@ Events, in Bedrock's order: ``messageStart``, ``contentBlockDelta``…, ``conten
 (``end_turn``, ``max_tokens`` or ``stop_sequence``), ``metadata`` (usage, latency; ``outputTokens`` = deltas sent,
 reasoning included). A reply with reasoning (``/think``) streams it first as its own content block, as Bedrock does
 for Claude's extended thinking: ``contentBlockDelta`` with ``delta.reasoningContent.text`` per word, then one with
-``delta.reasoningContent.signature``, then ``contentBlockStop`` (index 0); the reply's text is block 1.
+``delta.reasoningContent.signature``, then ``contentBlockStop`` (index 0); the reply's text is block 1. A reply that
+calls tools (``/call``) streams each call after the text as a block of its own, as Bedrock does: ``contentBlockStart``
+with ``start.toolUse`` (``toolUseId``, ``name``), ``contentBlockDelta``s with ``delta.toolUse.input`` (partial JSON
+text), ``contentBlockStop``; then ``messageStop`` with ``tool_use``.
 
 Deltas are spaced by ``CHATSTREAM_LOCAL_MODEL_DELAY_MS`` milliseconds (default 20; 0 = as fast as possible), or
 the ``delay_ms`` constructor argument. Each event is written as its own HTTP chunk and flushed, so a client sees
@@ -144,6 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
                 system=request.system,
                 messages=request.messages,
                 stop=request.stop_sequences,
+                tools=request.tools,
+                tool_results=request.tool_results,
             )
         except InvalidRequest as err:
             self._send_error(400, "ValidationException", str(err))
@@ -222,9 +227,11 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             )
         else:
-            output_tokens = sent
-            if reply.deltas or not reply.reasoning:
+            if reply.deltas or not (reply.reasoning or reply.calls):
                 writer.chunk(encode_event("contentBlockStop", {"contentBlockIndex": block}))
+                block += 1
+            sent += self._stream_calls(writer, reply, block, sent, delay)
+            output_tokens = sent
             writer.chunk(encode_event("messageStop", {"stopReason": reply.stop_reason}))
             usage = {
                 "inputTokens": request.input_tokens,
@@ -234,6 +241,22 @@ class _Handler(BaseHTTPRequestHandler):
             latency_ms = int((time.monotonic() - started) * 1000)
             writer.chunk(encode_event("metadata", {"usage": usage, "metrics": {"latencyMs": latency_ms}}))
         writer.end()
+
+    def _stream_calls(self, writer: _ChunkedWriter, reply: Reply, block: int, sent: int, delay: float) -> int:
+        """Each tool call as its own content block, from ``block`` on; the deltas sent."""
+        model = self.server.model
+        deltas = 0
+        for index, call in enumerate(reply.calls, block):
+            start = {"toolUse": {"toolUseId": call.id, "name": call.name}}
+            writer.chunk(encode_event("contentBlockStart", {"start": start, "contentBlockIndex": index}))
+            for piece in call.pieces:
+                self._pace(sent + deltas, delay)
+                delta = {"toolUse": {"input": piece}}
+                writer.chunk(encode_event("contentBlockDelta", {"contentBlockIndex": index, "delta": delta}))
+                model._count_delta()
+                deltas += 1
+            writer.chunk(encode_event("contentBlockStop", {"contentBlockIndex": index}))
+        return deltas
 
     def _pace(self, sent: int, delay: float) -> None:
         """Wait the model's delay before every delta but the first; a stopping server ends the stream."""

@@ -15,7 +15,20 @@ anything else          ``You said: <message>``, one delta per word (see :func:`s
 ``/system``            ``System: <text>`` (system blocks joined by `` | ``), or ``System: none``
 ``/think N <rest>``    N reasoning words (``r1 r2 … rN``, one ``reasoningContent`` delta per word,
                        then its signature), then exactly the reply to ``<rest>``; 1 ≤ N ≤ 100,000
+``/call NAME {json}``  with tools declared: one line per tool call, in order (several lines:
+                       parallel calls in one message), each call's ``{json}`` streamed as its
+                       input in deltas of :data:`ARGUMENT_PIECE` characters after an empty one
+                       (none: no input, ``{}`` for the reader), ``stopReason: tool_use``; the
+                       message's other lines are answered first as text (``You said: …``). A
+                       line naming a tool not declared: ``I have no tool named NAME.`` in text,
+                       and no call. Without tools, ``/call`` is just text
+tool results last      ``Tool NAME said: CONTENT``, one line per result, in order
 =====================  ======================================================================
+
+The arguments are streamed as written, so a ``{json}`` that is not a JSON object gives a reader arguments it must
+refuse. A call's id is ``tooluse_`` and 24 hex digits that the request's messages and the call's place decide
+(:func:`call_id`), so the same conversation always gets the same ids and a later turn's calls other ones. A reply
+that calls tools is cut neither by ``maxTokens`` nor by stop sequences.
 
 A command word (``/long``, ``/error-after``, ``/throttle``, ``/think``) with a missing, extra or out-of-range
 argument is a ``ValidationException`` (``/think`` needs N and a message that is not itself ``/think``).
@@ -27,6 +40,8 @@ Tests, the chaos run and the benchmark compute the reply they expect with :func:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -37,30 +52,56 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 MAX_LONG = 100_000
+ARGUMENT_PIECE = 8  # characters of a tool call's arguments per delta
 
 _DIGITS = re.compile(r"[0-9]+")
 _THINK = re.compile(r"\s*/think(?:\s+(?P<count>\S+))?(?:\s+(?P<rest>\S.*))?", re.DOTALL)
 # A delta is a run of whitespace followed by a run of non-whitespace; whitespace that ends the
 # text rides on the last delta. Consecutive matches tile the text, so "".join(deltas) == text.
 _DELTA = re.compile(r"\s*\S+(?:\s+\Z)?")
+_CALL = re.compile(r"/call\s+(?P<name>\S+)(?:\s+(?P<arguments>\S.*))?")  # one line, stripped
 
-Ending = Literal["end_turn", "max_tokens", "stop_sequence", "model_stream_error", "throttled"]
+Ending = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "model_stream_error", "throttled"]
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """A tool call the model makes: its id, the tool's name, and its arguments' text as streamed."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @property
+    def pieces(self) -> tuple[str, ...]:
+        """Its ``toolUse.input`` deltas: an empty one first (as Claude's stream has), then the arguments in pieces."""
+        text = self.arguments
+        return ("", *(text[at : at + ARGUMENT_PIECE] for at in range(0, len(text), ARGUMENT_PIECE)))
+
+
+def call_id(messages: Sequence[tuple[str, str]], index: int) -> str:
+    """The id of the request's ``index``-th call: decided by its messages and its place, as Bedrock's ``toolUseId``
+    pattern allows."""
+    digest = hashlib.sha256(json.dumps([list(messages), index], ensure_ascii=False).encode()).hexdigest()
+    return f"tooluse_{digest[:24]}"
 
 
 @dataclass(frozen=True)
 class Reply:
     """What the model does for one request: the deltas it streams, then how the stream ends.
 
-    ``ending`` is ``end_turn`` or ``max_tokens`` (a normal ``messageStop``), ``model_stream_error``
-    (a ``modelStreamErrorException`` frame after the deltas) or ``throttled`` (HTTP 429 before
+    ``ending`` is ``end_turn``, ``max_tokens``, ``stop_sequence`` or ``tool_use`` (a normal ``messageStop``),
+    ``model_stream_error`` (a ``modelStreamErrorException`` frame after the deltas) or ``throttled`` (HTTP 429 before
     the stream; ``deltas`` is empty). ``reasoning``: the reasoning deltas streamed before the reply's
-    (``/think``); ``signed``: whether the reasoning ends with its signature (it was not cut short).
+    (``/think``); ``signed``: whether the reasoning ends with its signature (it was not cut short); ``calls``: the tool
+    calls made after the text (``/call``).
     """
 
     deltas: tuple[str, ...]
     ending: Ending
     reasoning: tuple[str, ...] = ()
     signed: bool = False
+    calls: tuple[PlannedCall, ...] = ()
 
     @property
     def text(self) -> str:
@@ -73,7 +114,7 @@ class Reply:
     @property
     def stop_reason(self) -> str | None:
         """The ``messageStop`` stop reason, or ``None`` when the reply ends in an error."""
-        return self.ending if self.ending in ("end_turn", "max_tokens", "stop_sequence") else None
+        return self.ending if self.ending in ("end_turn", "max_tokens", "stop_sequence", "tool_use") else None
 
 
 def split_deltas(text: str) -> tuple[str, ...]:
@@ -123,12 +164,35 @@ def _cut(deltas: tuple[str, ...], ending: Ending, max_tokens: int | None, stop: 
     return Reply(deltas, ending)
 
 
+def _calls(
+    message: str, tools: Sequence[str], messages: Sequence[tuple[str, str]], max_tokens: int | None, stop: Sequence[str]
+) -> Reply | None:
+    """The reply to a message with ``/call`` lines (``None``: it has none): its other lines as text, then the calls; or
+    text saying which tools it does not have."""
+    lines = message.split("\n")
+    found = [(line, _CALL.fullmatch(line.strip())) for line in lines]
+    calls = [match for _, match in found if match is not None]
+    if not calls:
+        return None
+    unknown = dict.fromkeys(match["name"] for match in calls if match["name"] not in tools)
+    if unknown:
+        text = " ".join(f"I have no tool named {name}." for name in unknown)
+        return _cut(split_deltas(text), "end_turn", max_tokens, stop)
+    rest = "\n".join(line for line, match in found if match is None).strip()
+    planned = tuple(
+        PlannedCall(call_id(messages, index), match["name"], match["arguments"] or "")
+        for index, match in enumerate(calls)
+    )
+    return Reply(split_deltas(f"You said: {rest}") if rest else (), "tool_use", calls=planned)
+
+
 def _think(
     message: str,
     max_tokens: int | None,
     system: Sequence[str],
     messages: Sequence[tuple[str, str]],
     stop: Sequence[str],
+    tools: Sequence[str] = (),
 ) -> Reply:
     """``/think N <rest>``: N reasoning words, signed, then the reply to ``<rest>``; ``max_tokens`` counts both."""
     match = _THINK.fullmatch(message)
@@ -142,10 +206,10 @@ def _think(
     if max_tokens is not None and max_tokens <= len(reasoning):
         return Reply((), "max_tokens", reasoning[:max_tokens], signed=max_tokens == len(reasoning))
     remaining = None if max_tokens is None else max_tokens - len(reasoning)
-    answer = plan_reply(rest, remaining, system=system, messages=messages, stop=stop)
+    answer = plan_reply(rest, remaining, system=system, messages=messages, stop=stop, tools=tools)
     if answer.ending == "throttled":
         return answer
-    return Reply(answer.deltas, answer.ending, reasoning, signed=True)
+    return Reply(answer.deltas, answer.ending, reasoning, signed=True, calls=answer.calls)
 
 
 def plan_reply(
@@ -155,15 +219,22 @@ def plan_reply(
     system: Sequence[str] = (),
     messages: Sequence[tuple[str, str]] = (),
     stop: Sequence[str] = (),
+    tools: Sequence[str] = (),
+    tool_results: Sequence[tuple[str, str]] = (),
 ) -> Reply:
     """The reply to the user's ``message`` (the last user message's text), without any HTTP.
 
-    ``system``: the request's system texts; ``messages``: its (role, text) messages (``/history`` spells them;
-    default: ``message`` alone); ``stop``: its stop sequences. Raises :class:`InvalidRequest` for a malformed
-    command or a ``max_tokens`` below 1.
+    ``system``: the request's system texts; ``messages``: its (role, text) messages (``/history`` spells them, and
+    they decide the calls' ids; default: ``message`` alone); ``stop``: its stop sequences; ``tools``: the names of the
+    tools it declares; ``tool_results``: the (tool name, content) results its last message holds. Raises
+    :class:`InvalidRequest` for a malformed command or a ``max_tokens`` below 1.
     """
     if max_tokens is not None and max_tokens < 1:
         raise InvalidRequest(f"maxTokens must be at least 1, got {max_tokens}")
+    if tool_results:
+        said = "\n".join(f"Tool {name} said: {content}" for name, content in tool_results)
+        return _cut(split_deltas(said), "end_turn", max_tokens, stop)
+    messages = messages or (("user", message),)
     words = message.split()
     command = words[0] if words else ""
     if command == "/throttle":
@@ -171,15 +242,17 @@ def plan_reply(
             raise InvalidRequest("/throttle takes no argument")
         return Reply((), "throttled")
     if command == "/think":
-        return _think(message, max_tokens, system, messages, stop)
+        return _think(message, max_tokens, system, messages, stop, tools)
     if command == "/long":
         return _cut(_long_deltas(_command_argument(words, 1)), "end_turn", max_tokens, stop)
     if command == "/error-after":
         return _cut(_long_deltas(_command_argument(words, 0)), "model_stream_error", max_tokens, stop)
     if command == "/history" and len(words) == 1:
-        seen = messages or (("user", message),)
-        digest = " | ".join(f"{role}: {text}" for role, text in seen)
-        return _cut(split_deltas(f"{len(seen)} messages: {digest}"), "end_turn", max_tokens, stop)
+        digest = " | ".join(f"{role}: {text}" for role, text in messages)
+        return _cut(split_deltas(f"{len(messages)} messages: {digest}"), "end_turn", max_tokens, stop)
     if command == "/system" and len(words) == 1:
         return _cut(split_deltas(f"System: {' | '.join(system) or 'none'}"), "end_turn", max_tokens, stop)
+    calls = _calls(message, tools, messages, max_tokens, stop) if tools else None
+    if calls is not None:
+        return calls
     return _cut(split_deltas(f"You said: {message}"), "end_turn", max_tokens, stop)
