@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from chaos.faults import fault_summary
 from chatstream.dlq import DlqKind, DlqMessage, PoisonRecord
 from chatstream.errors import InvalidDeadLetter
-from chatstream.records import assistant_text
+from chatstream.records import assistant_text, tool_calls
 from chatstream.redrive import RedriveStatus
 from chatstream.status import TurnStatus
 from chatstream_local.bedrock.model import split_deltas
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from chatstream.records import TokenRecord
     from chatstream.redrive import MessageResult, RedriveReport
     from chatstream.table import Turn
+    from chatstream.tools import ToolCall
 
 # How a stream whose generation was lost may end: the reaper's error from ProxyFailureQueue, or the relay's
 # stale-turn timeout when it came first.
@@ -64,6 +65,27 @@ def compare_text(expected: str, received: str) -> tuple[int, int]:
     return total - covered, len(split_deltas(extra)) if extra else 0
 
 
+def compare_calls(expected: Sequence[ToolCall], received: Sequence[ToolCall]) -> int:
+    """How many of the model's tool calls ``received`` does not hold exactly, at their index (the id, the name, the
+    complete arguments), and the calls it holds that the model did not make."""
+    wrong = sum(1 for index, call in enumerate(expected) if index >= len(received) or received[index] != call)
+    return wrong + max(0, len(received) - len(expected))
+
+
+def calls_prefix(expected: Sequence[ToolCall], received: Sequence[ToolCall]) -> bool:
+    """``received`` is what a generation cut short may hold of the model's calls: each exact, but the last, which may
+    be incomplete (the right id and name, a start of its arguments)."""
+    if len(received) > len(expected):
+        return False
+    for index, call in enumerate(received):
+        want = expected[index]
+        last = index == len(received) - 1
+        started = (call.id, call.name) == (want.id, want.name) and want.arguments.startswith(call.arguments)
+        if call != want and (call.complete or not last or not started):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class StoredTurn:
     """What the table holds for one turn: its item (None when there is none) and its records in seq order."""
@@ -74,6 +96,11 @@ class StoredTurn:
     @property
     def text(self) -> str:
         return assistant_text(self.records)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls its records spell."""
+        return tool_calls(self.records)
 
     @property
     def contiguous(self) -> bool:
@@ -104,6 +131,7 @@ class ChatCounts:
 
     lost_tokens: int = 0
     duplicated_tokens: int = 0
+    wrong_tool_calls: int = 0  # the model's calls a stream or a stored turn did not hold exactly, or held extra
     unfinished_turns: int = 0
     failed_chats: int = 0  # chats that never got a stream
     exact_streams: int = 0
@@ -132,10 +160,13 @@ class _Found:
     lost: int = 0
     duplicated: int = 0
     problems: tuple[str, ...] = ()
+    wrong_calls: int = 0
 
 
-def _check_table(expected: str, stored: StoredTurn, turn: int, label: str) -> tuple[_Found, bool]:
-    """The stored turn against the reply: what it lost or duplicated, and whether it is unfinished."""
+def _check_table(plan: ChatPlan, stored: StoredTurn, turn: int, label: str) -> tuple[_Found, bool]:
+    """The stored turn against the reply: what it lost or duplicated, which calls it got wrong (its records', and its
+    item's once finished), and whether it is unfinished."""
+    expected = plan.expected_text
     problems = []
     unfinished = stored.turn is None or not stored.turn.finished
     if unfinished:
@@ -145,7 +176,12 @@ def _check_table(expected: str, stored: StoredTurn, turn: int, label: str) -> tu
     lost, duplicated = compare_text(expected, stored.text)
     if lost or duplicated:
         problems.append(f"{label}: table text differs (lost {lost}, duplicated {duplicated})")
-    return _Found(lost, duplicated, tuple(problems)), unfinished
+    wrong = compare_calls(plan.expected_calls, stored.tool_calls)
+    if not unfinished and stored.turn is not None:
+        wrong = max(wrong, compare_calls(plan.expected_calls, stored.turn.tool_calls))
+    if wrong:
+        problems.append(f"{label}: table tool calls differ ({wrong} of {len(plan.expected_calls)} wrong or extra)")
+    return _Found(lost, duplicated, tuple(problems), wrong), unfinished
 
 
 def _check_stream(plan: ChatPlan, seen: StreamSeen, label: str) -> tuple[_Found, bool]:
@@ -153,15 +189,17 @@ def _check_stream(plan: ChatPlan, seen: StreamSeen, label: str) -> tuple[_Found,
     ids = [seq for seq, _ in seen.tokens]
     repeated = len(ids) - len(set(ids))
     lost, duplicated = compare_text(plan.expected_text, seen.text)
+    wrong = compare_calls(plan.expected_calls, seen.tool_calls)
     if plan.model_fails:
         ended_as_planned = seen.error is not None and seen.error.get("code") == "model_stream_error"
     else:
         ended_as_planned = seen.done is not None
-    if not (repeated or lost or duplicated) and ended_as_planned and not seen.failure:
+    if not (repeated or lost or duplicated or wrong) and ended_as_planned and not seen.failure:
         return _Found(), True
     ending = seen.failure or seen.done or seen.error
-    problem = f"{label}: stream not exact (lost {lost}, duplicated {duplicated + repeated}, end {ending})"
-    return _Found(lost, duplicated + repeated, (problem,)), False
+    calls = f", tool calls wrong {wrong}" if wrong else ""
+    problem = f"{label}: stream not exact (lost {lost}, duplicated {duplicated + repeated}{calls}, end {ending})"
+    return _Found(lost, duplicated + repeated, (problem,), wrong), False
 
 
 def _check_lost_generation(
@@ -172,12 +210,14 @@ def _check_lost_generation(
     expected = plan.expected_text
     problems = []
     clean_end = stored.terminals == 0 or (stored.terminals == 1 and stored.ends_in_terminal)
-    if not expected.startswith(stored.text) or not stored.contiguous or not clean_end:
+    clean_calls = calls_prefix(plan.expected_calls, stored.tool_calls)
+    if not expected.startswith(stored.text) or not stored.contiguous or not clean_end or not clean_calls:
         problems.append(f"{label}: a lost generation's records are not a clean prefix")
     ids = [seq for seq, _ in seen.tokens]
     code = (seen.error or {}).get("code")
     ended = seen.done is None and code in LOST_GENERATION_CODES
-    if not ended or not expected.startswith(seen.text) or len(ids) != len(set(ids)) or seen.failure:
+    prefix = expected.startswith(seen.text) and calls_prefix(plan.expected_calls, seen.tool_calls)
+    if not ended or not prefix or len(ids) != len(set(ids)) or seen.failure:
         ending = seen.failure or seen.done or seen.error
         problems.append(f"{label}: a lost generation's stream is not a prefix ending in its error (end {ending})")
     if killed:
@@ -212,12 +252,13 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
     ended = stored.turn is not None and stored.turn.status.finished
     if stored.reaped or (killed and told_lost and ended):
         return activity + _check_lost_generation(plan, seen, stored, killed, label)
-    table, unfinished = _check_table(plan.expected_text, stored, seen.turn, label)
+    table, unfinished = _check_table(plan, stored, seen.turn, label)
     stream, exact = _check_stream(plan, seen, label)
     model_error = plan.model_fails and seen.error is not None
     return activity + ChatCounts(
         lost_tokens=max(table.lost, stream.lost),
         duplicated_tokens=max(table.duplicated, stream.duplicated),
+        wrong_tool_calls=max(table.wrong_calls, stream.wrong_calls),
         unfinished_turns=int(unfinished),
         exact_streams=int(exact),
         model_errors=int(model_error),
@@ -363,6 +404,7 @@ class ChaosResult:
         return (
             totals.lost_tokens == 0
             and totals.duplicated_tokens == 0
+            and totals.wrong_tool_calls == 0
             and totals.unfinished_turns == 0
             and totals.failed_chats == 0
             and totals.other_lost_generations == 0
@@ -378,6 +420,7 @@ class ChaosResult:
         t, dlq = self.totals, self.dlq
         return (
             f"chaos: chats={self.chats} lost_tokens={t.lost_tokens} duplicated_tokens={t.duplicated_tokens} "
+            f"wrong_tool_calls={t.wrong_tool_calls} "
             f"unfinished_turns={t.unfinished_turns} failed_chats={t.failed_chats} "
             f"exact_streams={t.exact_streams}/{self.possible_exact} "
             f"generator_lost=killed:{t.killed_generations},other:{t.other_lost_generations} "

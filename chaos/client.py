@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from httpx_sse import ServerSentEvent
 
     from chaos.plan import ChatPlan
+    from chatstream.tools import ToolCall
 
 MAX_RESUMES = 200
 RETRY_STATUSES = frozenset({429, 502, 503})  # answers a client retries: throttled, bad gateway, unavailable
@@ -52,6 +53,8 @@ class StreamSeen:
     turn: int = 0
     events_url: str = ""
     tokens: list[tuple[str, str]] = field(default_factory=list)  # (event id, text), every token event received
+    # the tool calls received, assembled, in index order (none while the native stream carries no tool call events)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     resumes: int = 0  # GET …/events requests after the first stream

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chaos.faults import FaultRates
+from chatstream.tools import ToolCall
 from chatstream_local.bedrock.model import plan_reply
 
 if TYPE_CHECKING:
@@ -44,11 +45,21 @@ class ChatPlan:
     index: int
     message: str
     drop_after: int | None  # close the connection after this many token events, then resume
+    tools: tuple[str, ...] = ()  # the tools the chat declares (each with an open object schema)
 
     @property
     def expected_text(self) -> str:
         """The reply the local model sends for this chat's message."""
-        return plan_reply(self.message).text
+        return plan_reply(self.message, tools=self.tools).text
+
+    @property
+    def expected_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the local model makes for this chat's message (``/call`` lines, with tools declared), as a
+        turn's records spell them: the model's ids, names and arguments, ``{}`` for none."""
+        return tuple(
+            ToolCall(call.id, call.name, call.arguments or "{}")
+            for call in plan_reply(self.message, tools=self.tools).calls
+        )
 
     @property
     def model_fails(self) -> bool:

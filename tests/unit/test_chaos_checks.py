@@ -26,10 +26,11 @@ from chaos.checks import (
 from chaos.client import StreamSeen
 from chaos.plan import ChatPlan
 from chatstream.dlq import DlqKind
-from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.records import ErrorInfo, TokenRecord, ToolCallRef, Usage
 from chatstream.redrive import LostRange, MessageResult, RedriveReport, RedriveStatus
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import Turn
+from chatstream.tools import ToolCall
 from chatstream_local.bedrock.model import split_deltas
 from tests.builders import opening_records, turn_records
 
@@ -459,7 +460,8 @@ def result(
 
 def test_the_line_says_every_count_in_its_order() -> None:
     assert result().line() == (
-        "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 failed_chats=0 exact_streams=1/1 "
+        "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 wrong_tool_calls=0 unfinished_turns=0 failed_chats=0 "
+        "exact_streams=1/1 "
         "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 mid_record_resumes=1 relay_retries=3 "
         "http_retries=5 "
         "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 duplicates=3/3 "
@@ -472,6 +474,7 @@ def test_a_run_holds_only_when_every_stream_is_exact_or_a_killed_generation_and_
     assert result().ok
     assert not result(lost_tokens=1).ok
     assert not result(duplicated_tokens=1).ok
+    assert not result(wrong_tool_calls=1).ok
     assert not result(unfinished_turns=1).ok
     assert not result(failed_chats=1).ok
     assert not result(exact_streams=0).ok
@@ -582,3 +585,109 @@ def test_the_runs_problems_come_first_then_the_redrives_then_the_duplicates_then
         "chat 0: a",
         "chat 1: b",
     )
+
+
+# ------------------------------------------------------------------------------- tool calls
+
+CALLS = ChatPlan(
+    index=5,
+    message='Checking.\n/call get_weather {"city": "Paris"}\n/call get_time',
+    drop_after=None,
+    tools=("get_weather", "get_time"),
+)
+
+
+def tool_records(
+    plan: ChatPlan, calls: list[ToolCall], *, ended: bool = True, cut: int | None = None
+) -> list[TokenRecord]:
+    """The turn's records as the proxy writes them: its text, then each call's arguments and end, then ``tool_use``;
+    ``cut``: the last call's arguments cut after that many characters, without its end, and no terminal record."""
+    records = opening_records(SESSION, 1, split_deltas(plan.expected_text))
+    for index, call in enumerate(calls):
+        ref = ToolCallRef(index, call.id, call.name)
+        last = index == len(calls) - 1
+        text = call.arguments[:cut] if cut is not None and last else call.arguments
+        records.append(TokenRecord.tool_use(SESSION, 1, len(records), ref, text, 9, end=not (cut is not None and last)))
+    if ended:
+        records.append(TokenRecord.stop(SESSION, 1, len(records), StopReason.TOOL_USE, Usage(1, 1), 9))
+    return records
+
+
+def tool_turn(plan: ChatPlan, calls: list[ToolCall], item_calls: list[ToolCall] | None = None) -> StoredTurn:
+    turn = Turn(SESSION, 1, "user", TurnStatus.COMPLETE, tool_calls=tuple(calls if item_calls is None else item_calls))
+    return StoredTurn(turn, tuple(tool_records(plan, calls)))
+
+
+def tool_stream(plan: ChatPlan, calls: list[ToolCall]) -> StreamSeen:
+    seen = streamed(plan)
+    seen.done = {"stop_reason": "tool_use"}
+    seen.tool_calls = list(calls)
+    return seen
+
+
+def test_a_chat_that_calls_tools_expects_the_local_models_exact_calls() -> None:
+    # THEN the plan's calls are the local model's: its ids, the names, the arguments as written, {} for none
+    (paris, now) = CALLS.expected_calls
+    assert (paris.name, paris.arguments, now.name, now.arguments) == (
+        "get_weather",
+        '{"city": "Paris"}',
+        "get_time",
+        "{}",
+    )
+    assert paris.id.startswith("tooluse_") and paris.id != now.id and CALLS.expected_text == "You said: Checking."
+    # WHEN the stream and the table hold exactly those calls THEN the chat is exact
+    calls = list(CALLS.expected_calls)
+    assert check_chat(CALLS, tool_stream(CALLS, calls), tool_turn(CALLS, calls), killed=False) == ChatCounts(
+        exact_streams=1
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda calls: calls[:1],  # a call lost
+        lambda calls: [*calls, calls[0]],  # a call repeated
+        lambda calls: calls[::-1],  # the calls out of order
+        lambda calls: [dataclasses.replace(calls[0], id="tooluse_other"), calls[1]],
+        lambda calls: [dataclasses.replace(calls[0], name="get_time"), calls[1]],
+        lambda calls: [dataclasses.replace(calls[0], arguments='{"city": "Par"}'), calls[1]],
+        lambda calls: [calls[0], dataclasses.replace(calls[1], complete=False)],
+    ],
+)
+def test_a_call_lost_repeated_or_changed_is_a_wrong_tool_call_on_either_side(change: Callable) -> None:
+    calls = list(CALLS.expected_calls)
+    # WHEN the stream holds a changed list of calls THEN the stream is not exact, and the count says so
+    on_stream = check_chat(CALLS, tool_stream(CALLS, change(calls)), tool_turn(CALLS, calls), killed=False)
+    assert on_stream.exact_streams == 0 and on_stream.wrong_tool_calls >= 1
+    assert "tool calls wrong" in on_stream.problems[0]
+    # WHEN the table's turn item does THEN the table's check says so
+    in_item = check_chat(CALLS, tool_stream(CALLS, calls), tool_turn(CALLS, calls, change(calls)), killed=False)
+    assert in_item.wrong_tool_calls >= 1 and in_item.exact_streams == 1
+    assert in_item.problems == (
+        f"chat 5 ({CALLS.message[:24]!r}, session {SESSION}): table tool calls differ "
+        f"({in_item.wrong_tool_calls} of 2 wrong or extra)",
+    )
+
+
+def test_the_records_calls_are_checked_too() -> None:
+    calls = list(CALLS.expected_calls)
+    wrong = [calls[0], dataclasses.replace(calls[1], arguments='{"x": 1}')]
+    stored_turn = StoredTurn(tool_turn(CALLS, calls).turn, tuple(tool_records(CALLS, wrong)))
+    assert check_chat(CALLS, tool_stream(CALLS, calls), stored_turn, killed=False).wrong_tool_calls == 1
+
+
+def test_a_killed_generation_may_hold_a_start_of_the_calls_and_no_more() -> None:
+    # GIVEN a chat whose proxy the run killed inside its second call's arguments
+    calls = [CALLS.expected_calls[0], ToolCall(CALLS.expected_calls[1].id, "get_time", "{}")]
+    records = tool_records(CALLS, calls, ended=False, cut=1)
+    turn = Turn(SESSION, 1, "user", TurnStatus.ERROR, error={"code": "generation_failed", "message": "it died"})
+    seen = streamed(CALLS, end="generation_failed")
+    seen.tool_calls = [calls[0]]
+    # THEN it is a generation the run killed, not a problem
+    assert check_chat(CALLS, seen, StoredTurn(turn, tuple(records)), killed=True) == ChatCounts(killed_generations=1)
+    # WHEN what it stored is no start of the calls (a call's arguments wrong) THEN that is a problem
+    bad = tool_records(
+        CALLS, [dataclasses.replace(calls[0], arguments='{"city": "Rome"}'), calls[1]], ended=False, cut=1
+    )
+    counts = check_chat(CALLS, seen, StoredTurn(turn, tuple(bad)), killed=True)
+    assert counts.problems and "not a clean prefix" in counts.problems[0]
