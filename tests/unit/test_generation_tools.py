@@ -310,7 +310,7 @@ def test_a_calls_end_is_written_when_the_model_ends_it_not_at_the_end_of_the_rep
     ("events", "problem"),
     [
         ([start(0, "tooluse_a", "get_weather"), tool_input(0, '{"city": "Par'), stop(0)], "tool call 0 (get_weather)"),
-        ([start(0, "tooluse_a", "get_weather"), tool_input(0, "[1, 2]"), stop(0)], "no JSON object"),
+        ([start(0, "tooluse_a", "get_weather"), tool_input(0, "[1, 2]"), stop(0)], "not a JSON object"),
         ([tool_input(3, '{"city": "Paris"}')], "outside any tool call"),
         ([start(0, "", "get_weather")], "without its id and name"),
         ([text(0, "Sure."), message_stop("malformed_tool_use")], "malformed_tool_use"),

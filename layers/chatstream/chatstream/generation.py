@@ -599,7 +599,7 @@ class Generation:
         elif not _json_object(arguments):
             ref = call.ref
             outcome.failure = _malformed(
-                f"the model's arguments for tool call {ref.index} ({ref.name}) are no JSON object"
+                f"the model's arguments for tool call {ref.index} ({ref.name}) are not a JSON object"
             )
             return
         with self._cond:
