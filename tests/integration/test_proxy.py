@@ -768,9 +768,11 @@ def test_the_local_models_tool_calls_reach_the_stream_and_their_results_the_mode
     assert records[-1].stop_reason is StopReason.TOOL_USE and result.tool_calls == 2
 
     # WHEN the turn ends as the consumer ends it, and the client sends both results as the next turn
-    chat_table.complete_turn(records[-1], assistant_text(records), tool_calls=tool_calls(records))
+    chat_table.turns.end_from_stream(records[-1], assistant_text(records), tool_calls=tool_calls(records))
     results = (ToolResult(planned.calls[0].id, "sunny"), ToolResult(planned.calls[1].id, "noon"))
-    turn = chat_table.start_turn(current.session_id, OWNER, "", options=TurnOptions(tools=tools, tool_results=results))
+    turn = chat_table.turns.start_next(
+        current.session_id, OWNER, "", options=TurnOptions(tools=tools, tool_results=results)
+    )
     writer_offset = len(records)
     generate(
         turn_to_generate(chat_table, GenerateRequest(current.session_id, turn), "p2"),

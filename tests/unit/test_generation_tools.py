@@ -177,7 +177,7 @@ def test_the_user_guides_tool_use_exchange_goes_through_the_proxy_and_back_to_th
     for event in USER_GUIDE_EXCHANGE:
         assert bedrock_errors(event, "ConverseStreamOutput") == "", event
     options = TurnOptions(tools=(TOP_SONG,), tool_choice=ToolChoice(ToolChoiceMode.TOOL, "top_song"))
-    session_id = chat_table.start_session(OWNER, "What is the most popular song on WZPZ?", options=options)
+    session_id = chat_table.turns.start_first(OWNER, "What is the most popular song on WZPZ?", options=options)
     final = [{"messageStart": {"role": "assistant"}}, text(0, "Elemental Hotel, by 8 Storey Hike."), stop(0)]
     bedrock = ScriptedBedrock(USER_GUIDE_EXCHANGE, [*final, message_stop("end_turn"), METADATA])
 
@@ -220,7 +220,7 @@ def test_the_user_guides_tool_use_exchange_goes_through_the_proxy_and_back_to_th
     # WHEN the client sends the tool's result as the next turn, and the proxy generates it
     result_text = json.dumps({"song": "Elemental Hotel", "artist": "8 Storey Hike"})
     answer = TurnOptions(tools=(TOP_SONG,), tool_results=(ToolResult(TOOL_USE_ID, result_text),))
-    turn = chat_table.start_turn(session_id, OWNER, "", options=answer)
+    turn = chat_table.turns.start_next(session_id, OWNER, "", options=answer)
     generate(chat_table, kinesis, stream_name, bedrock, session_id, turn)
 
     # THEN the model sees its call as a toolUse block after its text, and the result as a toolResult block beside it
@@ -256,7 +256,7 @@ def test_parallel_calls_are_numbered_from_0_in_order_whatever_their_content_bloc
         stop(2),
         message_stop("tool_use"),
     ]
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     # WHEN generated
     generate(chat_table, kinesis, stream_name, ScriptedBedrock(events), session_id, 1)
     # THEN the calls are 0 and 1, never merged, each with its own arguments, each ended
@@ -274,7 +274,7 @@ def test_parallel_calls_are_numbered_from_0_in_order_whatever_their_content_bloc
 def test_a_call_without_arguments_has_the_arguments_of_an_empty_object(chat_table, kinesis, stream_name) -> None:
     events = [start(0, "tooluse_now", "get_time"), tool_input(0, ""), stop(0), message_stop("tool_use")]
     tools = (ToolSpec("get_time", {"type": "object"}),)
-    session_id = chat_table.start_session(OWNER, "time?", options=TurnOptions(tools=tools))
+    session_id = chat_table.turns.start_first(OWNER, "time?", options=TurnOptions(tools=tools))
     generate(chat_table, kinesis, stream_name, ScriptedBedrock(events), session_id, 1)
     records = read_stream(kinesis, stream_name)
     assert tool_calls(records) == [ToolCall("tooluse_now", "get_time", "{}")]
@@ -298,7 +298,7 @@ def test_a_calls_end_is_written_when_the_model_ends_it_not_at_the_end_of_the_rep
         yield stop(1)
         yield message_stop("tool_use")
 
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     # WHEN generated
     generate(chat_table, kinesis, stream_name, ScriptedBedrock(events()), session_id, 1, flush_interval_ms=60_000)
     # THEN the first call's end was on the stream before the model's next event was read
@@ -320,7 +320,7 @@ def test_a_malformed_tool_call_ends_the_turn_with_an_error_naming_it(
     chat_table, kinesis, stream_name, events, problem
 ) -> None:
     # GIVEN a model that gets a tool call wrong
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     script = [*events, stop(9), message_stop("tool_use"), METADATA]
     # WHEN generated
     result = generate(chat_table, kinesis, stream_name, ScriptedBedrock(script), session_id, 1)
@@ -350,7 +350,7 @@ def finish(chat_table: ChatTable, session_id: str, turn: int, reply: str, calls:
     """End ``turn`` as the consumer would, with ``reply`` and ``calls``."""
     stop_reason = StopReason.TOOL_USE if calls else StopReason.END_TURN
     record = TokenRecord.stop(session_id, turn, 5, stop_reason, Usage(1, 1), 9)
-    chat_table.complete_turn(record, reply, tool_calls=calls)
+    chat_table.turns.end_from_stream(record, reply, tool_calls=calls)
 
 
 @pytest.mark.parametrize(
@@ -363,7 +363,7 @@ def finish(chat_table: ChatTable, session_id: str, turn: int, reply: str, calls:
     ],
 )
 def test_the_tool_choice_is_bedrocks(chat_table, choice, sent) -> None:
-    session_id = chat_table.start_session(OWNER, "hi", options=TurnOptions(tools=(WEATHER,), tool_choice=choice))
+    session_id = chat_table.turns.start_first(OWNER, "hi", options=TurnOptions(tools=(WEATHER,), tool_choice=choice))
     config = params_for(chat_table, session_id, 1)["toolConfig"]
     assert config.get("toolChoice") == sent
     assert [tool["toolSpec"]["name"] for tool in config["tools"]] == ["get_weather"]
@@ -372,7 +372,7 @@ def test_the_tool_choice_is_bedrocks(chat_table, choice, sent) -> None:
 def test_none_without_tool_blocks_sends_no_tools(chat_table) -> None:
     # GIVEN a turn that declares a tool but says none, in a conversation without tool use
     options = TurnOptions(tools=(WEATHER,), tool_choice=ToolChoice(ToolChoiceMode.NONE))
-    session_id = chat_table.start_session(OWNER, "hi", options=options)
+    session_id = chat_table.turns.start_first(OWNER, "hi", options=options)
     # THEN the model is shown no tool, and told nothing
     params = params_for(chat_table, session_id, 1)
     assert "toolConfig" not in params and "system" not in params
@@ -380,12 +380,12 @@ def test_none_without_tool_blocks_sends_no_tools(chat_table) -> None:
 
 def test_none_with_tool_blocks_sends_the_tools_without_a_choice_and_says_not_to_call_one(chat_table) -> None:
     # GIVEN a turn that called a tool, and the next one that answers it with none
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     finish(chat_table, session_id, 1, "", [ToolCall("tooluse_a", "get_weather", '{"city": "Paris"}')])
     none = TurnOptions(
         tools=(WEATHER,), tool_choice=ToolChoice(ToolChoiceMode.NONE), tool_results=(ToolResult("tooluse_a", "sunny"),)
     )
-    turn = chat_table.start_turn(session_id, OWNER, "sum it up", options=none)
+    turn = chat_table.turns.start_next(session_id, OWNER, "sum it up", options=none)
     # THEN Bedrock gets the toolConfig it requires with these blocks, no toolChoice, and the instruction
     params = params_for(chat_table, session_id, turn)
     assert params["toolConfig"] == {"tools": [WEATHER.to_converse()]}
@@ -397,9 +397,9 @@ def test_none_with_tool_blocks_sends_the_tools_without_a_choice_and_says_not_to_
 
 
 def test_a_turn_without_tools_after_tool_use_declares_the_tools_its_history_names(chat_table) -> None:
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     finish(chat_table, session_id, 1, "On it.", [ToolCall("tooluse_a", "get_weather", '{"city": "Paris"}')])
-    turn = chat_table.start_turn(
+    turn = chat_table.turns.start_next(
         session_id, OWNER, "", options=TurnOptions(tool_results=(ToolResult("tooluse_a", "sunny"),))
     )
     params = params_for(chat_table, session_id, turn)
@@ -411,17 +411,17 @@ def test_a_turn_without_tools_after_tool_use_declares_the_tools_its_history_name
 
 def test_calls_never_answered_and_results_answering_nothing_are_left_out_of_the_history(chat_table) -> None:
     # GIVEN turn 1 called two tools; turn 2 answered only one of them; turn 3 carries a result for no call of turn 2
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     both = [
         ToolCall("tooluse_a", "get_weather", '{"city": "Paris"}'),
         ToolCall("tooluse_b", "get_weather", '{"city": "Oslo"}'),
     ]
     finish(chat_table, session_id, 1, "Two lookups.", both)
     one = TurnOptions(tools=(WEATHER,), tool_results=(ToolResult("tooluse_a", "sunny"),))
-    turn = chat_table.start_turn(session_id, OWNER, "", options=one)
+    turn = chat_table.turns.start_next(session_id, OWNER, "", options=one)
     finish(chat_table, session_id, turn, "Paris is sunny.", [])
     stray = TurnOptions(tools=(WEATHER,), tool_results=(ToolResult("tooluse_z", "late"),))
-    turn = chat_table.start_turn(session_id, OWNER, "and now?", options=stray)
+    turn = chat_table.turns.start_next(session_id, OWNER, "and now?", options=stray)
     # WHEN the proxy builds turn 3's messages
     current = turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
     messages = build_messages(chat_table, current)
@@ -437,11 +437,11 @@ def test_calls_never_answered_and_results_answering_nothing_are_left_out_of_the_
 
 def test_an_exchange_left_empty_goes_with_the_results_that_answered_it(chat_table) -> None:
     # GIVEN turn 1 only called a tool, and turn 2 (no results) made it unanswered
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     finish(chat_table, session_id, 1, "", [ToolCall("tooluse_a", "get_weather", '{"city": "Paris"}')])
-    turn = chat_table.start_turn(session_id, OWNER, "never mind")
+    turn = chat_table.turns.start_next(session_id, OWNER, "never mind")
     finish(chat_table, session_id, turn, "OK.", [])
-    turn = chat_table.start_turn(session_id, OWNER, "/history")
+    turn = chat_table.turns.start_next(session_id, OWNER, "/history")
     # THEN turn 1 (left without a reply) is not sent at all, and turn 2 is
     current = turn_to_generate(chat_table, GenerateRequest(session_id, turn), "proxy-request")
     assert build_messages(chat_table, current) == [
@@ -453,11 +453,11 @@ def test_an_exchange_left_empty_goes_with_the_results_that_answered_it(chat_tabl
 
 def test_a_call_cut_short_is_not_sent_back(chat_table) -> None:
     # GIVEN a turn cancelled inside a call's arguments
-    session_id = chat_table.start_session(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    session_id = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
     cut = ToolCall("tooluse_a", "get_weather", '{"city": "Pa', complete=False)
     record = TokenRecord.stop(session_id, 1, 5, StopReason.CANCELLED, Usage(1, 1), 9)
-    chat_table.complete_turn(record, "Looking", tool_calls=[cut])
-    turn = chat_table.start_turn(session_id, OWNER, "hi")
+    chat_table.turns.end_from_stream(record, "Looking", tool_calls=[cut])
+    turn = chat_table.turns.start_next(session_id, OWNER, "hi")
     # THEN its text is history, its broken call is not
     params = params_for(chat_table, session_id, turn)
     assert params["messages"][1] == {"role": "assistant", "content": [{"text": "Looking"}]}
@@ -472,7 +472,7 @@ def test_history_a_client_sent_with_tool_calls_and_results_becomes_tool_blocks(c
         HistoryMessage("user", "", tool_results=(ToolResult("call_1", "sunny"),)),
         HistoryMessage("assistant", "Sunny."),
     )
-    session_id = chat_table.start_session(OWNER, "thanks", options=TurnOptions(tools=(WEATHER,), history=history))
+    session_id = chat_table.turns.start_first(OWNER, "thanks", options=TurnOptions(tools=(WEATHER,), history=history))
     # THEN they are Converse messages with the call and its result as blocks
     params = params_for(chat_table, session_id, 1)
     assert [message["content"] for message in params["messages"]] == [

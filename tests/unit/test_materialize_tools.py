@@ -56,7 +56,7 @@ class NoPoison:
 def test_a_turns_tool_calls_are_materialized_apart_from_its_reply(chat_table: ChatTable) -> None:
     # GIVEN a turn whose records hold a word and two calls, in a batch out of order
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, "weather in Paris and Oslo?")
+    turn = chat_table.turns.start_next(session_id, OWNER, "weather in Paris and Oslo?")
     records = tool_turn(session_id, turn)
     # WHEN the consumer materializes them
     outcome = Materializer(table=chat_table, poison_sink=NoPoison()).process(stream([*records[3:], *records[:3]]))
@@ -70,7 +70,7 @@ def test_a_turns_tool_calls_are_materialized_apart_from_its_reply(chat_table: Ch
         ToolCall("tooluse_b", "get_weather", '{"city": "Oslo"}'),
     )
     # AND a turn without calls has none
-    plain = chat_table.start_turn(session_id, OWNER, "thanks")
+    plain = chat_table.turns.start_next(session_id, OWNER, "thanks")
     Materializer(table=chat_table, poison_sink=NoPoison()).process(
         stream([TokenRecord.stop(session_id, plain, 1, StopReason.END_TURN, Usage(1, 0), 7)], first=100)
     )
@@ -81,7 +81,7 @@ def test_calls_too_large_for_the_turn_item_are_read_from_its_records(chat_table:
     # GIVEN a call whose arguments (450 KB in UTF-8, in records of 45,000 characters) are more than DynamoDB's 400 KB
     # item can hold
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, "write it all")
+    turn = chat_table.turns.start_next(session_id, OWNER, "write it all")
     pieces = ('"', *["\u00e9" * 45_000] * 5, '"}')
     huge = "".join(pieces)
     records = tool_turn(session_id, turn, oslo=pieces)
@@ -97,7 +97,7 @@ def test_calls_too_large_for_the_turn_item_are_read_from_its_records(chat_table:
     assert item is not None and item.status is TurnStatus.COMPLETE
     assert [call.arguments for call in item.tool_calls] == ['{"city": "Paris"}', '{"city": ' + huge]
     assert chat_table.list_turns(session_id)[0].tool_calls == item.tool_calls
-    assert chat_table.start_turn(session_id, OWNER, "thanks") == turn + 1
+    assert chat_table.turns.start_next(session_id, OWNER, "thanks") == turn + 1
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_a_consumer_that_reads_only_versions_1_and_2_keeps_tool_use_records_for_
 ) -> None:
     # GIVEN a consumer of the release before tool use (it knows schema versions 1 and 2), and a turn with calls
     session_id = chat_table.create_session(OWNER)
-    turn = chat_table.start_turn(session_id, OWNER, "weather?")
+    turn = chat_table.turns.start_next(session_id, OWNER, "weather?")
     records = tool_turn(session_id, turn)
     with monkeypatch.context() as older:
         older.setattr("chatstream.records.SCHEMA_VERSIONS", frozenset({1, 2}))

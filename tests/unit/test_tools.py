@@ -28,7 +28,7 @@ OPTIONS = TurnOptions(
 
 def test_tools_choice_results_and_tool_history_go_through_the_turn_item_exactly(chat_table) -> None:
     # GIVEN a turn started with tools, a choice, results and a history holding a call and its result
-    session_id = chat_table.start_session("me", "", options=OPTIONS)
+    session_id = chat_table.turns.start_first("me", "", options=OPTIONS)
     # WHEN read back THEN the options are exactly what was written (a schema's float included)
     turn = chat_table.get_turn(session_id, 1)
     assert turn is not None and turn.options == OPTIONS

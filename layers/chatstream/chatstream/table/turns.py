@@ -456,7 +456,7 @@ class Turns:
         )
 
     def _end_unclaimed(self, transition: Transition, terminal: TokenRecord) -> bool:
-        fields = _outcome(terminal, self.store.now_ms(), ("", ""))
+        fields = _outcome(terminal, self.store.now_ms(), ("", "", ()))
         fields["generator"] = RELAY_CLAIM
         return self._end(transition, terminal.session_id, terminal.turn, fields)
 
