@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import typing
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
 import pytest
 from botocore.credentials import Credentials
-from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note_event
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chatstream.status import TurnStatus
@@ -462,34 +463,106 @@ OPTIONS = st.dictionaries(
     max_size=3,
 )
 NEAR_VALID = st.builds(
-    lambda middle, texts, options: {
+    lambda middle, texts, stream, options: {
         "model": ALIAS,
         "messages": [
             {"role": role, "content": text} for role, text in zip(["user", *middle, "user"], texts, strict=False)
         ],
+        "stream": stream,  # streamed half the time, unless the options say otherwise
         **options,
     },
     st.lists(st.sampled_from(["user", "assistant", "system", "developer"]), max_size=3),
     st.lists(WORDS, min_size=5, max_size=5),
+    st.booleans(),
     OPTIONS | st.just({}),
 )
 PATHS = {"messages": "/v1/chat/completions", "input": "/v1/responses"}
+API = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=BODY | NEAR_VALID | NEAR_VALID.map(lambda body: {"input": body.pop("messages"), **body}))
-def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: LocalStack, body: dict) -> None:
-    path = PATHS["input" if "input" in body else "messages"]
-    response = httpx.post(f"{stack.url}{path}", json=body, timeout=60)
-    note_event(f"status {response.status_code}")
-    assert response.status_code in (200, 400, 404, 409, 413), response.text
-    if response.status_code != 200:
-        error = response.json()["error"]
-        assert set(error) == {"message", "type", "param", "code"} and error["message"]
-    elif response.headers["content-type"].startswith("text/event-stream"):
-        assert response.text.rstrip().endswith(("data: [DONE]", '"response.completed"', "}")), response.text[-300:]
-    else:
-        assert response.json()["object"] in ("chat.completion", "response")
+def sse_events(text: str) -> list[tuple[str, str]]:
+    """(event name, data) of each event of an SSE body: ``message`` when the event names none; comments left out."""
+    events = []
+    for block in text.split("\n\n"):
+        fields = [line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":")]
+        named = dict(field for field in fields if len(field) == 2)
+        if "data" in named:
+            events.append((named.get("event", "message"), named["data"]))
+    return events
+
+
+def assert_a_whole_chat_completion_stream(text: str) -> None:
+    """OpenAI's end of a Chat Completions stream: ``data: [DONE]``, once and last, after chunks that say how the reply
+    finished; no error on the way."""
+    datas = [data for _, data in sse_events(text)]
+    assert datas and datas[-1] == "[DONE]" and datas.count("[DONE]") == 1, text[-300:]
+    chunks = [json.loads(data) for data in datas[:-1]]
+    assert all(chunk.get("object") == "chat.completion.chunk" and "error" not in chunk for chunk in chunks), text[-300:]
+    finishes = [choice["finish_reason"] for chunk in chunks for choice in chunk["choices"] if choice["finish_reason"]]
+    assert finishes in (["stop"], ["length"]), text[-300:]
+
+
+def assert_a_whole_response_stream(text: str) -> None:
+    """OpenAI's end of a Responses stream: ``response.completed`` (or ``response.incomplete`` at the token limit), once
+    and last, numbered last, its response's status the event's; never ``error`` or ``response.failed``."""
+    events = sse_events(text)
+    names = [name for name, _ in events]
+    terminal = {"response.completed": "completed", "response.incomplete": "incomplete"}
+    assert names and names[-1] in terminal, names[-5:]
+    assert sum(names.count(name) for name in (*terminal, "response.failed", "error")) == 1, names
+    data = [json.loads(payload) for _, payload in events]
+    assert [event["type"] for event in data] == names
+    assert [event["sequence_number"] for event in data] == list(range(len(data)))
+    assert data[-1]["response"]["status"] == terminal[names[-1]], data[-1]
+
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def test_any_body_is_answered_or_refused_in_openais_shape_never_a_5xx(stack: LocalStack) -> None:
+    answers: Counter[tuple[str, str]] = Counter()
+
+    @settings(max_examples=60, deadline=None)
+    @given(body=BODY | NEAR_VALID | NEAR_VALID.map(lambda body: {"input": body.pop("messages"), **body}))
+    # one body of each kind for each API, whatever the run's random examples: answered, streamed, refused
+    @example(body={"model": ALIAS, "messages": HELLO, "stream": False})
+    @example(body={"model": ALIAS, "messages": HELLO, "stream": True})
+    @example(body={"model": ALIAS, "messages": [], "stream": False})
+    @example(body={"model": ALIAS, "input": HELLO, "stream": False})
+    @example(body={"model": ALIAS, "input": HELLO, "stream": True})
+    @example(body={"model": ALIAS, "input": [], "stream": False})
+    def check(body: dict) -> None:
+        # GIVEN any body, WHEN it is sent to its route
+        path = PATHS["input" if "input" in body else "messages"]
+        response = httpx.post(f"{stack.url}{path}", json=body, timeout=60)
+        assert response.status_code in (200, 400, 404, 409, 413), response.text
+        # THEN a refusal is OpenAI's error object, a stream ends as OpenAI's does, an object is finished
+        if response.status_code != 200:
+            error = response.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"} and error["message"]
+            kind = f"refused {response.status_code}"
+        elif response.headers["content-type"].startswith("text/event-stream"):
+            kind = "streamed"
+            if path == "/v1/chat/completions":
+                assert_a_whole_chat_completion_stream(response.text)
+            else:
+                assert_a_whole_response_stream(response.text)
+        else:
+            kind = "answered"
+            answer = response.json()
+            if path == "/v1/chat/completions":
+                assert answer["object"] == "chat.completion", answer
+                assert answer["choices"][0]["finish_reason"] in ("stop", "length"), answer
+            else:
+                assert answer["object"] == "response" and answer["status"] in ("completed", "incomplete"), answer
+        note_event(f"{API[path]} {kind}")
+        answers[API[path], kind] += 1
+
+    check()
+    # AND every branch ran: both APIs refused, answered and streamed bodies (the explicit examples, at least), so each
+    # check above was reached
+    for api in API.values():
+        assert min(answers[api, "refused 400"], answers[api, "answered"], answers[api, "streamed"]) > 0, answers
 
 
 # ------------------------------------------------------------------------------ browsers
