@@ -7,8 +7,9 @@
 
 The inputs mix valid objects, valid objects with one field broken, and anything at all, and each property
 counts its branches: it fails if the valid branch stops being reached on a real share of the examples.
-- ``Generation`` turns whatever ConverseStream events arrive into records: always ending with exactly
-  one terminal record, after every delta, with contiguous ``seq`` from 0.
+- ``Generation`` turns whatever ConverseStream events arrive (text and ``reasoningContent`` deltas, malformed ones
+  among them) into records: always ending with exactly one terminal record, after every delta, with contiguous
+  ``seq`` from 0, each delta in a record of its own kind (a reply's, or a reasoning one: schema version 2).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from chatstream.records import (
     ToolCallRef,
     Usage,
     assistant_text,
+    reasoning_text,
     tool_calls,
 )
 from chatstream.status import StopReason, TurnStatus
@@ -90,6 +92,7 @@ def valid_records() -> st.SearchStrategy[TokenRecord]:
     return st.one_of(
         st.builds(TokenRecord.start, SESSION_IDS, turns, TIMESTAMPS),
         st.builds(TokenRecord.delta, SESSION_IDS, turns, seqs, st.text(min_size=1, max_size=60), TIMESTAMPS),
+        st.builds(TokenRecord.reasoning, SESSION_IDS, turns, seqs, st.text(min_size=1, max_size=60), TIMESTAMPS),
         st.builds(TokenRecord.stop, SESSION_IDS, turns, seqs, STOP_REASONS, USAGES, TIMESTAMPS),
         st.builds(TokenRecord.failure, SESSION_IDS, turns, seqs, ERRORS, TIMESTAMPS),
     )
@@ -300,11 +303,22 @@ class _Bedrock:
         return {"stream": _Stream(self.events, self.fail_after)}
 
 
+def _delta(delta: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"contentBlockDelta": st.fixed_dictionaries({"delta": delta})})
+
+
+# A reasoningContent delta as Bedrock sends one (its text, then its signature; or redacted content), or malformed.
+REASONING_CONTENT = st.one_of(
+    st.fixed_dictionaries({"text": st.text(max_size=20)}),
+    st.fixed_dictionaries({"signature": st.text(min_size=1, max_size=20)}),
+    st.fixed_dictionaries({"redactedContent": st.binary(min_size=1, max_size=8)}),
+    st.dictionaries(st.sampled_from(["text", "signature", "redactedContent"]), JSON_VALUES, max_size=2),
+    JSON_VALUES,
+)
 CONVERSE_EVENTS = st.one_of(
     st.fixed_dictionaries({"messageStart": st.fixed_dictionaries({"role": st.just("assistant")})}),
-    st.fixed_dictionaries(
-        {"contentBlockDelta": st.fixed_dictionaries({"delta": st.fixed_dictionaries({"text": st.text(max_size=20)})})}
-    ),
+    _delta(st.fixed_dictionaries({"text": st.text(max_size=20)})),
+    _delta(st.fixed_dictionaries({"reasoningContent": REASONING_CONTENT})),
     st.fixed_dictionaries({"contentBlockDelta": JSON_VALUES}),
     st.fixed_dictionaries({"messageStop": st.fixed_dictionaries({}, optional={"stopReason": JSON_SCALARS})}),
     st.fixed_dictionaries({"metadata": JSON_VALUES}),
@@ -339,20 +353,38 @@ def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(eve
     assert result.terminal == records[-1]
     # AND every record is one the consumer can read back
     assert [TokenRecord.decode(record.encode()) for record in records] == records
-    # AND no delta text was lost: what was written is every text delta the model sent, in order
-    texts = []
-    for event in events:
-        delta = event.get("contentBlockDelta")
-        if isinstance(delta, dict) and isinstance(delta.get("delta"), dict):
-            text = delta["delta"].get("text")
-            if isinstance(text, str) and text:
-                texts.append(text)
-            elif text:
-                break  # a malformed delta ends the turn in error: nothing after it is expected
-    written = assistant_text(records)
-    assert "".join(texts).startswith(written)
+    # AND no delta was lost or changed kind: the reply's and the reasoning's records spell the model's text and
+    # reasoning deltas, in the order the model sent them (all of them when the turn stopped, a start otherwise)
+    sent = sent_deltas(events)
+    written = [
+        (record.type, char)
+        for record in records
+        if record.type in (RecordType.DELTA, RecordType.REASONING) and record.text is not None
+        for char in record.text
+    ]
+    assert written == sent[: len(written)]
+    assert assistant_text(records) == "".join(char for kind, char in written if kind is RecordType.DELTA)
+    assert reasoning_text(records) == "".join(char for kind, char in written if kind is RecordType.REASONING)
     if records[-1].type is RecordType.STOP:
-        assert written == "".join(texts)
+        assert written == sent
+
+
+def sent_deltas(events: list[Any]) -> list[tuple[RecordType, str]]:
+    """(kind, character) of every text and reasoning delta of the model's events, in order, up to a malformed one."""
+    sent = []
+    for event in events:
+        block = event.get("contentBlockDelta")
+        delta = block.get("delta") if isinstance(block, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        text = delta.get("text")
+        if text and not isinstance(text, str):
+            break  # a malformed delta ends the turn in error: nothing after it is expected
+        sent += [(RecordType.DELTA, char) for char in text or ""]
+        reasoning = delta.get("reasoningContent")
+        thought = reasoning.get("text") if isinstance(reasoning, dict) else None
+        sent += [(RecordType.REASONING, char) for char in (thought if isinstance(thought, str) else "")]
+    return sent
 
 
 # ------------------------------------------------------------------------------- the generation, with tool calls
