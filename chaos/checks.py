@@ -121,8 +121,17 @@ class StoredTurn:
     @property
     def reaped(self) -> bool:
         """Ended by the reaper because its proxy died (the turn's error says so)."""
+        return self._ended_in(REAPED_CODES)
+
+    @property
+    def generation_lost(self) -> bool:
+        """The table shows the generation lost: the turn ended in a lost generation's error (the reaper's, or the
+        stale-turn timeout), not overridden by a terminal record of the proxy's."""
+        return self._ended_in(LOST_GENERATION_CODES)
+
+    def _ended_in(self, codes: frozenset[str]) -> bool:
         turn = self.turn
-        return turn is not None and turn.status is TurnStatus.ERROR and (turn.error or {}).get("code") in REAPED_CODES
+        return turn is not None and turn.status is TurnStatus.ERROR and (turn.error or {}).get("code") in codes
 
 
 @dataclass(frozen=True)
@@ -232,8 +241,9 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
 
     ``killed``: the run killed the proxy invocation of this chat's turn. A turn the reaper ended (its proxy died)
     lost its generation: it counts as ``killed`` when the run killed that proxy, as a problem otherwise. A killed
-    generation whose terminal record was already put ends complete, and its stream must be exact. A token
-    lost (or duplicated) by the table and by the stream counts once.
+    generation whose terminal record was already put ends complete, and its stream must be exact: also when the
+    stream had ended on a lost generation's error before that record was read (the client was told a reply was lost
+    that the table holds whole). A token lost (or duplicated) by the table and by the stream counts once.
     """
     label = f"chat {plan.index} ({plan.message[:24]!r}, session {seen.session_id or '-'})"
     activity = ChatCounts(
@@ -246,11 +256,11 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
     if not seen.session_id:
         return activity + ChatCounts(failed_chats=1, problems=(f"{label}: no stream: {seen.failure}",))
     # A generation the run killed may end either way: the reaper ends its turn in error, or, when the proxy had put
-    # its terminal record before it died, that record does (also after the reaper, whose presumption it overrides:
-    # a stream that ended on the reaper's error is then still a lost generation's).
+    # its terminal record before it died, that record does (also after the reaper, whose presumption it overrides).
+    # Only the first is excused, as the table shows it: a stream that ended on a lost generation's error while the
+    # table holds the completed reply told its client of a loss that did not happen, and is checked as any other.
     told_lost = seen.done is None and (seen.error or {}).get("code") in LOST_GENERATION_CODES
-    ended = stored.turn is not None and stored.turn.status.finished
-    if stored.reaped or (killed and told_lost and ended):
+    if stored.reaped or (killed and told_lost and stored.generation_lost):
         return activity + _check_lost_generation(plan, seen, stored, killed, label)
     table, unfinished = _check_table(plan, stored, seen.turn, label)
     stream, exact = _check_stream(plan, seen, label)

@@ -220,12 +220,30 @@ def test_a_killed_generation_that_had_put_its_terminal_record_is_an_exact_stream
     assert counts == ChatCounts(exact_streams=1)
 
 
-def test_a_killed_generation_the_reaper_ended_before_its_stop_record_overrode_it_counts_as_killed() -> None:
-    # GIVEN a killed proxy's turn: the reaper ended it and the stream said so; then its stop record, put before
-    # the proxy died, was materialized and completed the turn
-    counts = check_chat(LONG, streamed(LONG, 2, end="generation_failed"), stored(LONG), killed=True)
+@pytest.mark.parametrize("end", ["generation_failed", "timeout"])
+def test_a_killed_generation_whose_stream_was_told_it_was_lost_while_the_table_holds_it_whole_is_not_exact(
+    end: str,
+) -> None:
+    # GIVEN a killed proxy's turn whose stream ended on a lost generation's error (the reaper's, or the stale-turn
+    # timeout) after two deltas, and whose stop record, put before the proxy died, then completed the turn
+    counts = check_chat(LONG, streamed(LONG, 2, end=end), stored(LONG), killed=True)
 
-    # THEN it is a generation the run killed whose stream is a clean prefix: not lost tokens, not a problem
+    # THEN nothing was lost but the stream: it is no lost generation, and the stream that said so is not exact
+    assert counts.generator_lost == 0
+    assert (counts.exact_streams, counts.lost_tokens, counts.unfinished_turns) == (0, 3, 0)
+    assert counts.problems == (
+        f"chat 3 ('/long 5', session {SESSION}): stream not exact (lost 3, duplicated 0, end "
+        f"{{'code': '{end}', 'retryable': True}})",
+    )
+
+
+def test_a_killed_generation_the_table_ended_as_stale_counts_as_killed() -> None:
+    # GIVEN a killed proxy's turn the table ended with the stale-turn timeout (its session went on), as the stream did
+    turn = stored(LONG, 2, status=TurnStatus.ERROR, code="timeout")
+
+    counts = check_chat(LONG, streamed(LONG, 2, end="timeout"), turn, killed=True)
+
+    # THEN the table shows the generation lost: a generation the run killed, its stream a clean prefix
     assert counts == ChatCounts(killed_generations=1)
 
 
