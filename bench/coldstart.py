@@ -147,7 +147,10 @@ def measure(repeat: int = 7) -> dict[str, Any]:
     by then); each function's runtime as deployed; ratios of the deployed runtime to awslambdaric (the relay's:
     streaming layer / awslambdaric)."""
     with tempfile.TemporaryDirectory(prefix="chatstream-deployed-site-") as tmp:
-        pythons = {"deployed": str(deployed_site.create(Path(tmp), prune_botocore=True)), "dev": sys.executable}
+        pythons = {
+            "deployed": str(deployed_site.create(Path(tmp), pruner=deployed_site.PRUNE_BOTOCORE_DATA)),
+            "dev": sys.executable,
+        }
         samples: dict[str, dict[str, dict[str, list[float]]]] = {
             site: {case: {runtime: [] for runtime in RUNTIMES} for case in FUNCTIONS} for site in SITES
         }

@@ -2,7 +2,8 @@
 
 ``python -m bench.coldstart_against REV [repeat]`` (from the repository, with its git history): REV's ``functions/``
 and ``layers/`` (``git archive``) and this tree's, each started as its layer's build deployed it (botocore's data
-pruned only where that layer's build prunes it: ``layers/chatstream/prune_botocore_data.py``), on the runtime each
+pruned only where that layer's build prunes it, and by that build's own pruner, ``layers/chatstream/
+prune_botocore_data.py`` as REV has it: what it keeps changed from commit to commit), on the runtime each
 function is deployed on, ``repeat`` times interleaved with the smallest handler as the machine's ruler; medians of
 :func:`bench.coldstart.time_to_first_next`, and this tree's over REV's. Both run in this environment's pinned
 packages: what changed is the functions' code and the layers' builds, not the packages.
@@ -27,13 +28,14 @@ from bench import coldstart
 from chatstream_local.lambda_ import deployed_site
 
 CASES = ("relay", "proxy", "consumer", "hello")
+PRUNER = Path("layers/chatstream/prune_botocore_data.py")  # what the chatstream layer's build prunes botocore with
 
 
-def _checkout(rev: str, into: Path) -> Path:
+def _checkout(rev: str, into: Path, repository: Path = coldstart.ROOT) -> Path:
     """REV's ``functions/`` and ``layers/``, extracted under ``into``."""
     archive = subprocess.run(  # noqa: S603 - git, with a revision the user named
         ["git", "archive", "--format=tar", rev, "functions", "layers"],  # noqa: S607
-        cwd=coldstart.ROOT,
+        cwd=repository,
         check=True,
         capture_output=True,
     ).stdout
@@ -58,17 +60,28 @@ def _spec(case: str, root: Path | None, *, writes_bytecode: bool = False) -> col
     )
 
 
+def pruner_of(tree: Path) -> Path | None:
+    """The botocore pruner the chatstream layer's build in ``tree`` (this tree, or a checkout) runs; None where that
+    build prunes nothing."""
+    pruner = tree / PRUNER
+    return pruner if pruner.is_file() else None
+
+
+def deployed_sites(trees: dict[str, Path], into: Path) -> dict[str, Path]:
+    """The interpreter of each tree's deployed site (``deployed_site.create``, under ``into``): botocore pruned by
+    that tree's own pruner, as its layer's build pruned it."""
+    return {
+        name: deployed_site.create(into / f"site-{i}", pruner=pruner_of(tree))
+        for i, (name, tree) in enumerate(trees.items())
+    }
+
+
 def measure(rev: str, repeat: int = 9) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="chatstream-coldstart-against-") as tmp:
         earlier = _checkout(rev, Path(tmp) / "earlier")
-        pruned = {
-            "this": (coldstart.ROOT / "layers/chatstream/prune_botocore_data.py").exists(),
-            rev: (earlier / "layers/chatstream/prune_botocore_data.py").exists(),
-        }
-        pythons = {
-            name: str(deployed_site.create(Path(tmp) / f"site-{i}", prune_botocore=prune))
-            for i, (name, prune) in enumerate(pruned.items())
-        }
+        trees = {"this": coldstart.ROOT, rev: earlier}
+        pruned = {name: pruner_of(tree) is not None for name, tree in trees.items()}
+        pythons = {name: str(python) for name, python in deployed_sites(trees, Path(tmp)).items()}
         roots = {"this": None, rev: earlier}
         for name, root in roots.items():  # bytecode first, as the builds ship it (bench.coldstart says why)
             for case in CASES:

@@ -70,6 +70,29 @@ def test_a_pin_the_environment_does_not_satisfy_is_a_clear_error(
     assert not (tmp_path / "site").exists()
 
 
+def test_a_site_made_with_a_pruner_has_botocore_pruned_by_that_script_alone(tmp_path: Path) -> None:
+    # GIVEN a layer's pruner (an earlier commit's, say) that marks the data it was given, from its own folder
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    pruner = layer / "prune_botocore_data.py"
+    pruner.write_text(
+        "import pathlib, sys\n"
+        "data = pathlib.Path(sys.argv[1])\n"
+        "(data / 'pruned-by').write_text(pathlib.Path.cwd().name + ' ' + str(len(list(data.iterdir()))))\n"
+    )
+    # WHEN a site is made with it
+    python = deployed_site.create(tmp_path / "site", pruner=pruner)
+    # THEN its botocore is a copy (the environment's is untouched) whose data that script, run from its folder, was
+    # given whole: this tree's pruner did not run first
+    botocore = next(python.parent.parent.glob("lib/python*/site-packages/botocore"))
+    assert not botocore.is_symlink()
+    folder, entries = (botocore / "data" / "pruned-by").read_text().split()
+    assert folder == "layer" and int(entries) > 100
+    # AND without one, botocore is the environment's, linked
+    plain = deployed_site.create(tmp_path / "plain")
+    assert next(plain.parent.parent.glob("lib/python*/site-packages/botocore")).is_symlink()
+
+
 def test_every_function_of_the_stack_runs_on_the_site(start_stack: Callable[..., LocalStack]) -> None:
     # GIVEN the local stack
     stack = start_stack()

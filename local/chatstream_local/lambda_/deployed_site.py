@@ -78,10 +78,11 @@ def _distributions() -> list[importlib.metadata.Distribution]:
     return distributions
 
 
-def create(directory: Path, *, prune_botocore: bool = False) -> Path:
+def create(directory: Path, *, pruner: Path | None = None) -> Path:
     """A virtual environment in ``directory`` (which must not exist or be empty) whose site-packages hold only the
-    layers' pinned packages, linked from this environment (with ``prune_botocore``, botocore copied and its data
-    pruned as the layer's build prunes it); its interpreter's path."""
+    layers' pinned packages, linked from this environment (with ``pruner``, a layer's ``prune_botocore_data.py``,
+    botocore copied and its data pruned by that script as that layer's build prunes it: :data:`PRUNE_BOTOCORE_DATA`
+    is this tree's); its interpreter's path."""
     distributions = _distributions()
     venv.EnvBuilder(with_pip=False, symlinks=True).create(directory)
     site = next(directory.glob("lib/python*/site-packages"))
@@ -90,9 +91,10 @@ def create(directory: Path, *, prune_botocore: bool = False) -> Path:
             if top in ("..", "__pycache__") or top.endswith(".pth"):
                 continue
             source, target = Path(str(dist.locate_file(top))), site / top
-            if prune_botocore and top == "botocore" and not target.exists():
+            if pruner is not None and top == "botocore" and not target.exists():
                 shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-                subprocess.run([sys.executable, str(PRUNE_BOTOCORE_DATA), str(target / "data")], check=True)  # noqa: S603
+                # run as the layer's Makefile runs it: from its folder
+                subprocess.run([sys.executable, pruner.name, str(target / "data")], cwd=pruner.parent, check=True)  # noqa: S603
             elif source.exists() and not target.exists():
                 target.symlink_to(source)
     return directory / "bin" / "python"
