@@ -2,7 +2,8 @@
 
 ``tests/e2e/js/`` is a small Node project: ``package.json`` and ``package-lock.json`` pin the SDK, and ``stream.mjs``
 does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey: 'unused'})`` then ``streamText`` with
-the Chat Completions provider or the Responses one. The test installs it with ``npm ci`` from the lockfile (once:
+the Chat Completions provider or the Responses one (or ``@ai-sdk/openai-compatible``'s Chat Completions provider,
+which reads a stream's ``reasoning_content``). The test installs it with ``npm ci`` from the lockfile (once:
 ``node_modules`` stays in that folder, ignored by git, and is installed again when the lockfile changes) and runs it
 with the machine's Node. It skips only when ``node`` or ``npm`` is not installed.
 """
@@ -54,7 +55,8 @@ def stack() -> Iterator[LocalStack]:
 
 
 def stream(node: str, stack: LocalStack, api: str, model: str, message: str) -> dict[str, Any]:
-    """What ``stream.mjs`` printed: the streamed text, the number of text deltas, the finish reason and the usage."""
+    """What ``stream.mjs`` printed: the streamed text and the number of text deltas, the streamed reasoning and the
+    number of reasoning parts, the finish reason and the usage."""
     done = subprocess.run(
         [node, "stream.mjs", stack.url, api, model, message], cwd=JS_DIR, capture_output=True, text=True, timeout=120
     )
@@ -69,6 +71,7 @@ def stream(node: str, stack: LocalStack, api: str, model: str, message: str) -> 
         ("responses", "/long 60"),
         ("chat", "/long 60"),
         ("chat", "/think 5 hello"),  # reasoning_content chunks first: not text, and no error
+        ("compatible", "/long 60"),
     ],
 )
 def test_the_vercel_ai_sdk_streams_the_reply_exactly(node: str, stack: LocalStack, api: str, message: str) -> None:
@@ -81,6 +84,22 @@ def test_the_vercel_ai_sdk_streams_the_reply_exactly(node: str, stack: LocalStac
     assert result["text"] == reply.text
     assert result["finishReason"] == "stop"
     assert result["deltas"] >= 1 and result["usage"]["outputTokens"] > 0
+
+
+@pytest.mark.parametrize("api", ["compatible", "responses"])
+def test_the_reasoning_arrives_as_reasoning_apart_from_the_reply(node: str, stack: LocalStack, api: str) -> None:
+    # WHEN an application streams a reply the model reasons before
+    message = "/think 5 hello"
+    result = stream(node, stack, api, "chatstream", message)
+    # THEN the reply is the text, exactly, and the reasoning arrived as one reasoning part of its own
+    reply = plan_reply(message)
+    assert reply.reasoning_text == "r1 r2 r3 r4 r5"
+    assert result["text"] == reply.text and result["finishReason"] == "stop"
+    assert result["reasoningParts"] == 1
+    if api == "compatible":  # reasoning_content chunks, read as reasoning deltas
+        assert result["reasoning"] == reply.reasoning_text
+    else:  # @ai-sdk/openai reads a reasoning item's summary only, never its reasoning_text: the part arrives empty
+        assert result["reasoning"] == ""
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
