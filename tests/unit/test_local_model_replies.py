@@ -9,7 +9,8 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatstream_local.bedrock.converse import InvalidRequest, parse_request
+from chatstream.text import is_blank
+from chatstream_local.bedrock.converse import InvalidRequest, is_blank_to_bedrock, parse_request
 from chatstream_local.bedrock.endpoint import DEFAULT_DELAY_MS, DELAY_ENV, LocalModelServer
 from chatstream_local.bedrock.model import plan_reply, split_deltas
 from chatstream_local.eventstream import encode_event, encode_exception
@@ -294,6 +295,8 @@ def test_parse_request_takes_the_last_user_messages_text_and_counts_every_word()
         ),
         (_body("   "), "blank"),
         (_body(""), "blank"),
+        (_body("\x1e"), "blank"),
+        (_body("\ufeff\u180e"), "blank"),
         (_body("hi", system=""), "blank"),
         (json.dumps({"messages": [{"role": "user", "content": [{"image": {}}]}]}).encode(), "no text"),
         (_body("hi", max_tokens=0), "maxTokens"),
@@ -306,6 +309,19 @@ def test_parse_request_rejects_what_bedrock_rejects(body: bytes, complaint: str)
     # THEN it is a validation error that says what is wrong
     with pytest.raises(InvalidRequest, match=complaint):
         parse_request("model", body)
+
+
+def test_the_relay_refuses_as_blank_every_text_the_stand_in_for_bedrock_calls_blank() -> None:
+    # GIVEN every code point, alone and around a word
+    # THEN the relay's blank (chatstream.text) and the local Bedrock's, each defined on its own, agree on each: a text
+    # the relay accepts is never one the model refuses as blank
+    disagree = [
+        hex(code)
+        for code in range(0x110000)
+        if not 0xD800 <= code <= 0xDFFF and is_blank(chr(code) * 2) != is_blank_to_bedrock(chr(code) * 2)
+    ]
+    assert disagree == []
+    assert not is_blank_to_bedrock("\x1e a\x1e") and not is_blank("\x1e a\x1e")
 
 
 # --- configuration and framing -----------------------------------------------------------------

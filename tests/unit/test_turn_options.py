@@ -135,8 +135,9 @@ def test_a_later_turn_replays_the_history_an_earlier_turn_was_sent_with(chat_tab
 
 
 def test_history_text_is_blank_as_the_api_says_so() -> None:
-    # GIVEN history whose text the API accepts as not blank (a control character, not whitespace in JSON Schema's
-    # sense) THEN the options can be made; whitespace alone still cannot
-    assert TurnOptions(history=(HistoryMessage("user", "\x1d"), HistoryMessage("assistant", "\x85"))).history
-    with pytest.raises(ValueError, match="history"):
-        TurnOptions(history=(HistoryMessage("user", "\u3000\ufeff"), HistoryMessage("assistant", "y")))
+    # GIVEN history whose text the API accepts as not blank (a control character that no definition of whitespace
+    # counts) THEN the options can be made; text that any of them calls whitespace cannot (Bedrock would refuse it)
+    assert TurnOptions(history=(HistoryMessage("user", "\x1b"), HistoryMessage("assistant", "\x00"))).history
+    for blank in ("\u3000\ufeff", "\x1d", "\x85"):
+        with pytest.raises(ValueError, match="history"):
+            TurnOptions(history=(HistoryMessage("user", blank), HistoryMessage("assistant", "y")))

@@ -2,8 +2,10 @@
 
 A request without messages, one whose roles do not alternate user/assistant starting and ending with the user,
 or one with a blank text block is a ``ValidationException`` (:class:`InvalidRequest`), with Bedrock's wording
-where the model's tests need it. Usage: ``inputTokens`` = whitespace-separated words in the text of every message
-and system block (a tool call's input and a tool result's content count as text).
+where the model's tests need it. Blank is what Bedrock could call blank (its API reference defines no whitespace):
+:func:`is_blank_to_bedrock`, by the strictest of the definitions it may use. Usage: ``inputTokens`` =
+whitespace-separated words in the text of every message and system block (a tool call's input and a tool result's
+content count as text).
 
 Tools, as Bedrock checks them: ``toolConfig.tools`` is one or more ``toolSpec``s with unique names of 1 to 64
 letters, digits, ``_`` or ``-`` and an ``inputSchema.json`` that is a JSON schema of type object; ``toolChoice`` is
@@ -25,6 +27,9 @@ MAX_STOP_SEQUENCES = 4  # Bedrock's limit for most models
 TOOL_NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")  # ToolSpecification.name
 TOOL_USE_ID = re.compile(r"\A[a-zA-Z0-9_.:-]{1,64}\Z")  # ToolUseId
 TOOL_CONFIG_REQUIRED = "The toolConfig field must be defined when using toolUse and toolResult content blocks."
+# Whitespace beyond Python's own (str.isspace): ECMA-262's U+FEFF, and U+180E, which Java 8's
+# Character.isWhitespace counts (a space separator before Unicode 6.3).
+_ALSO_WHITESPACE = frozenset("\ufeff\u180e")
 
 
 class InvalidRequest(ValueError):
@@ -55,6 +60,12 @@ class _Blocks:
     results: list[tuple[str, str]]
 
 
+def is_blank_to_bedrock(text: str) -> bool:
+    """Whether Bedrock could call ``text`` blank: empty, or only characters that Python, ECMA-262 or Java call
+    whitespace."""
+    return all(char.isspace() or char in _ALSO_WHITESPACE for char in text)
+
+
 def _texts(blocks: Any, where: str) -> list[str]:
     if not isinstance(blocks, list):
         raise InvalidRequest(f"{where} must be a list of content blocks")
@@ -65,7 +76,7 @@ def _texts(blocks: Any, where: str) -> list[str]:
         text = block.get("text")
         if text is None:
             continue
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or is_blank_to_bedrock(text):
             raise InvalidRequest(
                 f"The text field in the ContentBlock object at {where}.{index} is blank. "
                 "Add text to the text field, and try again."

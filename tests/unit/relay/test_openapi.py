@@ -205,9 +205,20 @@ def resolve(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def patterns(node: Any) -> list[str]:
+    """Every ``pattern`` of a schema under ``node``."""
+    if isinstance(node, dict):
+        found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        return found + [pattern for value in node.values() for pattern in patterns(value)]
+    return [pattern for value in node for pattern in patterns(value)] if isinstance(node, list) else []
+
+
 def test_the_documents_patterns_and_the_relays_checks_agree_on_whitespace(document: dict[str, Any]) -> None:
-    # GIVEN the document's "not only whitespace" pattern (JSON Schema's regular expressions are ECMA-262's)
-    pattern = re.compile(document["components"]["schemas"]["ChatRequest"]["properties"]["message"]["pattern"])
+    # GIVEN the document's "not only whitespace" patterns (JSON Schema's regular expressions are ECMA-262's): one
+    # pattern, wherever a text must not be blank
+    not_blank = {pattern for pattern in patterns(document) if pattern.startswith("[^")}
+    assert len(not_blank) == 1, not_blank
+    pattern = re.compile(not_blank.pop())
     # THEN for every code point, the pattern finds it exactly when the relay does not call it blank
     disagree = [
         hex(code)
@@ -215,4 +226,7 @@ def test_the_documents_patterns_and_the_relays_checks_agree_on_whitespace(docume
         if not 0xD800 <= code <= 0xDFFF and bool(pattern.search(chr(code))) == is_blank(chr(code))
     ]
     assert disagree == []
-    assert is_blank(" \u3000\ufeff") and not is_blank("\x1d")
+    # AND blank is what any of ECMA-262, Python and Java calls whitespace: U+FEFF is ECMA-262's only, U+001C to
+    # U+001F and U+0085 Python's only, U+180E Java 8's (a space separator before Unicode 6.3)
+    assert is_blank(" \t\u3000\ufeff\x1c\x1d\x1e\x1f\x85\u180e")
+    assert not is_blank("\x00") and not is_blank("\u200b") and not is_blank("\x1bx")
