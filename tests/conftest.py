@@ -14,7 +14,7 @@ from chatstream_local.moto.fixes import FIXES
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
-from tests.support import isolate_aws
+from tests.support import FUZZ_SEED_VARIABLE, fuzz_seed, isolate_aws
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -26,6 +26,28 @@ if TYPE_CHECKING:
     from chatstream_local.moto.patch import Patches
 
 REGION = "us-east-1"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Every hypothesis test draws its examples from the run's seed (``fuzz_seed``), printed when a test fails, unless
+    ``--hypothesis-seed`` names one; before hypothesis's plugin reads that option."""
+    if config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(fuzz_seed())
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"random examples: seed {fuzz_seed()}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """On failure, how to draw this run's random examples again."""
+    if exitstatus != 0:
+        seed = config.getoption("hypothesis_seed", None) or fuzz_seed()
+        terminalreporter.write_line(
+            f"random examples of this run: seed {seed}; {FUZZ_SEED_VARIABLE}={seed} draws them again "
+            "(hypothesis's and schemathesis's; a failure hypothesis found is also replayed from .hypothesis/)"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
+import random
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +21,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS = REPO_ROOT / "events"
 SAMPLES = REPO_ROOT / "docs" / "samples"  # messages no function is invoked with (what ConsumerDLQ holds)
 FUNCTIONS = REPO_ROOT / "functions"
+
+
+FUZZ_SEED_VARIABLE = "CHATSTREAM_FUZZ_SEED"
+
+
+@functools.cache
+def fuzz_seed() -> int:
+    """The seed of this run's random examples (hypothesis's, and schemathesis's beside its fixed ones):
+    ``CHATSTREAM_FUZZ_SEED`` when set, else one drawn for the run. tests/conftest.py prints it when a test failed, so
+    the run's examples can be drawn again."""
+    value = os.environ.get(FUZZ_SEED_VARIABLE, "").strip()
+    if not value:
+        return random.SystemRandom().randrange(2**32)
+    if not value.isdigit():
+        raise ValueError(f"{FUZZ_SEED_VARIABLE} must be a whole number (a seed a run printed), not {value!r}")
+    return int(value)
 
 
 AWS_ENV = {

@@ -4,7 +4,10 @@ Two fuzzers, one contract (the OpenAPI document the relay serves, ``GET /openapi
 
 - schemathesis generates requests from the document, valid and invalid, for every operation, and checks every
   answer against it: a documented status, content type, headers and body (each SSE event's name, id and data
-  too), never a 5xx; what the document calls valid is accepted, what it calls invalid refused.
+  too), never a 5xx; what the document calls valid is accepted, what it calls invalid refused. The same examples in
+  every run of one commit, and beside them a few drawn afresh in every run from the run's seed
+  (``tests.support.fuzz_seed``, printed when a test fails; ``CHATSTREAM_FUZZ_SEED`` draws them again), so new
+  inputs keep being tried.
 - a hand-written hypothesis strategy sends what no document describes: other paths and methods, bodies that are
   not JSON or nested without end, huge headers. The answer is an error the document lists (or the router's
   ``404 not_found``/``405 method_not_allowed``) or a valid response of the route: never a 5xx, a hang, or a
@@ -30,6 +33,7 @@ from schemathesis.config import SchemathesisConfig
 from chatstream.relay.openapi import DOCUMENT_PATH
 from chatstream.relay.validation import MAX_BODY_BYTES
 from chatstream_local.stack import LocalStack, StackSettings
+from tests.support import fuzz_seed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -76,30 +80,46 @@ def document(stack: LocalStack) -> dict[str, Any]:
 # --------------------------------------------------------------------------------- schemathesis, from the document
 
 EXAMPLES_PER_OPERATION = 50
-SCHEMA = schemathesis.openapi.from_path(
-    DOCUMENT_PATH,
-    config=SchemathesisConfig.from_dict(
-        {
-            "request-timeout": 30,
-            # A failure's curl line shows every value (schemathesis hides fields such as max_tokens as secrets)
-            "output": {"sanitization": {"enabled": False}},
-            # How fast examples are generated depends on the machine's load, not on the API
-            "suppress-health-check": ["too_slow", "filter_too_much"],
-            "max-stream-events": 100_000,  # read every stream to its end
-            # The same examples in every run of one commit, so CI answers as the run before landing did;
-            # CHATSTREAM_FUZZ_RANDOM=1 draws new ones (what it finds is fixed, then the run is deterministic again)
-            "generation": {
-                "max-examples": EXAMPLES_PER_OPERATION,
-                "mode": "all",
-                "deterministic": os.environ.get("CHATSTREAM_FUZZ_RANDOM") != "1",
-            },
-            "phases": {"stateful": {"enabled": False}},  # the streams' ids are not links a document can follow
-        }
-    ),
+FRESH_EXAMPLES_PER_OPERATION = 6  # drawn afresh in every run, beside the fixed ones: ~10 s more
+
+
+def schema(*, examples: int, fixed: bool, phases: dict[str, Any]) -> Any:
+    """schemathesis's view of the document: ``examples`` generated per operation, the same in every run of one commit
+    (``fixed``) or drawn from the run's seed."""
+    generation: dict[str, Any] = {"max-examples": examples, "mode": "all", "deterministic": fixed}
+    return schemathesis.openapi.from_path(
+        DOCUMENT_PATH,
+        config=SchemathesisConfig.from_dict(
+            {
+                "request-timeout": 30,
+                # A failure's curl line shows every value (schemathesis hides fields such as max_tokens as secrets)
+                "output": {"sanitization": {"enabled": False}},
+                # How fast examples are generated depends on the machine's load, not on the API
+                "suppress-health-check": ["too_slow", "filter_too_much"],
+                "max-stream-events": 100_000,  # read every stream to its end
+                "generation": generation,
+                **({} if fixed else {"seed": fuzz_seed()}),
+                # the streams' ids are not links a document can follow: no stateful phase
+                "phases": {"stateful": {"enabled": False}, **phases},
+            }
+        ),
+    )
+
+
+# The same examples in every run of one commit, so CI answers as the run before landing did (CHATSTREAM_FUZZ_RANDOM=1
+# draws them from the run's seed too); what a fresh example finds is fixed, and becomes a fixed example if it must.
+SCHEMA = schema(examples=EXAMPLES_PER_OPERATION, fixed=os.environ.get("CHATSTREAM_FUZZ_RANDOM") != "1", phases={})
+# A few examples drawn afresh from the run's seed, generated only (the document's examples and the coverage phase
+# are the same in every run: the fixed run has them)
+FRESH = schema(
+    examples=FRESH_EXAMPLES_PER_OPERATION,
+    fixed=False,
+    phases={"examples": {"enabled": False}, "coverage": {"enabled": False}},
 )
 REAL_SESSION: dict[str, Any] = {}  # the module's real session (the `session` fixture's), once it exists
 
 
+@FRESH.hook
 @SCHEMA.hook
 def flatmap_case(context: schemathesis.HookContext, case: schemathesis.Case) -> st.SearchStrategy[schemathesis.Case]:
     """A valid case that names a session names the real one half the time, so fuzzing reaches existing turns too."""
@@ -133,6 +153,17 @@ def _name_the_real_session(case: schemathesis.Case) -> schemathesis.Case:
 def test_every_answer_conforms_to_the_document(
     case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
 ) -> None:
+    check_answer(case, stack, session, document)
+
+
+@FRESH.parametrize()
+def test_every_answer_to_a_fresh_example_conforms_to_the_document(
+    case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
+) -> None:
+    check_answer(case, stack, session, document)
+
+
+def check_answer(case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]) -> None:
     # GIVEN a request schemathesis generated from the document, valid or not
     REAL_SESSION.update(session, url=stack.url)
     if case.meta is not None and not case.meta.generation.mode.is_negative:
