@@ -73,7 +73,8 @@ streams: $(STAMP) browser-deps
 # the builds find it, make/bytecode.mk), the unit tests of what Lambda runs (the layers, the functions, the client),
 # the streaming runtime's protocol tests and the tests that run each function on the local stack run again on it, in
 # a virtual environment of its own made from the same pins, where the local Lambda runs the functions on 3.13 too.
-# The tests of the development tools (the emulators, chaos, bench) run on $(PYTHON) only. With none, one warning line.
+# The tests of the development tools (the emulators, chaos, bench) run on $(PYTHON) only. With none, one warning line;
+# under CI (CI=true), an error: CI must run them on 3.13.
 include make/bytecode.mk
 VENV313 := .venv-3.13
 LAMBDA_PYTHON_ENV = $(if $(PYTHON313),$(VENV313)/.installed)
@@ -87,22 +88,36 @@ $(VENV313)/.installed: requirements/dev.txt
 	touch $@
 
 ifeq ($(PYTHON313),)
+ifeq ($(CI),true)
+lambda-python:
+	@echo "error: no Python 3.13 found (set PYTHON313 to one): under CI=true the tests must run again on Lambda's Python" >&2; exit 1
+else
 lambda-python:
 	@echo "warning: no Python 3.13 found (set PYTHON313 to one): the tests ran on $$($(PYTHON) -V 2>&1) only" >&2
+endif
 else
 lambda-python: $(VENV313)/.installed
 	PATH="$(CURDIR)/$(VENV313)/bin:$$PATH" $(VENV313)/bin/pytest -q $(LAMBDA_PYTHON_TESTS) $(PYTEST_ARGS)
 endif
 
 # Debian's Chromium for the browser test (tests/e2e/test_browser.py drives it with Playwright, which never
-# downloads a browser of its own). Installed with apt-get when missing; where it cannot be, the test skips.
+# downloads a browser of its own). Installed with apt-get when missing; where it cannot be, apt's own last lines say
+# why and the test skips, but under CI (CI=true) the target fails: CI must run every test.
 CHROMIUM ?= /usr/bin/chromium
 browser-deps:
 	@if [ ! -x "$(CHROMIUM)" ] && command -v apt-get >/dev/null 2>&1; then \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo="sudo -n"; \
 		echo "installing Debian's chromium for the browser test"; \
+		log=$$(mktemp); \
 		{ $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; } \
-			>/dev/null 2>&1 || echo "could not install chromium; the browser test will be skipped"; \
+			>"$$log" 2>&1 || { echo "apt-get failed:" >&2; tail -n 20 "$$log" >&2; }; \
+		rm -f "$$log"; \
+	fi; \
+	if [ ! -x "$(CHROMIUM)" ] && [ "$(CI)" = true ]; then \
+		echo "error: no Chromium at $(CHROMIUM) (see above): under CI=true the browser test must run" >&2; \
+		exit 1; \
+	elif [ ! -x "$(CHROMIUM)" ]; then \
+		echo "warning: no Chromium at $(CHROMIUM): the browser test will be skipped" >&2; \
 	fi
 
 # Refresh docs/screenshot.png (the README's): the browser test's mid-stream screenshot.

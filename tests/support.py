@@ -11,16 +11,33 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:
     from types import ModuleType
-
-    import pytest
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS = REPO_ROOT / "events"
 SAMPLES = REPO_ROOT / "docs" / "samples"  # messages no function is invoked with (what ConsumerDLQ holds)
 FUNCTIONS = REPO_ROOT / "functions"
+
+
+def under_ci() -> bool:
+    """Whether this is CI's run (``CI=true``, as CI services set it and ``.ci/run`` exports it)."""
+    return os.environ.get("CI") == "true"
+
+
+def require_or_skip(available: bool, missing: str) -> None:
+    """A prerequisite of the machine a test needs (a program, a browser, a Python): without it the test skips, but
+    under CI (:func:`under_ci`) it fails, so that CI never passes a run that left a test out. ``missing`` says what is
+    missing and how to get it. A condition that is no prerequisite (a platform the test does not apply to) is a plain
+    ``pytest.skip``."""
+    if available:
+        return
+    if under_ci():
+        pytest.fail(f"{missing} (under CI=true a missing prerequisite fails the run)", pytrace=False)
+    pytest.skip(missing)
 
 
 FUZZ_SEED_VARIABLE = "CHATSTREAM_FUZZ_SEED"

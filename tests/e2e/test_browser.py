@@ -2,7 +2,7 @@
 
 Chromium comes from Debian (``make browser-deps`` installs the ``chromium`` package when apt-get can);
 Playwright only drives it through ``executable_path`` and never downloads a browser. Where it is
-missing, every test here skips, naming what is missing.
+missing, every test here skips, naming what is missing (under ``CI=true`` every test fails instead).
 
 Every page the tests open collects uncaught script errors, Content-Security-Policy violations (the
 ``securitypolicyviolation`` events the page fires, and the console's reports) and requests to any other
@@ -29,7 +29,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from chatstream_client.api import ChatClient
 from chatstream_local.stack import LocalStack, StackSettings
-from tests.support import isolate_aws
+from tests.support import isolate_aws, require_or_skip
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -60,11 +60,11 @@ def long_reply(words: int) -> str:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
-        pytest.skip(
-            f"Chromium is not installed at {CHROMIUM}: `make browser-deps` installs Debian's chromium package "
-            "(it needs apt-get, as root or with passwordless sudo)"
-        )
+    require_or_skip(
+        CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK),
+        f"Chromium is not installed at {CHROMIUM}: `make browser-deps` installs Debian's chromium package "
+        "(it needs apt-get, as root or with passwordless sudo)",
+    )
     expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as playwright:
         # Playwright gives every launch a fresh, empty profile directory of its own.

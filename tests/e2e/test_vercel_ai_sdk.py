@@ -5,7 +5,7 @@ does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey: 'unu
 the Chat Completions provider or the Responses one (or ``@ai-sdk/openai-compatible``'s Chat Completions provider,
 which reads a stream's ``reasoning_content``). The test installs it with ``npm ci`` from the lockfile (once:
 ``node_modules`` stays in that folder, ignored by git, and is installed again when the lockfile changes) and runs it
-with the machine's Node. It skips only when ``node`` or ``npm`` is not installed.
+with the machine's Node. It skips only when ``node`` or ``npm`` is not installed (and then fails under ``CI=true``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.stack import LocalStack, StackSettings
 from chatstream_local.template import Template
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, require_or_skip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -34,8 +34,11 @@ ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_
 def node() -> str:
     """The machine's ``node``, with the project's packages installed from its lockfile."""
     node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are not installed: the Vercel AI SDK test needs Node.js 18 or newer with npm")
+    require_or_skip(
+        node is not None and npm is not None,
+        "node and npm are not installed: the Vercel AI SDK test needs Node.js 18 or newer with npm",
+    )
+    assert node is not None and npm is not None
     installed = JS_DIR / "node_modules" / ".package-lock.json"  # npm's record of what node_modules holds
     if not installed.exists() or installed.stat().st_mtime < (JS_DIR / "package-lock.json").stat().st_mtime:
         subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_DIR, check=True, timeout=600)

@@ -26,7 +26,7 @@ from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.template import Template
 from tests.layer_operations import FUNCTION_OPERATIONS
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, require_or_skip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -156,8 +156,9 @@ def test_the_built_artifacts_ship_no_bytecode_of_the_build_machines_python(built
 
 def test_every_module_ships_its_python313_bytecode_unchecked(built: Built) -> None:
     python = python313()
-    if not python:
-        pytest.skip("no Python 3.13 on this machine (make/bytecode.mk found none): the build ships sources only")
+    require_or_skip(
+        bool(python), "no Python 3.13 on this machine (make/bytecode.mk found none; PYTHON313=... names one)"
+    )
     for name, folder in built.folders.items():
         sources = sorted(folder.rglob("*.py"))
         assert sources, name

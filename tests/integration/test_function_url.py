@@ -17,6 +17,7 @@ from chatstream_local.lambda_.function_url import FunctionUrlServer, RecordedErr
 from chatstream_local.lambda_.service import LocalLambda
 from tests.fixtures.local_handlers.specs import buffered, on_layer, streamed, wait_until
 from tests.fixtures.local_handlers.streaming import BINARY, UNICODE
+from tests.support import require_or_skip
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -104,8 +105,7 @@ def test_curl_sees_the_first_line_before_the_handler_goes_on(
     url_for: Callable[..., FunctionUrlServer], tmp_path: Path
 ) -> None:
     # GIVEN curl -N reading a gated stream
-    if shutil.which("curl") is None:
-        pytest.skip("curl is not installed")
+    require_or_skip(shutil.which("curl") is not None, "curl is not installed")
     server = url_for("gated")
     signal = tmp_path / "signal"
     with subprocess.Popen(
