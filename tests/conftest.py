@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+from hypothesis import settings
 from moto import mock_aws
 
 from chatstream.table import ChatTable
@@ -30,8 +31,14 @@ REGION = "us-east-1"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Every hypothesis test draws its examples from the run's seed (``fuzz_seed``), printed when a test fails, unless
-    ``--hypothesis-seed`` names one; before hypothesis's plugin reads that option."""
+    """Every hypothesis test draws fresh examples in every run, CI's included, from the run's seed (``fuzz_seed``),
+    printed when a test fails, unless ``--hypothesis-seed`` names one (set before hypothesis's plugin reads that
+    option). Hypothesis's own ``ci`` profile, which it loads when ``CI`` is set, would draw the same examples in every
+    run: this profile keeps its other settings and draws afresh; a failure also prints the exact failing example's
+    ``@reproduce_failure``."""
+    current = settings.get_profile(settings.get_current_profile_name())
+    settings.register_profile("chatstream", parent=current, derandomize=False, print_blob=True)
+    settings.load_profile("chatstream")
     if config.getoption("hypothesis_seed", None) is None:
         config.option.hypothesis_seed = str(fuzz_seed())
 
@@ -46,7 +53,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         seed = config.getoption("hypothesis_seed", None) or fuzz_seed()
         terminalreporter.write_line(
             f"random examples of this run: seed {seed}; {FUZZ_SEED_VARIABLE}={seed} draws them again "
-            "(hypothesis's and schemathesis's; a failure hypothesis found is also replayed from .hypothesis/)"
+            "(hypothesis's and schemathesis's; hypothesis also prints a failing example's @reproduce_failure)"
         )
 
 
