@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from chatstream_local.oidc.server import IssuerServer
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, require_or_skip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,8 +33,8 @@ def issuer() -> Iterator[IssuerServer]:
         yield server
 
 
-@pytest.mark.skipif(NODE is None, reason="Node.js is not installed")
 def test_the_page_signs_in_renews_and_signs_out(issuer: IssuerServer) -> None:
+    require_or_skip(NODE is not None, "Node.js is not installed: the page's sign-in module runs in node")
     assert NODE is not None
     result = subprocess.run(
         [NODE, "--experimental-detect-module", str(REPO_ROOT / "tests/integration/js/page_signin.mjs")],
