@@ -579,9 +579,7 @@ class Turns:
         )
 
 
-def _outcome(
-    record: TokenRecord, now_ms: int, texts: tuple[str, str, tuple[ToolCall, ...]] | None
-) -> dict[str, Any]:
+def _outcome(record: TokenRecord, now_ms: int, texts: tuple[str, str, tuple[ToolCall, ...]] | None) -> dict[str, Any]:
     """The turn item's attributes that a terminal record sets: its outcome, as the record carries it, and ``texts``
     (the reply, the reasoning and the tool calls; None: read from the turn's records)."""
     if not record.is_terminal:
