@@ -17,6 +17,7 @@ help:
 	@echo "make local     run the whole pipeline on this machine (http://127.0.0.1:3000)"
 	@echo "make chat      a terminal chat client (URL=... for a deployed Function URL)"
 	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
+	@echo "make delete    delete a deployed stack: detach its caller policy, delete it, say what it kept (STACK=...)"
 	@echo "make invoke    sam local invoke without Docker: FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"
 	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
 	@echo "make token     an access token for the local stack in the JWT mode (SUB=alice LIFETIME=-60 AUDIENCE=other)"
@@ -81,7 +82,7 @@ LAMBDA_PYTHON_ENV = $(if $(PYTHON313),$(VENV313)/.installed)
 LAMBDA_PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py \
 	proxy.py) $(addprefix --ignore=tests/unit/test_,moto_fixes.py moto_patches.py chaos_checks.py chaos_client.py \
 	chaos_inject.py chaos_plan.py chaos_readback.py chaos_run.py bench_cost.py bench_procstat.py bench_records.py \
-	bench_coldstart_against.py local_model_replies.py local_resources.py iam.py)
+	bench_coldstart_against.py local_model_replies.py local_resources.py iam.py ops_delete.py bench_capacity.py)
 $(VENV313)/.installed: requirements/dev.txt
 	test -x $(VENV313)/bin/python || "$(PYTHON313)" -m venv $(VENV313)
 	$(VENV313)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
@@ -147,6 +148,14 @@ clean:
 .PHONY: redrive
 redrive: $(STAMP)
 	$(AWS_ACCOUNT_ENV) PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
+
+# Delete a deployed stack (docs/DEPLOY.md, "Tear down"): detaches the caller policy from every user, role and group,
+# deletes the stack, reports what it kept (the table) and deletes data only once asked. ARGS=--yes-delete-data
+# deletes queued messages and the kept table without asking.
+.PHONY: delete
+delete: $(STAMP)
+	@test -n "$(STACK)" || { echo "make delete needs STACK=<stack name>" >&2; exit 2; }
+	$(AWS_ACCOUNT_ENV) $(BIN)/python -m ops.delete --stack-name $(STACK) $(ARGS)
 
 # Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through;
 # ARGS=--cpu-stress keeps one core busy for the whole run.
