@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -42,6 +43,7 @@ DECIDING_PARAMETERS: dict[str, tuple[str, ...]] = {
     "CreateUserPool": ("false", "true"),
     "EnhancedFanOut": ("false", "true"),
     "AlarmEmail": ("", "ops@example.com"),
+    "CreateDashboard": ("true", "false"),
 }
 # Beside them in every deployment: what a JWT deployment without the user pool must name (the template's Rules).
 JWT_ISSUER = "https://issuer.example.com/tenant"
@@ -85,6 +87,31 @@ WATCHED = {
     ("Chatstream", "GenerationErrors", "chatstream-proxy"),  # nearly every reply fails, a request's errors included
     ("AWS/Lambda", "Throttles", "RelayFunction"),  # clients get 429
     ("AWS/Lambda", "Throttles", "ConsumerFunction"),  # a throttled consumer reports no IteratorAge
+    ("AWS/DynamoDB", "ReadThrottleEvents", "ChatTable"),  # capacity: the table (a batch's throttled items count)
+    ("AWS/DynamoDB", "WriteThrottleEvents", "ChatTable"),
+    ("AWS/Kinesis", "WriteProvisionedThroughputExceeded", "TokenStream"),  # capacity: the stream
+    ("AWS/Kinesis", "ReadProvisionedThroughputExceeded", "TokenStream"),
+}
+# An alarm's severity: critical - users' replies fail or stall now; high - replies fail for some, or data waits for an
+# operator; warning - a trend or a leftover to look into. Each names it, and its runbook entry, in its description.
+SEVERITIES = ("critical", "high", "warning")
+_RUNBOOK = re.compile(r"Severity: (\w+)\. Runbook: docs/OPERATIONS\.md#([a-z0-9-]+)$")
+# What the dashboard must show (the operator's view): (namespace, metric) of each part.
+DASHBOARD_METRICS = {
+    ("Chatstream", "TimeToFirstToken"),  # time to first token, the model's
+    ("Chatstream", "ClientTimeToFirstToken"),  # … and a client's
+    ("Chatstream", "Deltas"),  # tokens per second, and replies ended
+    ("AWS/Lambda", "Invocations"),  # turns started
+    ("Chatstream", "GenerationErrors"),  # turns ended in error
+    ("Chatstream", "TurnsReaped"),
+    ("AWS/Lambda", "Errors"),
+    ("AWS/Lambda", "Throttles"),
+    ("AWS/Lambda", "IteratorAge"),
+    ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),  # dead-letter queue depths
+    ("AWS/Lambda", "ConcurrentExecutions"),  # relay concurrency
+    ("AWS/Bedrock", "InvocationThrottles"),
+    ("AWS/Kinesis", "WriteProvisionedThroughputExceeded"),
+    ("AWS/DynamoDB", "WriteThrottleEvents"),
 }
 # Lambda's metrics of an invocation, stamped with the time it started (a failure at the end of a long one lands back).
 STAMPED_AT_START = {"Errors", "AsyncEventsDropped", "DestinationDeliveryFailures"}
@@ -600,6 +627,71 @@ def test_alarms_notify_the_topic_exactly_when_an_email_is_set(deployment: Deploy
         assert "AlarmTopicArn" not in deployment.outputs
         for name, alarm in alarms.items():
             assert "AlarmActions" not in alarm["Properties"] and "OKActions" not in alarm["Properties"], name
+
+
+def test_every_alarm_names_its_severity_and_its_runbook_entry(deployment: Deployment) -> None:
+    # GIVEN the operations guide's runbook, one heading per alarm
+    operations = (REPO_ROOT / "docs" / "OPERATIONS.md").read_text(encoding="utf-8")
+    for name, alarm in deployment.of_type("AWS::CloudWatch::Alarm").items():
+        # THEN the alarm's description ends with its severity and the anchor of its entry
+        description = " ".join(alarm["Properties"]["AlarmDescription"].split())
+        found = _RUNBOOK.search(description)
+        assert found, (name, description)
+        severity, anchor = found.groups()
+        assert severity in SEVERITIES and anchor == name.lower(), name
+        # AND that entry exists, with the same severity
+        entry = re.search(rf"^### {name}\n\n\*\*Severity: (\w+)\.\*\*", operations, re.MULTILINE)
+        assert entry and entry.group(1) == severity, name
+        assert len(alarm["Properties"]["AlarmDescription"]) <= 1024, name  # CloudWatch's limit
+
+
+def _dashboard(deployment: Deployment) -> tuple[dict[str, Any], set[str]]:
+    """The dashboard's body with each ``${...}`` of its ``Fn::Sub`` replaced by ``<name>``, and those names."""
+    (dashboard,) = deployment.of_type("AWS::CloudWatch::Dashboard").values()
+    text = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
+    named = set(_SUB_NAME.findall(text))
+    return json.loads(_SUB_NAME.sub(lambda match: f"<{match.group(1)}>", text)), named
+
+
+def test_the_dashboard_exists_exactly_when_asked(deployment: Deployment) -> None:
+    dashboards = deployment.of_type("AWS::CloudWatch::Dashboard")
+    asked = deployment.parameters["CreateDashboard"] == "true"
+    assert len(dashboards) == int(asked)
+    assert ("DashboardUrl" in deployment.outputs) == asked
+
+
+def test_the_dashboard_shows_the_operators_view_of_this_stack(deployment: Deployment, source: dict[str, Any]) -> None:
+    if deployment.parameters["CreateDashboard"] != "true":
+        pytest.skip("no dashboard in this deployment")
+    # GIVEN the dashboard's widgets, as CloudWatch reads them
+    body, named = _dashboard(deployment)
+    known = set(deployment.resources) | deployment.parameter_names | PSEUDO_REFS
+    # THEN everything it names is this deployment's: its resources (or an attribute of one), parameters, pseudo names
+    assert {name.split(".")[0] for name in named} <= known, named
+    services = {
+        resource["Properties"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+        for resource in deployment.of_type("AWS::Lambda::Function").values()
+    }
+    shown: set[tuple[str, str]] = set()
+    for widget in body["widgets"]:
+        for metric in widget["properties"].get("metrics", []):
+            if isinstance(metric[0], dict):
+                continue  # an expression over the widget's other metrics
+            namespace, name, *dimensions = (part for part in metric if not isinstance(part, dict))
+            shown.add((namespace, name))
+            pairs = dict(zip(dimensions[::2], dimensions[1::2], strict=True))
+            # AND each metric is of this stack: a chatstream metric of a function's service, a resource's by its name
+            if namespace == "Chatstream":
+                assert pairs["service"] in services, metric
+            elif namespace != "AWS/Bedrock":
+                assert all(value.startswith("<") for value in pairs.values()), metric
+            else:
+                assert pairs == {"ModelId": "<ModelId>"}, metric  # the model the proxy calls
+    # AND it shows every part of the operator's view
+    assert shown >= DASHBOARD_METRICS, DASHBOARD_METRICS - shown
+    # AND its alarm widget shows every alarm of the deployment
+    (alarms,) = [w["properties"]["alarms"] for w in body["widgets"] if w["type"] == "alarm"]
+    assert set(alarms) == {f"<{name}.Arn>" for name in deployment.of_type("AWS::CloudWatch::Alarm")}
 
 
 # ------------------------------------------------------------------------------- least privilege
