@@ -23,6 +23,7 @@ help:
 	@echo "make token     an access token for the local stack in the JWT mode (SUB=alice LIFETIME=-60 AUDIENCE=other)"
 	@echo "make test      lint, type-check, checkov, tests (again on Python 3.13), sam validate --lint, sam build (what CI runs)"
 	@echo "make bench     chatstream vs direct streaming vs per-token pipeline (bench/results.md)"
+	@echo "make capacity  docs/CAPACITY.md from bench/results.json: capacity and latency on AWS, on paper"
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line (ARGS=--cpu-stress: one core kept busy)"
 	@echo "make build     sam build"
 	@echo "make deploy    sam deploy --guided"
@@ -179,6 +180,12 @@ scan: $(SCAN_STAMP)
 .PHONY: bench
 bench: $(STAMP)
 	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)
+
+# Capacity and the first token's latency on AWS, on paper (docs/CAPACITY.md), from bench/results.json: run it after
+# `make bench`; `make test` fails while the page is not what results.json gives.
+.PHONY: capacity
+capacity: $(STAMP)
+	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.capacity $(ARGS)
 
 # `sam local invoke` without Docker (README, "sam local invoke"): FUNCTION=<logical id> EVENT=events/<file>.json runs that
 # function on that event on the stack `make local` runs on CHATSTREAM_PORT, or on one it starts and stops itself.
