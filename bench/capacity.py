@@ -497,6 +497,11 @@ def shortenings(latency_: Latency, settings: Settings) -> list[Shortening]:
 # -------------------------------------------------------------------------------------------------- the page
 
 
+def _idle(results: dict[str, Any], mode: str, read: str = "enhanced-fan-out") -> float:
+    """results.json's monthly charges that accrue whatever the traffic, for a stream mode and a read mode."""
+    return float(results["fixed_monthly_usd"][mode][read]["total"])
+
+
 def _n(value: float, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
@@ -540,6 +545,15 @@ def render(results: dict[str, Any], settings: Settings) -> str:
         f"| the consumer | {chat.consumer_cpu_ms_per_record:.2f} CPU ms a record (its largest batches); one "
         f"invocation at {settings.memory_mb} MB ({settings.vcpu:.2f} vCPU) takes about "
         f"{_n(consumer_records_per_s(chat, settings))} records/s | the same, at 50 chats |",
+        f"| cost besides the model | ${chat.cost_usd_per_million_tokens['enhanced fan-out']:.2f} per million output "
+        f"tokens (EnhancedFanOut=true), ${chat.cost_usd_per_million_tokens['polling']:.2f} (false) | "
+        "`cost_per_million_output_tokens` |",
+        "",
+        f"Idle, a stack costs the on-demand stream's hour, ${float(prices['kinesis_on_demand_per_stream_hour']):.2f} "
+        f"(${_idle(results, 'ON_DEMAND'):.2f} a month; `StreamMode=PROVISIONED` with one shard: "
+        f"${_idle(results, 'PROVISIONED (1 shard)'):.2f} with enhanced fan-out, "
+        f"${_idle(results, 'PROVISIONED (1 shard)', 'polling'):.2f} without), and CloudWatch's alarms and "
+        "dashboard; Lambda, DynamoDB on demand and SQS cost nothing while no one chats.",
         "",
         "One session's items share a partition key (`S#<session_id>`): a partition serves 3,000 RRU/s, so about "
         f"{_n(PARTITION_READS.value / chat.follower_queries_per_s)} readers can follow one session at once "
