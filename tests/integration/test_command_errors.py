@@ -1,5 +1,5 @@
-"""The commands a user runs (`make chat`, `make redrive`, `make local`, `make invoke`, `make smoke`) fail in one clear
-line, with a non-zero exit.
+"""The commands a user runs (`make chat`, `make redrive`, `make local`, `make invoke`, `make smoke`, `make delete`) fail
+in one clear line, with a non-zero exit.
 
 Each runs as its make target runs it: the module in a subprocess, with the Makefile's PYTHONPATH, and an AWS
 configuration that is empty (no variables, no files, no instance metadata) where credentials matter.
@@ -151,6 +151,30 @@ def test_redrive_with_no_region() -> None:
     line = one_line(result.stderr)
     assert result.returncode == 2
     assert line.startswith("redrive: no AWS region") and "--region" in line
+
+
+def test_delete_with_no_credentials() -> None:
+    # WHEN `make delete` runs where no AWS credentials are configured
+    result = run("ops.delete", "--stack-name", "chatstream", pythonpath=".", env={"AWS_DEFAULT_REGION": "us-east-1"})
+    # THEN it says in one line that credentials are missing and how to configure them, having deleted nothing
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert line.startswith("delete: no AWS credentials") and "aws configure" in line
+    assert result.stdout == ""
+
+
+def test_delete_with_no_region() -> None:
+    # WHEN `make delete` runs with credentials but no region (neither the profile's nor --region)
+    result = run(
+        "ops.delete",
+        *("--stack-name", "chatstream"),
+        pythonpath=".",
+        env={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"},
+    )
+    # THEN it says in one line how to give one
+    line = one_line(result.stderr)
+    assert result.returncode == 2
+    assert line.startswith("delete: no AWS region") and "--region" in line
 
 
 def test_redrive_with_nothing_to_read() -> None:
