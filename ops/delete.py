@@ -205,10 +205,14 @@ class StackDeletion:
             if resource.type != "AWS::IAM::ManagedPolicy":
                 continue
             arn = resource.physical_id
-            for page in self.iam.get_paginator("list_entities_for_policy").paginate(PolicyArn=arn):
-                attachments += [Attachment(arn, "user", user["UserName"]) for user in page.get("PolicyUsers", [])]
-                attachments += [Attachment(arn, "role", role["RoleName"]) for role in page.get("PolicyRoles", [])]
-                attachments += [Attachment(arn, "group", group["GroupName"]) for group in page.get("PolicyGroups", [])]
+            try:
+                for page in self.iam.get_paginator("list_entities_for_policy").paginate(PolicyArn=arn):
+                    attachments += [Attachment(arn, "user", u["UserName"]) for u in page.get("PolicyUsers", [])]
+                    attachments += [Attachment(arn, "role", r["RoleName"]) for r in page.get("PolicyRoles", [])]
+                    attachments += [Attachment(arn, "group", g["GroupName"]) for g in page.get("PolicyGroups", [])]
+            except ClientError as err:
+                if _code(err) != "NoSuchEntity":  # gone already (an earlier deletion got that far): nothing to detach
+                    raise
         return attachments
 
     def _detach(self, attachment: Attachment) -> None:

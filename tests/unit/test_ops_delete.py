@@ -182,3 +182,15 @@ def test_an_unknown_stack_is_one_line_and_exit_status_2(moto: None, capsys: pyte
     assert status == 2
     assert err.count("\n") == 1
     assert err.startswith("delete: stack 'no-such-stack' not found in region us-east-1: check STACK=")
+
+
+def test_a_caller_policy_already_gone_does_not_stop_the_deletion(
+    clients: dict[str, Any], stack: dict[str, str]
+) -> None:
+    # GIVEN a stack whose caller policy was deleted already (a deletion that got that far before it failed)
+    clients["iam"].detach_user_policy(UserName=CALLER, PolicyArn=stack["RelayInvokePolicyArn"])
+    clients["iam"].delete_policy(PolicyArn=stack["RelayInvokePolicyArn"])
+    tool, out = deletion(clients, Answers())
+    # WHEN the stack is deleted THEN the rest goes on
+    assert tool.run(STACK) == 0, out.getvalue()
+    assert f"deleted stack {STACK}" in out.getvalue()
