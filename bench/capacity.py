@@ -314,7 +314,7 @@ def bindings(chat: PerChat, settings: Settings) -> list[Binding]:
             "ask for more (Service Quotas, DynamoDB, table-level write throughput); FlushIntervalMs",
         ),
         Binding(
-            "an on-demand stream's most (most regions)",
+            "the on-demand stream's ceiling (most regions)",
             ON_DEMAND_MAX_ELSEWHERE,
             ON_DEMAND_MAX_ELSEWHERE.value * 1000 / chat.records_per_s,
             f"{chat.records_per_s:.1f} records/s",
@@ -560,7 +560,7 @@ def render(results: dict[str, Any], settings: Settings) -> str:
         f"({chat.follower_queries_per_s:.1f} strongly consistent Queries a second each) before it throttles; its "
         f"writes ({chat.write_units_per_s:.1f} WRU/s) are far from the partition's 1,000.",
         "",
-        "## What limits it, first first",
+        "## What limits it, in the order reached",
         "",
         "| limit (default) | reached at | per chat | lever |",
         "|---|---|---|---|",
@@ -601,7 +601,7 @@ def render(results: dict[str, Any], settings: Settings) -> str:
         "| DynamoDB WRU/s, RRU/s | "
         + " | ".join(f"{_n(r.write_units_per_s)}, {_n(r.read_units_per_s)}" for r in rows)
         + " |",
-        "| limits reached (first first) | "
+        "| limits reached, in the order reached | "
         + " | ".join("; ".join(b.short for b in found if b.chats <= r.chats) or "none" for r in rows)
         + " |",
         "| USD per hour, enhanced fan-out (polling) | "
