@@ -144,11 +144,12 @@ deploy: build
 clean:
 	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache tests/e2e/js/node_modules $(VENV313)
 
-# Re-process ConsumerDLQ (docs/OPERATIONS.md). STACK=<stack name> reads the queue, table and stream from the
+# Re-process ConsumerDLQ (docs/OPERATIONS.md) with the operator command in ops/ (no Lambda layer holds it; it shares
+# the consumer's core from the layer's package). STACK=<stack name> reads the queue, table and stream from the
 # stack's outputs (or set DLQ_URL / CHAT_TABLE_NAME); ARGS="--dry-run --max 10" passes options through.
 .PHONY: redrive
 redrive: $(STAMP)
-	$(AWS_ACCOUNT_ENV) PYTHONPATH=layers/chatstream $(BIN)/python -m chatstream.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
+	$(AWS_ACCOUNT_ENV) PYTHONPATH=ops:layers/chatstream $(BIN)/python -m chatstream_ops.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
 
 # Delete a deployed stack (docs/DEPLOY.md, "Tear down"): detaches the caller policy from every user, role and group,
 # deletes the stack, reports what it kept (the table) and deletes data only once asked. ARGS=--yes-delete-data
@@ -162,7 +163,7 @@ delete: $(STAMP)
 # ARGS=--cpu-stress keeps one core busy for the whole run.
 .PHONY: chaos scan
 chaos: $(STAMP)
-	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)
+	PYTHONPATH=local:client:ops:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)
 
 # The IaC security scanner (checkov), in its own virtualenv: its dependencies conflict with the pinned SAM CLI set.
 SCAN_VENV := .venv-scan

@@ -18,9 +18,9 @@ from chaos.faults import fault_summary
 from chatstream.dlq import DlqKind, DlqMessage, PoisonRecord
 from chatstream.errors import InvalidDeadLetter
 from chatstream.records import assistant_text, tool_calls
-from chatstream.redrive import RedriveStatus
 from chatstream.status import TurnStatus
 from chatstream_local.bedrock.model import split_deltas
+from chatstream_ops.redrive import RedriveStatus
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from chaos.client import StreamSeen
     from chaos.plan import ChatPlan
     from chatstream.records import TokenRecord
-    from chatstream.redrive import MessageResult, RedriveReport
     from chatstream.table import Turn
     from chatstream.tools import ToolCall
+    from chatstream_ops.redrive import MessageResult, RedriveReport
 
 # How a stream whose generation was lost may end: the reaper's error from ProxyFailureQueue, or the relay's
 # stale-turn timeout when it came first.

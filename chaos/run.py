@@ -41,8 +41,8 @@ from chaos.plan import ChaosSettings, ChatPlan, plan_chats
 from chaos.readback import QueueReadError, Readback
 from chatstream.dlq import DeadLetterQueue
 from chatstream.materialize import Materializer
-from chatstream.redrive import Redrive, RedriveReport
 from chatstream_local.stack import LocalStack, StackSettings
+from chatstream_ops.redrive import Redrive, RedriveReport
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

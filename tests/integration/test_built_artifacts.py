@@ -121,6 +121,23 @@ def test_the_built_layer_ships_the_chat_page(built: Built, built_relay: str) -> 
     assert {path.name for path in shipped.iterdir()} == {path.name for path in (static / "vendor").iterdir()}
 
 
+def test_the_built_layer_holds_the_functions_package_and_no_operator_command(built: Built) -> None:
+    # GIVEN the chatstream layer as `sam build` builds it, and the repository's package and operator commands
+    layer = built.folders["ChatstreamLayer"] / "python"
+    source = REPO_ROOT / "layers/chatstream/chatstream"
+    operator_commands = REPO_ROOT / "ops/chatstream_ops"
+    commands = {path.name for path in operator_commands.glob("*.py")} - {"__init__.py"}
+    assert "redrive.py" in commands
+    # THEN its package is the repository's, module for module
+    shipped = sorted(str(path.relative_to(layer / "chatstream")) for path in (layer / "chatstream").rglob("*.py"))
+    assert shipped == sorted(str(path.relative_to(source)) for path in source.rglob("*.py"))
+    # AND no operator command is in it: not their package, not one of their modules, nor any module a person runs
+    assert operator_commands.name not in {path.name for path in layer.iterdir()}
+    assert [name for name in shipped if Path(name).name in commands] == []
+    runnable = [name for name in shipped if "__main__" in (layer / "chatstream" / name).read_text(encoding="utf-8")]
+    assert runnable == []
+
+
 def test_the_built_layer_ships_the_openapi_document(built_relay: str) -> None:
     # WHEN the built relay (the template's default model and MaxTokensLimit) is asked for its OpenAPI document
     # THEN it is the repository's, byte for byte

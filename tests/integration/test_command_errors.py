@@ -125,12 +125,15 @@ def test_local_with_an_enhanced_fan_out_that_is_not_a_boolean() -> None:
     assert "CHATSTREAM_ENHANCED_FAN_OUT" in line and "'true' or 'false'" in line and "maybe" in line
 
 
+REDRIVE_PATH = "ops:layers/chatstream"  # the operator command, and the layer's package it shares with the consumer
+
+
 def test_redrive_with_no_credentials() -> None:
     # WHEN `make redrive` runs where no AWS credentials are configured
     result = run(
-        "chatstream.redrive",
+        "chatstream_ops.redrive",
         *("--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq", "--table-name", "chat"),
-        pythonpath="layers/chatstream",
+        pythonpath=REDRIVE_PATH,
         env={"AWS_DEFAULT_REGION": "us-east-1"},
     )
     # THEN it says in one line that credentials are missing and how to configure them
@@ -142,9 +145,9 @@ def test_redrive_with_no_credentials() -> None:
 def test_redrive_with_no_region() -> None:
     # WHEN the redrive runs with neither a region nor a stack's outputs to find one
     result = run(
-        "chatstream.redrive",
+        "chatstream_ops.redrive",
         *("--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq", "--table-name", "chat"),
-        pythonpath="layers/chatstream",
+        pythonpath=REDRIVE_PATH,
         env={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"},
     )
     # THEN it says in one line how to give one
@@ -179,7 +182,7 @@ def test_delete_with_no_region() -> None:
 
 def test_redrive_with_nothing_to_read() -> None:
     # WHEN the redrive runs without a queue, a table or a stack name
-    result = run("chatstream.redrive", pythonpath="layers/chatstream", env={"AWS_DEFAULT_REGION": "us-east-1"})
+    result = run("chatstream_ops.redrive", pythonpath=REDRIVE_PATH, env={"AWS_DEFAULT_REGION": "us-east-1"})
     # THEN it names what to pass, in one line
     line = one_line(result.stderr)
     assert result.returncode == 2

@@ -27,11 +27,11 @@ from chaos.client import StreamSeen
 from chaos.plan import ChatPlan
 from chatstream.dlq import DlqKind
 from chatstream.records import ErrorInfo, TokenRecord, ToolCallRef, Usage
-from chatstream.redrive import LostRange, MessageResult, RedriveReport, RedriveStatus
 from chatstream.status import StopReason, TurnStatus
 from chatstream.table import Turn
 from chatstream.tools import ToolCall
 from chatstream_local.bedrock.model import split_deltas
+from chatstream_ops.redrive import LostRange, MessageResult, RedriveReport, RedriveStatus
 from tests.builders import opening_records, turn_records
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from chatstream.dlq import DeadLetterQueue
 from chatstream.kinesis import StreamRecord
 from chatstream.materialize import Materializer
 from chatstream.records import TokenRecord
-from chatstream.redrive import Redrive, RedriveStatus, main
 from chatstream.status import TurnStatus
 from chatstream_local.resources import create_queue
+from chatstream_ops.redrive import Redrive, RedriveStatus, main
 from tests.builders import turn_records
 from tests.support import load_sample
 

@@ -1,7 +1,8 @@
 """The consumer's core: materialize a batch of Kinesis token records into the ChatTable read model.
 
-Used by ConsumerFunction (one event source mapping batch at a time) and by the redrive tool
-(a poison record from the DLQ, or a sequence range re-read from the stream).
+Used by ConsumerFunction (one event source mapping batch at a time) and by the redrive tool (``chatstream_ops.redrive``,
+an operator command outside this layer: a poison record from the DLQ, or a sequence range re-read from the
+stream).
 
 Guarantees, per batch:
 

@@ -2,8 +2,8 @@
 
 Usage (see docs/OPERATIONS.md)::
 
-    python -m chatstream.redrive [--stack-name NAME | --queue-url URL --table-name NAME --stream-name NAME]
-                                 [--dry-run] [--max N] [--discard-lost] [--discard-invalid]
+    python -m chatstream_ops.redrive [--stack-name NAME | --queue-url URL --table-name NAME --stream-name NAME]
+                                     [--dry-run] [--max N] [--discard-lost] [--discard-invalid]
 
 Two kinds of message (``chatstream.dlq`` builds and parses both):
 
@@ -442,7 +442,7 @@ def _stack(session: boto3.session.Session, stack_name: str) -> tuple[dict[str, s
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m chatstream.redrive", description="Re-process the messages of the consumer's DLQ."
+        prog="python -m chatstream_ops.redrive", description="Re-process the messages of the consumer's DLQ."
     )
     parser.add_argument("--queue-url", default=os.environ.get(config.DLQ_URL), help="ConsumerDLQ URL (env DLQ_URL)")
     parser.add_argument(

@@ -1,0 +1,10 @@
+"""chatstream's operator commands: what a person runs against a deployed stack (or the local one), never shipped
+to Lambda.
+
+- :mod:`.redrive`: re-process ConsumerDLQ through the consumer's materializer core,
+  ``python -m chatstream_ops.redrive`` (``make redrive``).
+
+Each command runs from the repository with ``ops`` and ``layers/chatstream`` on ``PYTHONPATH`` (the Makefile's
+target sets both): it shares the functions' core (the token record, the table, the DLQ message formats, the
+materializer) from the layer's package, which does not know these commands exist.
+"""
