@@ -473,7 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ttl-days",
         type=int,
         default=None,
-        help="expiry of the items written (default: the stack's TtlDays with --stack-name, else env TTL_DAYS, else 30)",
+        help=(
+            "expiry of the items written (default: the stack's TtlDays with --stack-name, else env TTL_DAYS, else "
+            f"{config.TTL_DAYS_DEFAULT})"
+        ),
     )
     args = parser.parse_args(argv)
     if args.max is not None and args.max < 1:

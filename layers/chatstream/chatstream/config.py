@@ -56,6 +56,16 @@ JWT_PAGE_CLIENT_ID = "JWT_PAGE_CLIENT_ID"
 JWT_LEEWAY_S = "JWT_LEEWAY_S"
 AUTH_TYPES = ("AWS_IAM", "NONE", "JWT")
 
+# What a variable is when it is unset (locally, in tests; a deployment sets each one the template names). For a
+# variable the template sets, the fallback is the template's value (its parameter's Default, or the value the function's
+# Environment writes): the template is the truth for what is deployed, and tests/unit/test_config.py holds each
+# fallback here to it. Those other modules need are named; the rest are written once, in ``from_env`` below.
+TTL_DAYS_DEFAULT = 30  # TtlDays (also ChatTable's, for a table built without a configuration)
+FLUSH_INTERVAL_MS_DEFAULT = 300  # FlushIntervalMs (also GenerationSettings')
+FLUSH_MAX_CHARS_DEFAULT = 1024  # FlushMaxChars (also GenerationSettings')
+CANCEL_CHECK_INTERVAL_MS_DEFAULT = 500  # not in the template (also GenerationSettings')
+PUT_MAX_ATTEMPTS_DEFAULT = 8  # not in the template (also TokenStreamWriter's)
+MAX_TOKENS_LIMIT_DEFAULT = 4096  # MaxTokensLimit: the proxy's and the relay's
 
 # botocore's client settings for every function: standard retry mode (transport errors, throttling), 3 attempts.
 # The adapters retry what they must not lose (unprocessed items, failed records) on top, with their own backoff.
@@ -127,7 +137,9 @@ class TableConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> TableConfig:
         env = _Env(environ)
-        return cls(table_name=env.required(CHAT_TABLE_NAME), ttl_days=env.integer(TTL_DAYS, 30, minimum=1))
+        return cls(
+            table_name=env.required(CHAT_TABLE_NAME), ttl_days=env.integer(TTL_DAYS, TTL_DAYS_DEFAULT, minimum=1)
+        )
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,7 @@ class ProxyConfig:
     put_max_attempts: int
     system_prompt: str
     model_request_fields: Mapping[str, Any] | None = None  # ConverseStream's additionalModelRequestFields
-    max_tokens_limit: int = 4096  # maxTokens of a turn that asks for none (MaxTokensLimit, the relay's cap too)
+    max_tokens_limit: int = MAX_TOKENS_LIMIT_DEFAULT  # maxTokens of a turn that asks for none (the relay's cap too)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ProxyConfig:
@@ -150,13 +162,15 @@ class ProxyConfig:
             table=TableConfig.from_env(environ),
             stream_name=env.required(TOKEN_STREAM_NAME),
             model_id=env.required(MODEL_ID),
-            flush_interval_ms=env.integer(FLUSH_INTERVAL_MS, 300, minimum=0, maximum=60_000),
-            flush_max_chars=env.integer(FLUSH_MAX_CHARS, 1024, minimum=1, maximum=MAX_RECORD_CHARS),
-            cancel_check_interval_ms=env.integer(CANCEL_CHECK_INTERVAL_MS, 500, minimum=0, maximum=60_000),
-            put_max_attempts=env.integer(PUT_MAX_ATTEMPTS, 8, minimum=1, maximum=100),
+            flush_interval_ms=env.integer(FLUSH_INTERVAL_MS, FLUSH_INTERVAL_MS_DEFAULT, minimum=0, maximum=60_000),
+            flush_max_chars=env.integer(FLUSH_MAX_CHARS, FLUSH_MAX_CHARS_DEFAULT, minimum=1, maximum=MAX_RECORD_CHARS),
+            cancel_check_interval_ms=env.integer(
+                CANCEL_CHECK_INTERVAL_MS, CANCEL_CHECK_INTERVAL_MS_DEFAULT, minimum=0, maximum=60_000
+            ),
+            put_max_attempts=env.integer(PUT_MAX_ATTEMPTS, PUT_MAX_ATTEMPTS_DEFAULT, minimum=1, maximum=100),
             system_prompt=env.optional(SYSTEM_PROMPT, ""),
             model_request_fields=env.json_object(MODEL_REQUEST_FIELDS),
-            max_tokens_limit=env.integer(MAX_TOKENS_LIMIT, 4096, minimum=1, maximum=1_000_000),
+            max_tokens_limit=env.integer(MAX_TOKENS_LIMIT, MAX_TOKENS_LIMIT_DEFAULT, minimum=1, maximum=1_000_000),
         )
 
 
@@ -208,7 +222,7 @@ class RelayConfig:
         return cls(
             table=TableConfig.from_env(environ),
             proxy_function_name=env.required(PROXY_FUNCTION_NAME),
-            max_tokens_limit=env.integer(MAX_TOKENS_LIMIT, 4096, minimum=1, maximum=1_000_000),
+            max_tokens_limit=env.integer(MAX_TOKENS_LIMIT, MAX_TOKENS_LIMIT_DEFAULT, minimum=1, maximum=1_000_000),
             poll_min_ms=poll_min,
             poll_max_ms=poll_max,
             start_timeout_s=env.integer(START_TIMEOUT_S, 30, minimum=1, maximum=900),

@@ -55,6 +55,7 @@ from urllib3.exceptions import ReadTimeoutError as StreamReadTimeout
 
 from chatstream.backoff import Backoff
 from chatstream.coalescer import Coalescer, Step, WriterAction
+from chatstream.config import CANCEL_CHECK_INTERVAL_MS_DEFAULT, FLUSH_INTERVAL_MS_DEFAULT, FLUSH_MAX_CHARS_DEFAULT
 from chatstream.errors import Throttled, TurnNotFound
 from chatstream.records import (
     MAX_CALL_INDEX,
@@ -139,9 +140,9 @@ class GenerationSettings:
     # maxTokens of a turn that asks for none: without one, Bedrock allows the model's own maximum (64K output tokens
     # for some), past the deployment's cap (MaxTokensLimit) and the proxy's 15 minutes. None: send none.
     default_max_tokens: int | None = None
-    flush_interval_ms: int = 300
-    flush_max_chars: int = 1024
-    cancel_check_interval_ms: int = 500
+    flush_interval_ms: int = FLUSH_INTERVAL_MS_DEFAULT
+    flush_max_chars: int = FLUSH_MAX_CHARS_DEFAULT
+    cancel_check_interval_ms: int = CANCEL_CHECK_INTERVAL_MS_DEFAULT
     start_defer_ms: int = 1000
     table_attempts: int = 5  # ending a turn through the table when Kinesis refuses the reply
     table_backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.2, cap_s=5.0))

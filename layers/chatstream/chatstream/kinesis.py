@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.backoff import Backoff
+from chatstream.config import PUT_MAX_ATTEMPTS_DEFAULT
 from chatstream.errors import Throttled
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class TokenStreamWriter:
 
     client: KinesisClient
     stream_name: str
-    max_attempts: int = 8
+    max_attempts: int = PUT_MAX_ATTEMPTS_DEFAULT
     backoff: Backoff = field(default_factory=Backoff)
     sleep: Callable[[float], None] = time.sleep
     put_calls: int = field(default=0, init=False)

@@ -29,7 +29,9 @@ FAST = FollowSettings(
     gap_timeout_s=10,
     keepalive_s=10,
     reconnect_margin_s=10,
+    idle_reconnect_s=60,
     stale_turn_s=960,
+    pace=True,
     status_check_s=1,
 )
 

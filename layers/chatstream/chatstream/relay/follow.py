@@ -170,17 +170,20 @@ class StreamOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class FollowSettings:
-    poll_min_s: float = 0.02
-    poll_max_s: float = 0.5
-    start_timeout_s: float = 30.0
-    gap_timeout_s: float = 10.0
-    keepalive_s: float = 10.0
-    reconnect_margin_s: float = 10.0
-    idle_reconnect_s: float = 60.0
-    stale_turn_s: float = 1260.0
+    """How a follower polls and when it gives up: the relay's configuration (:class:`RelayConfig`, whose fallbacks
+    are the template's values) in seconds. No default of its own: :meth:`from_config` builds it, tests choose."""
+
+    poll_min_s: float
+    poll_max_s: float
+    start_timeout_s: float
+    gap_timeout_s: float
+    keepalive_s: float
+    reconnect_margin_s: float
+    idle_reconnect_s: float
+    stale_turn_s: float
+    pace: bool  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
     status_check_s: float = 1.0
     page_size: int = PAGE_SIZE
-    pace: bool = True  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
 
     @classmethod
     def from_config(cls, config: RelayConfig) -> FollowSettings:
@@ -344,7 +347,7 @@ class Follower:
     session_id: str
     turn: int
     after: Position | int | None = None
-    settings: FollowSettings = field(default_factory=FollowSettings)
+    settings: FollowSettings = field(kw_only=True)  # the relay's configuration's (FollowSettings.from_config)
     clock: Clock = field(default_factory=Clock)
     stats: FollowStats = field(default_factory=FollowStats)
     # A turn the request itself started (POST /chat) has no record yet: its first poll waits this long.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chatstream.backoff import Backoff
+from chatstream.config import TTL_DAYS_DEFAULT
 from chatstream.errors import Throttled
 from chatstream.table.dynamodb import call, deser
 
@@ -52,7 +53,7 @@ class Store:
 
     client: DynamoDBClient
     table_name: str
-    ttl_days: int = 30
+    ttl_days: int = TTL_DAYS_DEFAULT
     now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
     sleep: Callable[[float], None] = time.sleep
     max_attempts: int = 6
