@@ -35,13 +35,17 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatstream_local.lambda_ import deployed_site
 from chatstream_local.lambda_.function_spec import FunctionSpec, RuntimeKind
 from chatstream_local.lambda_.runtime_executor import environment_variables, runtime_command
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 EXEC_WRAPPER = ROOT / "layers/streaming-runtime/bin/chatstream-streaming"
@@ -142,7 +146,41 @@ def time_to_first_next(
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def measure(repeat: int = 7) -> dict[str, Any]:
+# site ("deployed", "dev") -> case (relay, proxy, consumer, hello) -> runtime -> milliseconds
+BySite = dict[str, dict[str, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """What :func:`measure` found (results.json's ``cold_start``): per site, case and runtime, the median init of
+    ``repeat`` starts, wall clock and CPU; each case's deployed runtime, and its ratio to awslambdaric."""
+
+    repeat: int
+    deployed_runtime: dict[str, str]  # case -> the runtime it is deployed on
+    median_ms: BySite
+    cpu_median_ms: BySite | None  # None in results written before the CPU was measured
+    ratio_deployed_runtime_over_awslambdaric: dict[str, dict[str, float]]  # site -> case -> ratio
+    samples_ms: dict[str, dict[str, dict[str, list[float]]]]
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.cpu_median_ms is None:
+            del out["cpu_median_ms"]
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ColdStart:
+        return cls(
+            repeat=raw["repeat"],
+            deployed_runtime=dict(raw["deployed_runtime"]),
+            median_ms=raw["median_ms"],
+            cpu_median_ms=raw.get("cpu_median_ms"),
+            ratio_deployed_runtime_over_awslambdaric=raw["ratio_deployed_runtime_over_awslambdaric"],
+            samples_ms=raw["samples_ms"],
+        )
+
+
+def measure(repeat: int = 7) -> ColdStart:
     """Median milliseconds per function, runtime and site (wall clock to the first ``/next``, and the process's CPU
     by then); each function's runtime as deployed; ratios of the deployed runtime to awslambdaric (the relay's:
     streaming layer / awslambdaric)."""
@@ -178,23 +216,23 @@ def measure(repeat: int = 7) -> dict[str, Any]:
         }
         for table in (samples, cpu_samples)
     )
-    deployed_on = {case: runtime for case, (_, runtime) in FUNCTIONS.items()}
-    return {
-        "repeat": repeat,
-        "deployed_runtime": deployed_on,
-        "median_ms": medians,
-        "cpu_median_ms": cpu_medians,
-        "ratio_deployed_runtime_over_awslambdaric": {
+    deployed_on: dict[str, str] = {case: runtime for case, (_, runtime) in FUNCTIONS.items()}
+    return ColdStart(
+        repeat=repeat,
+        deployed_runtime=deployed_on,
+        median_ms=medians,
+        cpu_median_ms=cpu_medians,
+        ratio_deployed_runtime_over_awslambdaric={
             site: {
                 case: round(by_case[case][deployed_on[case]] / by_case[case]["awslambdaric"], 2) for case in FUNCTIONS
             }
             for site, by_case in medians.items()
         },
-        "samples_ms": {
+        samples_ms={
             site: {case: {rt: [round(x, 1) for x in v] for rt, v in by_rt.items()} for case, by_rt in by_case.items()}
             for site, by_case in samples.items()
         },
-    }
+    )
 
 
 def main() -> int:
@@ -202,7 +240,7 @@ def main() -> int:
     import json
 
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    result = measure(repeat)
+    result = measure(repeat).to_json()
     sys.stdout.write(json.dumps({k: result[k] for k in ("repeat", "median_ms", "cpu_median_ms")}, indent=1) + "\n")
     return 0
 

@@ -3,7 +3,8 @@ clients measured, what it cost in AWS calls and billed units, and the CPU it too
 
 Each part is built from what a cell measured (``ClientMeasures.of`` from the clients' samples, ``AwsUsage.of``
 from moto's call counts, ``CpuUse.of`` from ``/proc``); :meth:`RunRecord.to_json` gives the object results.json
-holds (``bench/report.py`` reads its keys), and :meth:`RunRecord.from_json` reads a committed file back.
+holds, and :meth:`RunRecord.from_json` reads a committed file's back (``bench.results.BenchResults`` holds the
+records of a whole run, and ``bench/report.py`` is written from them).
 """
 
 from __future__ import annotations

@@ -1,12 +1,19 @@
-"""results.md (tables, ratios, targets, where the time goes) and results.png (TTFT and gap distributions)."""
+"""results.md (tables, ratios, targets, where the time goes) and results.png (TTFT and gap distributions), from the
+run's typed records (:class:`~bench.results.BenchResults`: what ``bench/run.py`` measured, or a results.json read
+back)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
+
+    from bench.coldstart import ColdStart
+    from bench.firsttoken import FirstTokenPath
+    from bench.records import RunRecord
+    from bench.results import BenchResults, HourlyCosts
 
 VARIANT_ORDER = (
     "direct",
@@ -36,8 +43,8 @@ def _order(variant: str) -> int:
     return VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER)
 
 
-def _present(results: dict[str, Any]) -> list[str]:
-    return sorted({r["variant"] for r in results["runs"]}, key=_order)
+def _present(runs: Sequence[RunRecord]) -> list[str]:
+    return sorted({r.cell.variant for r in runs}, key=_order)
 
 
 def _cell(value: Any) -> str:
@@ -61,13 +68,19 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}"
 
 
-def _index(results: dict[str, Any]) -> dict[tuple[str, int, int], dict[str, Any]]:
-    return {(r["variant"], r["model_delay_ms"], r["concurrency"]): r for r in results["runs"]}
+Index = dict[tuple[str, int, int], "RunRecord"]
 
 
-def _runs(
-    index: dict[tuple[str, int, int], dict[str, Any]], delay: int, concurrency: int, variants: Iterable[str]
-) -> Iterator[tuple[str, dict[str, Any]]]:
+def _index(runs: Sequence[RunRecord]) -> Index:
+    return {(r.cell.variant, r.cell.model_delay_ms, r.cell.concurrency): r for r in runs}
+
+
+def _cells(runs: Sequence[RunRecord]) -> list[tuple[int, int]]:
+    """Every (model delay, concurrency) that ran, in order."""
+    return sorted({(r.cell.model_delay_ms, r.cell.concurrency) for r in runs})
+
+
+def _runs(index: Index, delay: int, concurrency: int, variants: Iterable[str]) -> Iterator[tuple[str, RunRecord]]:
     """Each of ``variants`` that ran at this model delay and concurrency, with its run, in the order given."""
     for variant in variants:
         run = index.get((variant, delay, concurrency))
@@ -75,118 +88,127 @@ def _runs(
             yield variant, run
 
 
-def _read_modes(results: dict[str, Any]) -> dict[str, str]:
-    """How each pipeline variant's consumer read the stream (``polling``, ``enhanced-fan-out``)."""
-    return dict(results["environment"].get("settings", {}).get("read_modes", {}))
-
-
-def _over(run: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
+def _over(run: RunRecord | None, base: RunRecord | None) -> str:
     """``run``'s TTFT p50 minus ``base``'s, in ms."""
-    if run is None or base is None or run["ttft_ms"]["p50"] is None or base["ttft_ms"]["p50"] is None:
+    if run is None or base is None or run.clients.ttft_ms.p50 is None or base.clients.ttft_ms.p50 is None:
         return "–"
-    return f"{run['ttft_ms']['p50'] - base['ttft_ms']['p50']:+.0f}"
+    return f"{run.clients.ttft_ms.p50 - base.clients.ttft_ms.p50:+.0f}"
 
 
-def run_table(results: dict[str, Any]) -> list[str]:
+def run_table(runs: Sequence[RunRecord]) -> list[str]:
     lines = [
         "| variant | delay ms | chats at once | exact | TTFT p50 / p95 / p99 ms | gap p50 / p99 ms | tokens/s "
         "| token events/chat | Kinesis records /1k | PutRecords /1k | DynamoDB writes /1k | relay Query /turn "
         "| relay CPU ms /1k |",
         "|---|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in sorted(results["runs"], key=lambda r: (r["model_delay_ms"], r["concurrency"], _order(r["variant"]))):
-        t, g = r["ttft_ms"], r["gap_ms"]
+    for r in sorted(runs, key=lambda r: (r.cell.model_delay_ms, r.cell.concurrency, _order(r.cell.variant))):
+        cell, clients, aws = r.cell, r.clients, r.aws
+        t, g = clients.ttft_ms, clients.gap_ms
         lines.append(
-            f"| {r['variant']} | {r['model_delay_ms']} | {r['concurrency']} | {_cell(r['exact'])} "
-            f"| {_cell(t['p50'])} / {_cell(t['p95'])} / {_cell(t['p99'])} | {_cell(g['p50'])} / {_cell(g['p99'])} "
-            f"| {_cell(r['tokens_per_s'])} | {_cell(r['token_events_per_chat'])} "
-            f"| {_cell(r['kinesis_records_per_1k_tokens'])} | {_cell(r['put_calls_per_1k_tokens'])} "
-            f"| {_cell(r['dynamodb_writes_per_1k_tokens'])} | {_cell(r['relay_queries_per_turn'])} "
-            f"| {_cpu(r['relay_cpu_ms_per_1k_tokens'])} |"
+            f"| {cell.variant} | {cell.model_delay_ms} | {cell.concurrency} | {_cell(clients.exact)} "
+            f"| {_cell(t.p50)} / {_cell(t.p95)} / {_cell(t.p99)} | {_cell(g.p50)} / {_cell(g.p99)} "
+            f"| {_cell(clients.tokens_per_s)} | {_cell(clients.token_events_per_chat)} "
+            f"| {_cell(aws.kinesis_records_per_1k_tokens)} | {_cell(aws.put_calls_per_1k_tokens)} "
+            f"| {_cell(aws.dynamodb_writes_per_1k_tokens)} | {_cell(aws.relay_queries_per_turn)} "
+            f"| {_cpu(r.cpu.relay_cpu_ms_per_1k_tokens)} |"
         )
     return lines
 
 
-def ratio_table(results: dict[str, Any]) -> list[str]:
-    index = _index(results)
+def _ttft_p50(r: RunRecord) -> float | None:
+    return r.clients.ttft_ms.p50
+
+
+def _tokens_per_s(r: RunRecord) -> float:
+    return r.clients.tokens_per_s
+
+
+def _kinesis_records(r: RunRecord) -> float:
+    return r.aws.kinesis_records_per_1k_tokens
+
+
+def _dynamodb_writes(r: RunRecord) -> float:
+    return r.aws.dynamodb_writes_per_1k_tokens
+
+
+def _relay_cpu(r: RunRecord) -> float | None:
+    return r.cpu.relay_cpu_ms_per_1k_tokens
+
+
+def ratio_table(runs: Sequence[RunRecord]) -> list[str]:
+    index = _index(runs)
     lines = [
         "| delay ms | chats at once | TTFT p50 cs−direct ms | TTFT p50 cs/direct | tokens/s cs/direct "
         "| TTFT p50 cs/naive | records cs/naive | DynamoDB writes cs/naive | relay CPU cs/naive | tokens/s cs/naive |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    keys = sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]})
-    for delay, c in keys:
+    for delay, c in _cells(runs):
         cs, d, n = (index.get((v, delay, c)) for v in ("chatstream", "direct", "naive"))
         if cs is None:
             continue
-        diff = "–"
-        if d is not None and cs["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None:
-            diff = f"{cs['ttft_ms']['p50'] - d['ttft_ms']['p50']:+.0f}"
 
-        def ratio(other: dict[str, Any] | None, *path: str, cs: dict[str, Any] = cs) -> str:
-            if other is None:
-                return "–"
-            a: Any = cs
-            b: Any = other
-            for key in path:
-                a, b = a[key], b[key]
-            return _ratio(a, b)
+        def ratio(other: RunRecord | None, figure: Callable[[RunRecord], float | None], cs: RunRecord = cs) -> str:
+            return "–" if other is None else _ratio(figure(cs), figure(other))
 
         lines.append(
-            f"| {delay} | {c} | {diff} | {ratio(d, 'ttft_ms', 'p50')} | {ratio(d, 'tokens_per_s')} "
-            f"| {ratio(n, 'ttft_ms', 'p50')} | {ratio(n, 'kinesis_records_per_1k_tokens')} "
-            f"| {ratio(n, 'dynamodb_writes_per_1k_tokens')} | {ratio(n, 'relay_cpu_ms_per_1k_tokens')} "
-            f"| {ratio(n, 'tokens_per_s')} |"
+            f"| {delay} | {c} | {_over(cs, d)} | {ratio(d, _ttft_p50)} | {ratio(d, _tokens_per_s)} "
+            f"| {ratio(n, _ttft_p50)} | {ratio(n, _kinesis_records)} "
+            f"| {ratio(n, _dynamodb_writes)} | {ratio(n, _relay_cpu)} "
+            f"| {ratio(n, _tokens_per_s)} |"
         )
     return lines
 
 
-def candidates_table(results: dict[str, Any]) -> list[str]:
+def candidates_table(runs: Sequence[RunRecord]) -> list[str]:
     """Tuning candidates beside the defaults and naive: the numbers a change of default rests on."""
-    present = [v for v in _present(results) if v != "direct" and v not in READ_MODE_VARIANTS[1:]]
+    present = [v for v in _present(runs) if v != "direct" and v not in READ_MODE_VARIANTS[1:]]
     if not any(v in TUNING_VARIANTS for v in present):
         return []
-    index = _index(results)
+    index = _index(runs)
     lines = [
         "| delay ms | chats at once | variant | TTFT p50 ms | gap p50 / p99 ms | records /1k "
         "| DynamoDB writes /1k | relay Query /turn | tokens/s |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for delay, c in sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]}):
+    for delay, c in _cells(runs):
         for variant, r in _runs(index, delay, c, present):
+            clients, aws = r.clients, r.aws
             lines.append(
-                f"| {delay} | {c} | {variant} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['gap_ms']['p50'])} / "
-                f"{_cell(r['gap_ms']['p99'])} | {_cell(r['kinesis_records_per_1k_tokens'])} "
-                f"| {_cell(r['dynamodb_writes_per_1k_tokens'])} | {_cell(r['relay_queries_per_turn'])} "
-                f"| {_cell(r['tokens_per_s'])} |"
+                f"| {delay} | {c} | {variant} | {_cell(clients.ttft_ms.p50)} | {_cell(clients.gap_ms.p50)} / "
+                f"{_cell(clients.gap_ms.p99)} | {_cell(aws.kinesis_records_per_1k_tokens)} "
+                f"| {_cell(aws.dynamodb_writes_per_1k_tokens)} | {_cell(aws.relay_queries_per_turn)} "
+                f"| {_cell(clients.tokens_per_s)} |"
             )
     return ["## Tuning candidates", "", *lines, ""]
 
 
-def read_mode_table(results: dict[str, Any]) -> list[str]:
-    """chatstream with its consumer reading the stream each way (template.yaml's ``EnhancedFanOut``), beside direct."""
-    modes = _read_modes(results)
-    variants = [v for v in _present(results) if v in READ_MODE_VARIANTS and v in modes]
+def read_mode_table(runs: Sequence[RunRecord], modes: Mapping[str, str]) -> list[str]:
+    """chatstream with its consumer reading the stream each way (template.yaml's ``EnhancedFanOut``), beside direct;
+    ``modes``: how each pipeline variant's consumer read the stream."""
+    variants = [v for v in _present(runs) if v in READ_MODE_VARIANTS and v in modes]
     if len({modes[v] for v in variants}) < 2:
         return []
-    index = _index(results)
+    index = _index(runs)
     lines = [
         "| delay ms | chats at once | variant | read mode | TTFT p50 / p95 ms | − direct p50 ms | gap p50 / p99 ms "
         "| exact |",
         "|---:|---:|---|---|---:|---:|---:|:---:|",
     ]
-    for delay, c in sorted({(r["model_delay_ms"], r["concurrency"]) for r in results["runs"]}):
+    for delay, c in _cells(runs):
         d = index.get(("direct", delay, c))
         if d is not None:
+            direct = d.clients
             lines.append(
-                f"| {delay} | {c} | direct | – | {_cell(d['ttft_ms']['p50'])} / {_cell(d['ttft_ms']['p95'])} | – "
-                f"| {_cell(d['gap_ms']['p50'])} / {_cell(d['gap_ms']['p99'])} | {_cell(d['exact'])} |"
+                f"| {delay} | {c} | direct | – | {_cell(direct.ttft_ms.p50)} / {_cell(direct.ttft_ms.p95)} | – "
+                f"| {_cell(direct.gap_ms.p50)} / {_cell(direct.gap_ms.p99)} | {_cell(direct.exact)} |"
             )
         for variant, r in _runs(index, delay, c, variants):
+            clients = r.clients
             lines.append(
-                f"| {delay} | {c} | {variant} | {modes[variant]} | {_cell(r['ttft_ms']['p50'])} / "
-                f"{_cell(r['ttft_ms']['p95'])} | {_over(r, d)} | {_cell(r['gap_ms']['p50'])} / "
-                f"{_cell(r['gap_ms']['p99'])} | {_cell(r['exact'])} |"
+                f"| {delay} | {c} | {variant} | {modes[variant]} | {_cell(clients.ttft_ms.p50)} / "
+                f"{_cell(clients.ttft_ms.p95)} | {_over(r, d)} | {_cell(clients.gap_ms.p50)} / "
+                f"{_cell(clients.gap_ms.p99)} | {_cell(clients.exact)} |"
             )
     return [
         "## Kinesis to the consumer: polling vs enhanced fan-out",
@@ -206,10 +228,10 @@ GAP_P50_TARGET_MS = 50
 GAP_P99_TARGET_MS = 150
 
 
-def pacing_table(results: dict[str, Any]) -> list[str]:
+def pacing_table(runs: Sequence[RunRecord]) -> list[str]:
     """The gaps between token events, paced (``chatstream``) and not (``chatstream-unpaced``), beside direct."""
-    index = _index(results)
-    cells = sorted({r["concurrency"] for r in results["runs"] if r["variant"] == "chatstream-unpaced"})
+    index = _index(runs)
+    cells = sorted({r.cell.concurrency for r in runs if r.cell.variant == "chatstream-unpaced"})
     if not cells:
         return []
     lines = [
@@ -218,9 +240,10 @@ def pacing_table(results: dict[str, Any]) -> list[str]:
     ]
     for c in cells:
         for variant, r in _runs(index, PACING_DELAY_MS, c, ("direct", "chatstream", "chatstream-unpaced")):
+            clients = r.clients
             lines.append(
-                f"| {c} | {variant} | {_cell(r['gap_ms']['p50'])} / {_cell(r['gap_ms']['p99'])} "
-                f"| {_cell(r.get('token_events_per_chat'))} | {_cell(r['ttft_ms']['p50'])} | {_cell(r['exact'])} |"
+                f"| {c} | {variant} | {_cell(clients.gap_ms.p50)} / {_cell(clients.gap_ms.p99)} "
+                f"| {_cell(clients.token_events_per_chat)} | {_cell(clients.ttft_ms.p50)} | {_cell(clients.exact)} |"
             )
     return [
         "## Smooth text: gaps between token events",
@@ -234,85 +257,82 @@ def pacing_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def targets(results: dict[str, Any]) -> list[str]:
-    index = _index(results)
+def targets(runs: Sequence[RunRecord]) -> list[str]:
+    index = _index(runs)
     lines = []
-    for r in results["runs"]:
-        if r["variant"] != "chatstream":
+    for r in runs:
+        if r.cell.variant != "chatstream":
             continue
-        key = (r["model_delay_ms"], r["concurrency"])
+        key = (r.cell.model_delay_ms, r.cell.concurrency)
         n, d = index.get(("naive", *key)), index.get(("direct", *key))
-        checks = [f"exact {'✔' if r['exact'] else '✘'}"]
-        if n is not None and n["kinesis_records_per_1k_tokens"]:
-            rec = r["kinesis_records_per_1k_tokens"] / n["kinesis_records_per_1k_tokens"]
-            wr = r["dynamodb_writes_per_1k_tokens"] / n["dynamodb_writes_per_1k_tokens"]
+        checks = [f"exact {'✔' if r.clients.exact else '✘'}"]
+        if n is not None and n.aws.kinesis_records_per_1k_tokens:
+            rec = r.aws.kinesis_records_per_1k_tokens / n.aws.kinesis_records_per_1k_tokens
+            wr = r.aws.dynamodb_writes_per_1k_tokens / n.aws.dynamodb_writes_per_1k_tokens
             checks.append(f"records ×{rec:.3f} of naive {'✔' if rec <= 0.1 else '✘'}")
             checks.append(f"table writes ×{wr:.3f} of naive {'✔' if wr <= 0.1 else '✘'}")
-        if d is not None and r["ttft_ms"]["p50"] is not None and d["ttft_ms"]["p50"] is not None:
-            over = r["ttft_ms"]["p50"] - d["ttft_ms"]["p50"]
+        ttft, direct_ttft = r.clients.ttft_ms.p50, None if d is None else d.clients.ttft_ms.p50
+        if ttft is not None and direct_ttft is not None:
+            over = ttft - direct_ttft
             checks.append(f"TTFT p50 {over:+.0f} ms over direct {'✔' if over <= 100 else '✘'}")
-        gap = r["gap_ms"]
-        if key[0] == PACING_DELAY_MS and gap["p50"] is not None and gap["p99"] is not None:
-            smooth = gap["p50"] <= GAP_P50_TARGET_MS and gap["p99"] <= GAP_P99_TARGET_MS
+        gap = r.clients.gap_ms
+        if key[0] == PACING_DELAY_MS and gap.p50 is not None and gap.p99 is not None:
+            smooth = gap.p50 <= GAP_P50_TARGET_MS and gap.p99 <= GAP_P99_TARGET_MS
             checks.append(
-                f"gap p50 {gap['p50']:.0f} ms / p99 {gap['p99']:.0f} ms "
+                f"gap p50 {gap.p50:.0f} ms / p99 {gap.p99:.0f} ms "
                 f"(≤ {GAP_P50_TARGET_MS} / ≤ {GAP_P99_TARGET_MS}) {'✔' if smooth else '✘'}"
             )
         lines.append(f"- delay {key[0]} ms, {key[1]} at once: " + "; ".join(checks))
     return lines
 
 
-def spread_table(results: dict[str, Any]) -> list[str]:
+def spread_table(spread: Sequence[RunRecord], modes: Mapping[str, str]) -> list[str]:
     """The informative cells: the same numbers of chats sent ``arrival_gap_ms`` apart instead of at once."""
-    spread = results.get("spread_arrivals") or []
-    modes = _read_modes(results)
-    by = {(r["variant"], r["concurrency"]): r for r in spread}
-    variants = sorted({r["variant"] for r in spread if r["variant"] in READ_MODE_VARIANTS}, key=_order)
+    by = {(r.cell.variant, r.cell.concurrency): r for r in spread}
+    variants = sorted({r.cell.variant for r in spread if r.cell.variant in READ_MODE_VARIANTS}, key=_order)
     lines = [
         "| chats | sent apart | delay ms | variant | exact | direct TTFT p50 / p95 ms | variant TTFT p50 / p95 ms "
         "| variant − direct p50 ms |",
         "|---:|---:|---:|---|:---:|---:|---:|---:|",
     ]
-    for concurrency in sorted({r["concurrency"] for r in spread}):
+    for concurrency in sorted({r.cell.concurrency for r in spread}):
         d = by.get(("direct", concurrency))
         for variant in variants:
             c = by.get((variant, concurrency))
             if c is None:
                 continue
-            exact = "yes" if c["exact"] and (d is None or d["exact"]) else "**no**"
-            direct = f"{_cell(d['ttft_ms']['p50'])} / {_cell(d['ttft_ms']['p95'])}" if d else "–"
+            exact = "yes" if c.clients.exact and (d is None or d.clients.exact) else "**no**"
+            direct = f"{_cell(d.clients.ttft_ms.p50)} / {_cell(d.clients.ttft_ms.p95)}" if d else "–"
             label = f"{variant} ({modes[variant]})" if variant in modes else variant
             lines.append(
-                f"| {concurrency} | {c['arrival_gap_ms']} ms | {c['model_delay_ms']} | {label} | {exact} | {direct} "
-                f"| {_cell(c['ttft_ms']['p50'])} / {_cell(c['ttft_ms']['p95'])} | {_over(c, d)} |"
+                f"| {concurrency} | {c.cell.arrival_gap_ms} ms | {c.cell.model_delay_ms} | {label} | {exact} "
+                f"| {direct} | {_cell(c.clients.ttft_ms.p50)} / {_cell(c.clients.ttft_ms.p95)} | {_over(c, d)} |"
             )
     return lines
 
 
-def time_goes(results: dict[str, Any]) -> list[str]:
+def time_goes(runs: Sequence[RunRecord]) -> list[str]:
     lines = [
         "CPU milliseconds per 1,000 tokens, by process (the local stack's own front end, model and emulators run in "
         "`bench-process`; `moto` is the AWS emulator; `clients` the load generator), and the mean time of each AWS "
         "call as moto served it (its queueing not included):",
         "",
     ]
-    for r in results["runs"]:
-        if r["variant"] not in ("naive", "chatstream") or r["concurrency"] not in (
-            1,
-            max(x["concurrency"] for x in results["runs"]),
-        ):
+    top = max((x.cell.concurrency for x in runs), default=1)
+    for r in runs:
+        cell = r.cell
+        if cell.variant not in ("naive", "chatstream") or cell.concurrency not in (1, top):
             continue
-        by_process = r["cpu_ms_per_1k_tokens_by_process"].items()
+        by_process = r.cpu.cpu_ms_per_1k_tokens_by_process.items()
         cpu = ", ".join(f"{k} {'not measured' if v is None else v}" for k, v in by_process if v != 0)
-        calls = ", ".join(f"{k} {v} ms" for k, v in r["upstream_ms_per_call"].items())
-        lines.append(f"- **{r['variant']}**, delay {r['model_delay_ms']} ms, {r['concurrency']} at once: CPU {cpu}.")
-        lines.append(f"  Calls per run: {r['calls']}. Mean call time: {calls}.")
+        calls = ", ".join(f"{k} {v} ms" for k, v in r.aws.upstream_ms_per_call.items())
+        lines.append(f"- **{cell.variant}**, delay {cell.model_delay_ms} ms, {cell.concurrency} at once: CPU {cpu}.")
+        lines.append(f"  Calls per run: {dict(r.aws.calls)}. Mean call time: {calls}.")
     return lines
 
 
-def fixed_table(results: dict[str, Any]) -> list[str]:
+def fixed_table(fixed: Mapping[str, Mapping[str, HourlyCosts]]) -> list[str]:
     """What the stream and its consumer cost a month whatever the traffic, per stream mode and read mode."""
-    fixed = results.get("fixed_monthly_usd")
     if not fixed:
         return []
     lines = [
@@ -324,27 +344,24 @@ def fixed_table(results: dict[str, Any]) -> list[str]:
     ]
     for stream_mode, by_mode in fixed.items():
         for mode, f in by_mode.items():
-            lines.append(
-                f"| {stream_mode} | {mode} | {f['stream']:.2f} | {f['enhanced_fan_out']:.2f} | {f['total']:.2f} |"
-            )
+            lines.append(f"| {stream_mode} | {mode} | {f.stream:.2f} | {f.enhanced_fan_out:.2f} | {f.total:.2f} |")
     return [*lines, ""]
 
 
 ROLES = ("relay", "proxy", "consumer")
 
 
-def first_token_table(results: dict[str, Any]) -> list[str]:
+def first_token_table(paths: Sequence[FirstTokenPath], runs: Sequence[RunRecord]) -> list[str]:
     """Per pipeline variant: CPU per function on the first token's path and per 1,000 tokens, and the AWS calls
     made before the first token (bench/firsttoken.py)."""
-    paths = results.get("first_token_path") or []
     if not paths:
         return []
-    index = _index(results)
-    delay = max(r["model_delay_ms"] for r in results["runs"])
+    index = _index(runs)
+    delay = max(r.cell.model_delay_ms for r in runs)
     lines = [
         "## The first token's path, per function",
         "",
-        f"Chats of two model deltas {paths[0]['model_delay_ms']} ms apart, one after another ({paths[0]['chats']}; "
+        f"Chats of two model deltas {paths[0].model_delay_ms} ms apart, one after another ({paths[0].chats}; "
         "CPU as means, each process's CPU clock; the rest medians): CPU each function's execution "
         "environments spent from the request to the client's first `token` event, and to the chat's end; the AWS "
         "calls made before the first token (moto's timeline, plus the relay's `Invoke` and the proxy's "
@@ -356,17 +373,17 @@ def first_token_table(results: dict[str, Any]) -> list[str]:
         "| relay polls | sequential |",
         "|---|---:|---:|---:|---:|---|---:|---:|",
     ]
-    for path in sorted(paths, key=lambda p: _order(p["variant"])):
-        first, whole = path["cpu_ms_to_first_token"], path["cpu_ms_whole_chat"]
-        run = index.get((path["variant"], delay, 1))
-        by_function = (run or {}).get("cpu_ms_per_1k_tokens_by_function") or {}
+    for path in sorted(paths, key=lambda p: _order(p.variant)):
+        first, whole = path.cpu_ms_to_first_token, path.cpu_ms_whole_chat
+        run = index.get((path.variant, delay, 1))
+        by_function = {} if run is None else run.cpu.cpu_ms_per_1k_tokens_by_function
         per_1k = " / ".join(_cpu(by_function.get(role)) for role in ROLES) if by_function else "–"
-        calls = ", ".join(f"{name} {count:g}" for name, count in path["calls_before_first_token"].items())
+        calls = ", ".join(f"{name} {count:g}" for name, count in path.calls_before_first_token.items())
         lines.append(
-            f"| {path['variant']} | {_cell(path['ttft_ms_p50'])} "
+            f"| {path.variant} | {_cell(path.ttft_ms_p50)} "
             f"| {' / '.join(_cpu(first.get(role)) for role in ROLES)} / **{_cpu(first.get('product'))}** "
-            f"| {_cpu(whole.get('product'))} | {per_1k} | {calls} | {path['relay_polls_before_first_token']:g} "
-            f"| {path['sequential_calls_before_first_token']:g} |"
+            f"| {_cpu(whole.get('product'))} | {per_1k} | {calls} | {path.relay_polls_before_first_token:g} "
+            f"| {path.sequential_calls_before_first_token:g} |"
         )
     return [*lines, ""]
 
@@ -379,25 +396,14 @@ COLD_START_CASES = {
 }
 
 
-def cold_start_table(cold: dict[str, Any]) -> list[str]:
+def cold_start_table(cold: ColdStart | None) -> list[str]:
     """Init per function (process start → first ``/next``), on its runtime and on awslambdaric, in the packages the
     deployed function has and in the development environment (bench/coldstart.py)."""
-    if not cold:
+    if cold is None:
         return []
-    med = cold["median_ms"]
-    if "deployed" not in med:  # results written before every function was measured
-        return [
-            f"## Runtime cold start (process start → first `/next`, median of {cold['repeat']})",
-            "",
-            "| handler | streaming runtime layer | awslambdaric |",
-            "|---|---:|---:|",
-            f"| smallest handler | {med['hello_streaming']} ms | {med['hello_awslambdaric']} ms |",
-            f"| the relay | {med['relay_streaming']} ms | {med['relay_awslambdaric']} ms |",
-            "",
-        ]
-    deployed_on = cold["deployed_runtime"]
+    med, cpu_med, deployed_on = cold.median_ms, cold.cpu_median_ms, cold.deployed_runtime
     lines = [
-        f"## Cold start: init per function (process start → first `/next`, median of {cold['repeat']})",
+        f"## Cold start: init per function (process start → first `/next`, median of {cold.repeat})",
         "",
         "`deployed`: an interpreter that sees only the packages the deployed function has (the layers' pinned "
         "requirements); `dev`: the development environment, where botocore also finds and imports the CRT and "
@@ -415,25 +421,24 @@ def cold_start_table(cold: dict[str, Any]) -> list[str]:
         for site in ("deployed", "dev"):
             for runtime in ("streaming", "awslambdaric"):
                 value = f"{med[site][case][runtime]} ms"
-                if "cpu_median_ms" in cold:  # results written before the CPU was measured have none
-                    value += f" (CPU {cold['cpu_median_ms'][site][case][runtime]} ms)"
+                if cpu_med is not None:  # results written before the CPU was measured have none
+                    value += f" (CPU {cpu_med[site][case][runtime]} ms)"
                 cells.append(f"**{value}**" if runtime == deployed_on[case] else value)
         lines.append(f"| {label} | {deployed_on[case]} | {' | '.join(cells)} |")
     return [*lines, ""]
 
 
-def write_markdown(results: dict[str, Any], path: Path) -> None:
-    env = results["environment"]
-    cold = results.get("cold_start", {})
-    cost = results.get("cost_breakdown_per_million_output_tokens", {})
+def write_markdown(results: BenchResults, path: Path) -> None:
+    env, runs, modes = results.environment, results.runs, results.environment.settings.read_modes
+    machine, workload, prices = env.machine, env.workload, env.prices
     lines = [
         "# chatstream benchmark results",
         "",
-        f"Generated by `make bench` on {env['started_at']} ({env['machine']['cpus']} CPUs, Python "
-        f"{env['machine']['python']}, {env['machine']['platform']}); whole run {env.get('duration_s', '?')} s. "
-        f"Workload: `{env['workload']['message']}` ({env['workload']['deltas_per_reply']} model deltas a reply), "
-        f"{env['workload']['chats_at_concurrency_1']} chats one after another at concurrency 1; above, one chat per "
-        f"client, all started together, in {env['workload'].get('rounds_up_to_10_at_once', 1)} rounds up to 10 at "
+        f"Generated by `make bench` on {env.started_at} ({machine.cpus} CPUs, Python "
+        f"{machine.python}, {machine.platform}); whole run {'?' if env.duration_s is None else env.duration_s} s. "
+        f"Workload: `{workload.message}` ({workload.deltas_per_reply} model deltas a reply), "
+        f"{workload.chats_at_concurrency_1} chats one after another at concurrency 1; above, one chat per "
+        f"client, all started together, in {workload.rounds_up_to_10_at_once} rounds up to 10 at "
         "once (naive: one) and one round above. Local stack: moto, the local model, the local Lambda; numbers are "
         "local and noisy, compare them within this run.",
         "",
@@ -443,17 +448,17 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "",
         "## Runs",
         "",
-        *run_table(results),
+        *run_table(runs),
         "",
         "## Ratios (cs = chatstream)",
         "",
-        *ratio_table(results),
+        *ratio_table(runs),
         "",
         "## Targets",
         "",
-        *targets(results),
+        *targets(runs),
         "",
-        *pacing_table(results),
+        *pacing_table(runs),
         "## Arrivals spread out (informative, beside the issue's cells)",
         "",
         "The same numbers of chats, each sent a fixed gap after the previous one instead of all in the same "
@@ -461,41 +466,41 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         "when it is sent nearly all of them are streaming: the concurrency is the same, only the burst of simultaneous "
         "starts is gone.",
         "",
-        *spread_table(results),
+        *spread_table(results.spread_arrivals, modes),
         "",
-        *read_mode_table(results),
+        *read_mode_table(runs, modes),
         "## Cost per million output tokens (USD, usage-proportional, us-east-1 list prices "
-        f"as of {env['prices']['as_of']}; Kinesis as of {env['prices'].get('kinesis_as_of', env['prices']['as_of'])})",
+        f"as of {prices.as_of}; Kinesis as of {prices.kinesis_as_of})",
         "",
         "| variant | read mode | Kinesis (on demand) | DynamoDB writes | DynamoDB reads | Lambda requests "
         "| Lambda duration | **total** | (Kinesis provisioned, by usage, instead) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    modes = _read_modes(results)
-    for variant, b in cost.items():
+    for variant, b in results.costs.breakdowns.items():
         lines.append(
-            f"| {variant} | {modes.get(variant, '–')} | {b['kinesis']:.4f} | {b['dynamodb_writes']:.4f} "
-            f"| {b['dynamodb_reads']:.4f} | {b['lambda_requests']:.4f} | {b['lambda_duration']:.4f} "
-            f"| **{b['total']:.4f}** | {b['kinesis_provisioned']:.4f} |"
+            f"| {variant} | {modes.get(variant, '–')} | {b.kinesis:.4f} | {b.dynamodb_writes:.4f} "
+            f"| {b.dynamodb_reads:.4f} | {b.lambda_requests:.4f} | {b.lambda_duration:.4f} "
+            f"| **{b.total:.4f}** | {b.kinesis_provisioned:.4f} |"
         )
-    lines += ["", f"Basis: {results.get('cost_basis', '')}.", "", *fixed_table(results)]
-    lines += cold_start_table(cold)
-    lines += first_token_table(results)
-    lines += candidates_table(results)
-    lines += ["## Where the time goes", "", *time_goes(results), ""]
+    lines += ["", f"Basis: {results.costs.basis}.", "", *fixed_table(results.costs.fixed_monthly)]
+    lines += cold_start_table(results.cold_start)
+    lines += first_token_table(results.first_token_path, runs)
+    lines += candidates_table(runs)
+    lines += ["## Where the time goes", "", *time_goes(runs), ""]
     path.write_text("\n".join(lines))
 
 
-def write_plot(results: dict[str, Any], path: Path) -> None:
+def write_plot(results: BenchResults, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    delays = sorted({r["model_delay_ms"] for r in results["runs"]})
-    concurrencies = sorted({r["concurrency"] for r in results["runs"]})
-    index = _index(results)
-    variants = _present(results)
+    runs = results.runs
+    delays = sorted({r.cell.model_delay_ms for r in runs})
+    concurrencies = sorted({r.cell.concurrency for r in runs})
+    index = _index(runs)
+    variants = _present(runs)
     fig, axes = plt.subplots(len(delays), 2, figsize=(13, 4.2 * len(delays)), squeeze=False)
     for row, delay in enumerate(delays):
         ax = axes[row][0]
@@ -503,10 +508,10 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
         for i, c in enumerate(concurrencies):
             for j, variant in enumerate(variants):
                 run = index.get((variant, delay, c))
-                if run is None or not run["ttft_samples_ms"]:
+                if run is None or not run.clients.ttft_samples_ms:
                     continue
                 positions.append(i * (len(variants) + 1) + j)
-                data.append(run["ttft_samples_ms"])
+                data.append(list(run.clients.ttft_samples_ms))
                 colors.append(COLORS.get(variant, "grey"))
         if data:
             boxes = ax.boxplot(data, positions=positions, widths=0.8, patch_artist=True, showfliers=True)
@@ -525,9 +530,9 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
         for variant in variants:
             for c, style in zip(concurrencies, ("-", "--", ":"), strict=False):
                 run = index.get((variant, delay, c))
-                if run is None or not run["gap_samples_ms"]:
+                if run is None or not run.clients.gap_samples_ms:
                     continue
-                gaps = sorted(max(g, 0.01) for g in run["gap_samples_ms"])
+                gaps = sorted(max(g, 0.01) for g in run.clients.gap_samples_ms)
                 ys = [(i + 1) / len(gaps) for i in range(len(gaps))]
                 ax.plot(gaps, ys, style, color=COLORS.get(variant, "grey"), label=f"{variant}, {c} at once")
         ax.set_xscale("log")

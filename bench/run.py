@@ -35,6 +35,18 @@ from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_toke
 from bench.load import ChatSample, LoadRunner
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
 from bench.report import write_markdown, write_plot
+from bench.results import (
+    BenchResults,
+    Costs,
+    Environment,
+    HourlyCosts,
+    Machine,
+    Prices,
+    ServiceCosts,
+    Settings,
+    SpreadArrivals,
+    WorkloadInfo,
+)
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
@@ -47,7 +59,7 @@ from chatstream_local.stack import LOCAL_CREDENTIALS, LocalStack, StackSettings
 from chatstream_local.template import Template
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from chatstream_local.lambda_.invocation import StreamHandle
 
@@ -398,50 +410,52 @@ def running(variant: str) -> Iterator[Target]:
         target.stop()
 
 
-def environment(workload: Workload, variants: Sequence[str]) -> dict[str, Any]:
+def environment(workload: Workload, variants: Sequence[str]) -> Environment:
     import boto3
     import moto
 
     template = ROOT / "template.yaml"
-    return {
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(),
-        },
-        "versions": {"boto3": boto3.__version__, "moto": moto.__version__},
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "workload": {
-            "message": workload.message,
-            "deltas_per_reply": workload.deltas,
-            "model_delays_ms": list(workload.delays_ms),
-            "concurrency": list(workload.concurrency),
-            "chats_at_concurrency_1": workload.repeat_at_1,
-            "chats_at_higher_concurrency": "one per client, all started together",
-            "rounds_up_to_10_at_once": workload.rounds_up_to_10,
-            "spread_arrivals": {
-                "gap_ms": workload.spread_gap_ms,
-                "concurrency": list(workload.spread_concurrency),
-                "model_delay_ms": workload.spread_delay_ms,
+    return Environment(
+        machine=Machine(
+            platform=platform.platform(),
+            python=platform.python_version(),
+            cpus=os.cpu_count(),
+            processor=platform.processor() or platform.machine(),
+        ),
+        versions={"boto3": boto3.__version__, "moto": moto.__version__},
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        workload=WorkloadInfo(
+            message=workload.message,
+            deltas_per_reply=workload.deltas,
+            model_delays_ms=workload.delays_ms,
+            concurrency=workload.concurrency,
+            chats_at_concurrency_1=workload.repeat_at_1,
+            chats_at_higher_concurrency="one per client, all started together",
+            rounds_up_to_10_at_once=workload.rounds_up_to_10,
+            spread_arrivals=SpreadArrivals(
+                gap_ms=workload.spread_gap_ms,
+                concurrency=workload.spread_concurrency,
+                model_delay_ms=workload.spread_delay_ms,
+            ),
+            naive_max_concurrency=workload.naive_max_concurrency,
+        ),
+        settings=Settings(
+            variants={
+                **{v: dataclasses.asdict(PIPELINE_VARIANTS[v]) for v in variants if v in PIPELINE_VARIANTS},
+                "chatstream": "template.yaml defaults",
+                **({UNPACED: "chatstream's stack, its streams with ?pace=0"} if "chatstream" in variants else {}),
             },
-            "naive_max_concurrency": workload.naive_max_concurrency,
-        },
-        "settings": {
-            **{v: dataclasses.asdict(PIPELINE_VARIANTS[v]) for v in variants if v in PIPELINE_VARIANTS},
-            "chatstream": "template.yaml defaults",
-            "read_modes": {
+            read_modes={
                 **{v: read_mode(v).value for v in variants if v in PIPELINE_VARIANTS},
                 **({UNPACED: read_mode("chatstream").value} if "chatstream" in variants else {}),
             },
-            **({UNPACED: "chatstream's stack, its streams with ?pace=0"} if "chatstream" in variants else {}),
-            "fan_out_latency_ms": FAN_OUT_LATENCY_MS,
-            "template_sha1": _sha1(template),
-        },
-        "prices": price_table(),
-        "note": "Local stack on one machine (moto, local model, local Lambda); other work may share the CPUs, "
+            fan_out_latency_ms=FAN_OUT_LATENCY_MS,
+            template_sha1=_sha1(template),
+        ),
+        prices=Prices.from_json(price_table()),
+        note="Local stack on one machine (moto, local model, local Lambda); other work may share the CPUs, "
         "so compare variants within this run, as ratios, not against other runs.",
-    }
+    )
 
 
 def _sha1(path: Path) -> str:
@@ -453,12 +467,11 @@ def _sha1(path: Path) -> str:
 COST_CONCURRENCY = 1
 
 
-def costs(runs: Sequence[RunRecord], workload: Workload, read_modes: dict[str, str]) -> dict[str, Any]:
+def costs(runs: Sequence[RunRecord], workload: Workload, read_modes: Mapping[str, str]) -> Costs:
     """Cost per million output tokens from the units of the realistic-delay runs at concurrency 1, where no
     variant is slowed by the local emulator's contention (Lambda durations there are what a warm function on
     AWS would bill: the reply's length), each priced for the way its consumer reads the stream (``read_modes``);
-    and the monthly charges that accrue whatever the traffic, for each stream mode and read mode: results.json's
-    cost entries."""
+    and the monthly charges that accrue whatever the traffic, for each stream mode and read mode."""
     delay = max(workload.delays_ms)
     totals: dict[str, UnitCounts] = {}
     for run in runs:
@@ -468,29 +481,29 @@ def costs(runs: Sequence[RunRecord], workload: Workload, read_modes: dict[str, s
         units = run.aws.units
         totals[variant] = totals[variant] + units if variant in totals else units
     fan_out = {v: read_modes.get(v) == ReadMode.ENHANCED_FAN_OUT.value for v in totals}
-    breakdowns = {v: cost_per_million_tokens(u, enhanced_fan_out=fan_out[v]) for v, u in totals.items()}
-    return {
-        "cost_per_million_output_tokens": {v: round(b.total, 4) for v, b in breakdowns.items()},
-        "cost_breakdown_per_million_output_tokens": {v: b.to_dict() for v, b in breakdowns.items()},
-        "cost_basis": (
+    return Costs(
+        breakdowns={
+            v: ServiceCosts.of(cost_per_million_tokens(u, enhanced_fan_out=fan_out[v])) for v, u in totals.items()
+        },
+        basis=(
             f"measured units of the {delay} ms model delay runs at concurrency {COST_CONCURRENCY} "
             f"({workload.repeat_at_1} chats each), at the list prices in environment.prices, each variant's Kinesis "
             "data out at the price of its read mode (environment.settings.read_modes)"
         ),
-        "fixed_monthly_usd": fixed_costs(),
-    }
+        fixed_monthly=fixed_costs(),
+    )
 
 
-def fixed_costs() -> dict[str, dict[str, dict[str, float]]]:
+def fixed_costs() -> dict[str, dict[str, HourlyCosts]]:
     """The monthly hourly charges of the token stream and its consumer, per stream mode (provisioned with the
     template's ``ShardCount``) and read mode."""
     shards = int(Template.load().parameter("ShardCount"))
     modes = {ON_DEMAND: ON_DEMAND, f"{PROVISIONED} ({shards} shard{'s' if shards > 1 else ''})": PROVISIONED}
     return {
         label: {
-            mode.value: fixed_monthly(
-                stream_mode, enhanced_fan_out=mode is ReadMode.ENHANCED_FAN_OUT, shards=shards
-            ).to_dict()
+            mode.value: HourlyCosts.of(
+                fixed_monthly(stream_mode, enhanced_fan_out=mode is ReadMode.ENHANCED_FAN_OUT, shards=shards)
+            )
             for mode in ReadMode
         }
         for label, stream_mode in modes.items()
@@ -499,10 +512,16 @@ def fixed_costs() -> dict[str, dict[str, dict[str, float]]]:
 
 def rerender(path: Path) -> None:
     """Recompute the costs and rewrite results.md and the plot from an existing results.json."""
-    results = json.loads(path.read_text())
-    read_modes = results["environment"]["settings"].get("read_modes", {})
-    results.update(costs([RunRecord.from_json(run) for run in results["runs"]], Workload(), read_modes))
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    results = BenchResults.loads(path.read_text())
+    results = dataclasses.replace(
+        results, costs=costs(results.runs, Workload(), results.environment.settings.read_modes)
+    )
+    write(results, path)
+
+
+def write(results: BenchResults, path: Path) -> None:
+    """results.json at ``path``, and beside it results.md and results.png."""
+    path.write_text(results.dumps())
     write_markdown(results, path.with_suffix(".md"))
     write_plot(results, path.with_suffix(".png"))
 
@@ -641,25 +660,25 @@ def main(argv: list[str] | None = None) -> int:
         workload = dataclasses.replace(workload, delays_ms=tuple(int(d) for d in args.delays.split(",")))
     variants = [v for v in args.variants.split(",") if v]
     began = time.monotonic()
-    results: dict[str, Any] = {"environment": environment(workload, variants)}
+    env = environment(workload, variants)
     cold_start = None
     if not args.no_coldstart:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
         cold_start = coldstart.measure(workload.coldstart_repeat)
     first_token: list[firsttoken.FirstTokenPath] = []
     runs, spread = measure_variants(variants, workload, first_token)
-    results["runs"] = [run.to_json() for run in runs]
-    results["first_token_path"] = [path.to_json() for path in first_token]
-    results["spread_arrivals"] = [run.to_json() for run in spread]
-    if cold_start is not None:
-        results["cold_start"] = cold_start
-    results.update(costs(runs, workload, results["environment"]["settings"]["read_modes"]))
-    results["environment"]["duration_s"] = round(time.monotonic() - began, 1)
+    duration_s = round(time.monotonic() - began, 1)
+    results = BenchResults(
+        environment=dataclasses.replace(env, duration_s=duration_s),
+        runs=tuple(runs),
+        first_token_path=tuple(first_token),
+        spread_arrivals=tuple(spread),
+        cold_start=cold_start,
+        costs=costs(runs, workload, env.settings.read_modes),
+    )
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_markdown(results, args.out_dir / "results.md")
-    write_plot(results, args.out_dir / "results.png")
-    log(f"done in {results['environment']['duration_s']} s: {args.out_dir}/results.{{json,md,png}}")
+    write(results, args.out_dir / "results.json")
+    log(f"done in {duration_s} s: {args.out_dir}/results.{{json,md,png}}")
     return 0
 
 

@@ -13,8 +13,9 @@ from bench.cost import GB, KINESIS_ON_DEMAND_EFO_PER_GB_OUT, KINESIS_ON_DEMAND_P
 from bench.firsttoken import ChatPath, FirstTokenPath
 from bench.load import ChatSample
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, RunRecord, percentile
-from bench.report import run_table, time_goes
-from bench.run import Workload, costs
+from bench.report import run_table, time_goes, write_markdown
+from bench.results import BenchResults
+from bench.run import QUICK, Workload, costs, environment
 from tests.support import require_or_skip
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
@@ -159,13 +160,11 @@ def test_results_md_says_not_measured_instead_of_zero(tmp_path: Path) -> None:
         (20, CpuUse.of({"relay-fn": 0.0}, "relay-fn", 500)),
     ):
         clients = ClientMeasures.of([sample()], 1.0, REPLY)
-        runs.append(
-            RunRecord(Cell("chatstream", delay, 1), clients, AwsUsage.of({}, 4, 1, UnitCounts(tokens=4)), cpu).to_json()
-        )
+        runs.append(RunRecord(Cell("chatstream", delay, 1), clients, AwsUsage.of({}, 4, 1, UnitCounts(tokens=4)), cpu))
 
     # WHEN the run table and the CPU breakdown are written
-    table = "\n".join(run_table({"runs": runs}))
-    breakdown = "\n".join(time_goes({"runs": runs}))
+    table = "\n".join(run_table(runs))
+    breakdown = "\n".join(time_goes(runs))
 
     # THEN the unmeasured figure reads n/m / not measured, and the measured zero stays a number
     rows = [line for line in table.splitlines() if line.startswith("| chatstream")]
@@ -198,14 +197,34 @@ def test_the_committed_results_load_and_serialize_back_to_the_same_file() -> Non
         assert json.dumps(RunRecord.from_json(run).to_json()) == json.dumps(run), run["variant"]
 
 
+def test_the_committed_results_load_as_records_and_write_back_the_same_document() -> None:
+    require_or_skip(RESULTS.exists(), "bench/results.json is missing: make bench writes it (the repository holds it)")
+    # GIVEN the committed results.json WHEN it is read into records
+    document = json.loads(RESULTS.read_text())
+    results = BenchResults.from_json(document)
+    # THEN every part is there, typed, and the records write the same document back
+    assert results.runs and results.spread_arrivals and results.first_token_path and results.cold_start is not None
+    assert results.environment.settings.read_modes and results.costs.breakdowns
+    assert results.to_json() == document
+    assert BenchResults.loads(results.dumps()) == results
+
+
+def test_the_committed_report_is_what_the_records_of_the_committed_results_make(tmp_path: Path) -> None:
+    require_or_skip(RESULTS.exists(), "bench/results.json is missing: make bench writes it (the repository holds it)")
+    # GIVEN the committed results, read into records WHEN the report is written from them
+    write_markdown(BenchResults.loads(RESULTS.read_text()), tmp_path / "results.md")
+    # THEN it is the committed results.md, line for line
+    committed = RESULTS.with_suffix(".md").read_text().splitlines()
+    assert (tmp_path / "results.md").read_text().splitlines() == committed
+
+
 def test_the_committed_costs_are_recomputed_from_the_committed_runs() -> None:
     require_or_skip(RESULTS.exists(), "bench/results.json is missing: make bench writes it (the repository holds it)")
-    results = json.loads(RESULTS.read_text())
+    results = BenchResults.loads(RESULTS.read_text())
 
-    read_modes = results["environment"]["settings"]["read_modes"]
-    recomputed = costs([RunRecord.from_json(run) for run in results["runs"]], Workload(), read_modes)
+    recomputed = costs(results.runs, Workload(), results.environment.settings.read_modes)
 
-    assert recomputed == {key: results[key] for key in recomputed}
+    assert recomputed == results.costs
 
 
 def test_costs_come_from_the_pipeline_runs_at_one_chat_and_the_realistic_delay() -> None:
@@ -223,21 +242,24 @@ def test_costs_come_from_the_pipeline_runs_at_one_chat_and_the_realistic_delay()
     entries = costs(runs, Workload(), {"chatstream": "enhanced-fan-out", "chatstream-polling": "polling"})
 
     # THEN only the first two are summed for chatstream: 200 write units for 2,000 tokens
-    assert list(entries["cost_per_million_output_tokens"]) == ["chatstream", "chatstream-polling"]
-    breakdowns = entries["cost_breakdown_per_million_output_tokens"]
-    assert breakdowns["chatstream"]["dynamodb_writes"] == pytest.approx(0.0625)
-    assert "20 ms model delay runs at concurrency 1" in entries["cost_basis"]
+    assert list(entries.breakdowns) == ["chatstream", "chatstream-polling"]
+    breakdowns = entries.breakdowns
+    assert breakdowns["chatstream"].dynamodb_writes == pytest.approx(0.0625)
+    assert "20 ms model delay runs at concurrency 1" in entries.basis
     # AND each is priced for the way its consumer reads the stream: enhanced fan-out's reads cost more per GB
     gigabytes_per_million = 1000 * 1024 * 1024 / GB
-    fan_out, polling = breakdowns["chatstream"]["kinesis"], breakdowns["chatstream-polling"]["kinesis"]
+    fan_out, polling = breakdowns["chatstream"].kinesis, breakdowns["chatstream-polling"].kinesis
     assert fan_out - polling == pytest.approx(
         gigabytes_per_million * (KINESIS_ON_DEMAND_EFO_PER_GB_OUT - KINESIS_ON_DEMAND_PER_GB_OUT), abs=1e-4
     )
+    # AND results.json holds each variant's total beside its breakdown
+    document = entries.to_json()
+    assert document["cost_per_million_output_tokens"] == {v: b.total for v, b in breakdowns.items()}
     # AND the hourly charges are given for both stream modes and both read modes
-    fixed = entries["fixed_monthly_usd"]
+    fixed = entries.fixed_monthly
     assert fixed["ON_DEMAND"]["enhanced-fan-out"] == fixed["ON_DEMAND"]["polling"]
     provisioned = next(value for key, value in fixed.items() if key.startswith("PROVISIONED"))
-    assert provisioned["enhanced-fan-out"]["total"] > provisioned["polling"]["total"]
+    assert provisioned["enhanced-fan-out"].total > provisioned["polling"].total
 
 
 def test_cpu_per_thousand_tokens_by_function_names_each_role() -> None:
@@ -264,3 +286,22 @@ def test_the_first_token_path_is_the_median_chat_and_its_chain_of_calls() -> Non
     assert summary.relay_polls_before_first_token == 2
     assert summary.sequential_calls_before_first_token == 1 + 1 + 2 + 1
     assert FirstTokenPath.from_json(summary.to_json()) == summary
+
+
+def test_a_run_is_written_and_read_back_as_the_same_records_and_reported_from_them(tmp_path: Path) -> None:
+    # GIVEN what a run measured, as records: its environment, a cell of two variants, their costs
+    runs = (
+        record("direct", 20, 1, UnitCounts(tokens=4)),
+        record("chatstream", 20, 1, UnitCounts(tokens=4, dynamodb_write_units=2)),
+    )
+    env = environment(QUICK, ["direct", "chatstream"])
+    results = BenchResults(env, runs, costs=costs(runs, QUICK, env.settings.read_modes))
+    # WHEN results.json is written and read back
+    again = BenchResults.loads(results.dumps())
+    # THEN it holds the same records
+    assert again == results
+    # AND the report is written from them: each run in the table, its cost beside it
+    write_markdown(again, tmp_path / "results.md")
+    report = (tmp_path / "results.md").read_text()
+    assert "| direct | 20 | 1 | yes |" in report and "| chatstream | 20 | 1 | yes |" in report
+    assert f"| chatstream | {env.settings.read_modes['chatstream']} |" in report
