@@ -98,6 +98,9 @@ ENDED_EARLY = "the stream ended without done, error or reconnect"
 # The relay sends a keep-alive every 10 s (KEEPALIVE_S): a stream silent for three of them was lost without a reset
 # (Wi-Fi gone, a NAT that forgot it), and is resumed, as the chat page does after the same 30 s (IDLE_MS).
 READ_TIMEOUT_S = 30.0
+# How long a resume keeps trying to reach the relay (a network outage) before the client gives up; the chat page
+# gives up after as long (retry.js's RESUME_GIVE_UP_MS).
+OUTAGE_S = 300.0
 
 
 class ApiError(Exception):
@@ -225,7 +228,7 @@ class ChatClient:
         timeout: float = 30.0,
         read_timeout: float = READ_TIMEOUT_S,
         max_resumes: int = 20,  # unplanned resumes in a row that bring no new event before the client gives up
-        outage_s: float = 300.0,  # how long a resume keeps trying to reach the relay before the client gives up
+        outage_s: float = OUTAGE_S,  # how long a resume keeps trying to reach the relay before the client gives up
         retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,

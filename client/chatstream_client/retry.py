@@ -6,7 +6,16 @@ after a short, random wait rather than give up or hammer the service. The wait i
 jitter (the AWS Architecture Blog's "Exponential Backoff And Jitter"): uniform in ``[0, min(cap_s, base_s *
 2 ** (n - 1))]`` before retry ``n``, never shorter than a ``Retry-After`` the answer carried, and bounded in
 attempts. Which requests may be sent again after which answers is :mod:`chatstream_client.api`'s rule
-(docs/HTTP_API.md, "Retries"); the browser page (``relay/static/retry.js``) follows the same numbers.
+(docs/HTTP_API.md, "Retries").
+
+This is the source of the numbers a user's retries follow. The formula has two more copies, which cannot import
+this package, nor this package them: the chat page's ``layers/chatstream/chatstream/relay/static/retry.js`` (it runs
+in the browser) copies these numbers (``ATTEMPTS``, ``BASE_MS``, ``CAP_MS``, ``MAX_RETRY_AFTER_MS``, the statuses;
+``api.py``'s ``OUTAGE_S`` and ``READ_TIMEOUT_S`` as ``RESUME_GIVE_UP_MS`` and ``IDLE_MS``), and the functions' layer
+has the same full jitter in ``layers/chatstream/chatstream/backoff.py`` (``Backoff``, for the AWS calls inside the
+functions, with each adapter's own numbers; this package is installable alone and never imports the layer).
+``tests/unit/test_backoff_copies.py`` holds the three to one formula and the page to these numbers, so a number
+changed in one copy alone fails it.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from chatstream_client.api import ChatClient
+from chatstream_client.api import OUTAGE_S, READ_TIMEOUT_S, ChatClient
+from chatstream_client.retry import NOT_STARTED, RetryPolicy
 from chatstream_local.stack import LocalStack, StackSettings
 from tests.support import isolate_aws, require_or_skip
 
@@ -1078,7 +1079,8 @@ def test_a_resume_answered_503_and_502_is_tried_again(chat: ChatPage) -> None:
     assert chat.counts("retries", "resumes", "repeated") == {"retries": 2, "resumes": 1, "repeated": 0}
 
 
-IDLE_MS = 30_000  # the page's idle limit (Retry.IDLE_MS): three of the relay's 10 s keep-alive periods
+# The page's idle limit (Retry.IDLE_MS), the client's read timeout: three of the relay's 10 s keep-alive periods
+IDLE_MS = round(READ_TIMEOUT_S * 1000)
 KEEP_ALIVE = b": keep-alive\n\n"  # what the relay sends after 10 s without events (HTTP_API.md, POST /chat)
 # The request headers the stalling relay passes on to the stack (Host is the stack's own, as http.client names it).
 FORWARDED = ("content-type", "accept", "origin", "last-event-id")
@@ -1302,7 +1304,7 @@ def test_a_history_that_cannot_be_read_offers_to_try_again_and_takes_no_message(
 
 
 RETRY_CASES = r"""
-(() => {
+(maxRetryAfterMs) => {
   const R = window.ChatstreamRetry;
   const top = () => 0.999999;
   return {
@@ -1316,30 +1318,40 @@ RETRY_CASES = r"""
     date: R.retryAfterMs("Wed, 21 Oct 2015 07:28:30 GMT", Date.parse("2015-10-21T07:28:00Z")),
     past: R.retryAfterMs("Wed, 21 Oct 2015 07:27:00 GMT", Date.parse("2015-10-21T07:28:00Z")),
     unreadable: [R.retryAfterMs(null), R.retryAfterMs(""), R.retryAfterMs("soon"), R.retryAfterMs("-1")],
-    honours: [R.honours(null), R.honours(30000), R.honours(30001)],
+    honours: [R.honours(null), R.honours(maxRetryAfterMs), R.honours(maxRetryAfterMs + 1)],
     attempts: R.ATTEMPTS,
     notStarted: R.NOT_STARTED,
   };
-})()
+}
 """
+RESUME_CAP_MS = 15_000  # the page's own cap on a resume's wait (the client resumes under its retry policy's cap)
 
 
 def test_the_pages_retry_rules_match_the_python_clients(chat: ChatPage) -> None:
-    # GIVEN the page's retry rules, in the browser
+    # GIVEN the Python client's retry policy and limits (chatstream_client/retry.py and api.py: the numbers' source)
+    client = RetryPolicy()
+    max_retry_after_ms = round(client.max_retry_after_s * 1000)
+
+    def caps(retries: list[int], cap_s: float) -> list[int]:
+        return [round(min(cap_s, client.base_s * 2 ** (n - 1)) * 1000) for n in retries]
+
+    # AND the page's retry rules, in the browser
     chat.open()
-    rules = chat.page.evaluate(RETRY_CASES)
-    # THEN the wait is full jitter under a cap doubling from 250 ms to 4 s, a Retry-After is its floor (seconds or
-    # an HTTP-date, unreadable ones ignored, more than 30 s not honoured), five attempts, POST only after 429/503
-    assert rules["caps"] == [250, 500, 1000, 2000, 4000, 4000]
+    rules = chat.page.evaluate(RETRY_CASES, max_retry_after_ms)
+    # THEN the wait is the client's: full jitter under a cap doubling from its base (250 ms) to its cap (4 s), a
+    # Retry-After is its floor (seconds or an HTTP-date, unreadable ones ignored, more than the client's 30 s not
+    # honoured), as many attempts (five), POST only after 429/503
+    assert rules["caps"] == caps([1, 2, 3, 4, 5, 6], client.cap_s)
     assert (rules["floor"], rules["seconds"], rules["date"], rules["past"]) == (3000, 2000, 30000, 0)
     assert rules["unreadable"] == [None, None, None, None]
     assert rules["honours"] == [True, True, False]
-    assert (rules["attempts"], rules["notStarted"]) == (5, [429, 503])
-    # AND a resume after a drop (not a retry) waits the same way under a cap of 15 s, and is given up only after
-    # five minutes that brought nothing
-    assert rules["resumeCaps"] == [250, 4000, 8000, 15000, 15000, 15000]
-    assert (rules["resumeFloor"], rules["resumeGiveUp"]) == (3000, 300_000)
-    # AND a stream that brings no byte for three of the relay's keep-alive periods is taken for a dropped one
+    assert (rules["attempts"], rules["notStarted"]) == (client.attempts, sorted(NOT_STARTED))
+    # AND a resume after a drop (not a retry) waits the same way under the page's cap of 15 s, and is given up only
+    # after as long as the client gives an outage (five minutes) that brought nothing
+    assert rules["resumeCaps"] == caps([1, 5, 6, 7, 8, 100], RESUME_CAP_MS / 1000)
+    assert (rules["resumeFloor"], rules["resumeGiveUp"]) == (3000, round(OUTAGE_S * 1000))
+    # AND a stream that brings no byte for the client's read timeout (three of the relay's keep-alive periods) is
+    # taken for a dropped one
     assert rules["idle"] == IDLE_MS
 
 

@@ -3,6 +3,12 @@
 ``Backoff(base_s, cap_s).delay(n)`` is uniform in ``[0, min(cap_s, base_s * 2 ** n)]``: "full jitter"
 (the AWS Architecture Blog's "Exponential Backoff And Jitter"), which spreads out the retries of many
 writers that failed together.
+
+The same formula has two more copies, for a user's retries, which this layer cannot serve: the client package's
+``client/chatstream_client/retry.py`` (``RetryPolicy``: installable alone, it never imports the layer; it counts
+retries from 1, so its retry ``n`` is ``delay(n - 1)`` here) and the chat page's ``relay/static/retry.js`` (it runs in
+the browser). Those two share their numbers (the client's are their source); the numbers here are the AWS calls'
+(each adapter chooses its own). ``tests/unit/test_backoff_copies.py`` holds the three to one formula.
 """
 
 from __future__ import annotations

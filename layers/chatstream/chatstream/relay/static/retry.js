@@ -3,6 +3,12 @@
 // retry n is uniform in [0, min(4 s, 0.25 s * 2^(n-1))] ("full jitter"), never shorter than a Retry-After the
 // answer carried; five attempts in all; an answer asking for more than 30 s ends the retries instead.
 //
+// A copy: the page runs in the browser and cannot import the Python. The numbers' source is the client's
+// retry.py (RetryPolicy, NOT_STARTED, RETRYABLE) and api.py (OUTCOME_UNKNOWN, OUTAGE_S, READ_TIMEOUT_S); the
+// functions' layer has the same formula in chatstream/backoff.py, with the AWS calls' own numbers.
+// tests/unit/test_backoff_copies.py runs this file in node and fails when a number here differs from the
+// client's, or the formula from either copy's; RESUME_CAP_MS alone is the page's own.
+//
 // A resume after a dropped stream is not a retry (HTTP_API.md, "Retries"): the page resumes for as long as a
 // network outage may last, waiting uniform in [0, min(15 s, 0.25 s * 2^(n-1))] before resume n, and gives up
 // (offering to resume by hand) only after five minutes in which no resume brought anything.
