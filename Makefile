@@ -157,7 +157,7 @@ redrive: $(STAMP)
 .PHONY: delete
 delete: $(STAMP)
 	@test -n "$(STACK)" || { echo "make delete needs STACK=<stack name>" >&2; exit 2; }
-	$(AWS_ACCOUNT_ENV) $(BIN)/python -m ops.delete --stack-name $(STACK) $(ARGS)
+	$(AWS_ACCOUNT_ENV) PYTHONPATH=ops:layers/chatstream $(BIN)/python -m chatstream_ops.delete --stack-name $(STACK) $(ARGS)
 
 # Fault injection under load (chaos/run.py; docs/RELIABILITY.md). ARGS="--chats 50 --verbose" passes options through;
 # ARGS=--cpu-stress keeps one core busy for the whole run.

@@ -125,7 +125,7 @@ def test_local_with_an_enhanced_fan_out_that_is_not_a_boolean() -> None:
     assert "CHATSTREAM_ENHANCED_FAN_OUT" in line and "'true' or 'false'" in line and "maybe" in line
 
 
-REDRIVE_PATH = "ops:layers/chatstream"  # the operator command, and the layer's package it shares with the consumer
+OPS_PATH = "ops:layers/chatstream"  # the operator command, and the layer's package it shares with the consumer
 
 
 def test_redrive_with_no_credentials() -> None:
@@ -133,7 +133,7 @@ def test_redrive_with_no_credentials() -> None:
     result = run(
         "chatstream_ops.redrive",
         *("--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq", "--table-name", "chat"),
-        pythonpath=REDRIVE_PATH,
+        pythonpath=OPS_PATH,
         env={"AWS_DEFAULT_REGION": "us-east-1"},
     )
     # THEN it says in one line that credentials are missing and how to configure them
@@ -147,7 +147,7 @@ def test_redrive_with_no_region() -> None:
     result = run(
         "chatstream_ops.redrive",
         *("--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq", "--table-name", "chat"),
-        pythonpath=REDRIVE_PATH,
+        pythonpath=OPS_PATH,
         env={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"},
     )
     # THEN it says in one line how to give one
@@ -158,7 +158,13 @@ def test_redrive_with_no_region() -> None:
 
 def test_delete_with_no_credentials() -> None:
     # WHEN `make delete` runs where no AWS credentials are configured
-    result = run("ops.delete", "--stack-name", "chatstream", pythonpath=".", env={"AWS_DEFAULT_REGION": "us-east-1"})
+    result = run(
+        "chatstream_ops.delete",
+        "--stack-name",
+        "chatstream",
+        pythonpath=OPS_PATH,
+        env={"AWS_DEFAULT_REGION": "us-east-1"},
+    )
     # THEN it says in one line that credentials are missing and how to configure them, having deleted nothing
     line = one_line(result.stderr)
     assert result.returncode == 2
@@ -169,9 +175,9 @@ def test_delete_with_no_credentials() -> None:
 def test_delete_with_no_region() -> None:
     # WHEN `make delete` runs with credentials but no region (neither the profile's nor --region)
     result = run(
-        "ops.delete",
+        "chatstream_ops.delete",
         *("--stack-name", "chatstream"),
-        pythonpath=".",
+        pythonpath=OPS_PATH,
         env={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"},
     )
     # THEN it says in one line how to give one
@@ -182,7 +188,7 @@ def test_delete_with_no_region() -> None:
 
 def test_redrive_with_nothing_to_read() -> None:
     # WHEN the redrive runs without a queue, a table or a stack name
-    result = run("chatstream_ops.redrive", pythonpath=REDRIVE_PATH, env={"AWS_DEFAULT_REGION": "us-east-1"})
+    result = run("chatstream_ops.redrive", pythonpath=OPS_PATH, env={"AWS_DEFAULT_REGION": "us-east-1"})
     # THEN it names what to pass, in one line
     line = one_line(result.stderr)
     assert result.returncode == 2

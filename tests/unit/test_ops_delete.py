@@ -1,4 +1,4 @@
-"""`make delete` (ops/delete.py) against CloudFormation, IAM, DynamoDB and SQS in moto.
+"""`make delete` (ops/chatstream_ops/delete.py) against CloudFormation, IAM, DynamoDB and SQS in moto.
 
 The stack deployed here is made of template.yaml's own resources (the table, a queue, the caller policy, as the
 template writes them, with its DeletionPolicy), so the tool is tested against what a deployment creates.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from ops.delete import StackDeletion, main
+from chatstream_ops.delete import StackDeletion, main
 
 if TYPE_CHECKING:
     from chatstream_local.template import Template

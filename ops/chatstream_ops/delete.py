@@ -2,7 +2,7 @@
 
 Usage (docs/DEPLOY.md, "Tear down")::
 
-    python -m ops.delete --stack-name NAME [--yes-delete-data] [--region REGION]
+    python -m chatstream_ops.delete --stack-name NAME [--yes-delete-data] [--region REGION]
 
 In order:
 
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     out = out or sys.stdout
     err = err or sys.stderr
     parser = argparse.ArgumentParser(
-        prog="python -m ops.delete",
+        prog="python -m chatstream_ops.delete",
         description="Delete a chatstream stack: detach its caller policy, delete it, and report what it kept.",
     )
     parser.add_argument("--stack-name", required=True, help="the stack to delete (make delete STACK=...)")
