@@ -14,10 +14,10 @@ from chatstream.dlq import DeadLetterQueue
 from chatstream.kinesis import StreamRecord
 from chatstream.materialize import Materializer
 from chatstream.records import TokenRecord, ToolCallRef, Usage, tool_calls
-from chatstream.redrive import Redrive, RedriveStatus
 from chatstream.status import StopReason, TurnStatus
 from chatstream.tools import ToolCall
 from chatstream_local.resources import create_queue
+from chatstream_ops.redrive import Redrive, RedriveStatus
 
 if TYPE_CHECKING:
     from chatstream.table import ChatTable
