@@ -16,7 +16,7 @@ import pytest
 from chatstream.backoff import Backoff
 from chatstream_client.api import OUTAGE_S, OUTCOME_UNKNOWN, READ_TIMEOUT_S
 from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, require_or_skip
 
 RETRY_JS = REPO_ROOT / "layers/chatstream/chatstream/relay/static/retry.js"
 RETRIES = range(1, 9)  # retry 1 (the first) to 8: past the cap
@@ -44,8 +44,8 @@ process.stdout.write(JSON.stringify({
 def page() -> dict[str, Any]:
     """What the page's retry rules say, evaluated by node."""
     node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: the page's retry.js cannot be run here")
+    require_or_skip(node is not None, "node is not installed: the page's retry.js cannot be run here")
+    assert node is not None
     run = subprocess.run(
         [node, "-e", PAGE_PROBE, str(RETRY_JS), json.dumps(list(RETRIES)), json.dumps(DRAWS)],
         capture_output=True,

@@ -660,9 +660,17 @@ def test_the_dashboard_exists_exactly_when_asked(deployment: Deployment) -> None
     assert ("DashboardUrl" in deployment.outputs) == asked
 
 
-def test_the_dashboard_shows_the_operators_view_of_this_stack(deployment: Deployment, source: dict[str, Any]) -> None:
-    if deployment.parameters["CreateDashboard"] != "true":
-        pytest.skip("no dashboard in this deployment")
+WITH_DASHBOARD = [index for index, parameters in enumerate(DEPLOYMENTS) if parameters["CreateDashboard"] == "true"]
+
+
+@pytest.fixture(scope="module", params=WITH_DASHBOARD, ids=[str(DEPLOYMENTS[index]) for index in WITH_DASHBOARD])
+def dashboard_deployment(request: pytest.FixtureRequest, deployments: list[Deployment]) -> Deployment:
+    """Each deployment that has a dashboard (the others are held to having none above)."""
+    return deployments[request.param]
+
+
+def test_the_dashboard_shows_the_operators_view_of_this_stack(dashboard_deployment: Deployment) -> None:
+    deployment = dashboard_deployment
     # GIVEN the dashboard's widgets, as CloudWatch reads them
     body, named = _dashboard(deployment)
     known = set(deployment.resources) | deployment.parameter_names | PSEUDO_REFS
