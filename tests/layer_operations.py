@@ -9,4 +9,5 @@ FUNCTION_OPERATIONS = {
     "lambda": {"Invoke"},
     "bedrock-runtime": {"ConverseStream"},
     "sqs": {"SendMessage"},
+    "ssm": {"GetParameter"},
 }

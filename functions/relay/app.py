@@ -5,7 +5,13 @@ returns a ``StreamingResponse`` whose body items reach the client as they are pr
 lives in ``chatstream.relay``; this module builds the clients once per execution environment, logs
 and measures. A stream's metrics are flushed when its body ends (the handler returns before that):
 ``StreamsOpened``, ``EventsSent``, ``ClientTimeToFirstToken`` (request to first token event, new
-turns only), ``Reconnects`` and ``StreamErrors``.
+turns only), ``Reconnects`` and ``StreamErrors``. Each request's log lines name its caller (``owner``) when its
+route asked who it is; never a token.
+
+Under ``AUTH_TYPE=JWT`` one :class:`~chatstream.relay.bearer.BearerVerifier` serves the execution environment: it
+fetches the issuer's keys when the first token arrives (never at init) and keeps them. With the template's user pool
+(``JWT_CLIENT_IDS_PARAMETER``) it reads the accepted client ids from SSM once, when first needed, with an SSM client
+built then (an environment that never needs one builds none).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_ssm import SSMClient
 
+    from chatstream.config import JwtSettings
     from chatstream.relay.http import StreamInfo
 
 # Init: every import and client below is built with the garbage collector paused (chatstream/cold_start.py says why).
@@ -35,6 +43,7 @@ with collector_paused():
     from chatstream.aws import create_client
     from chatstream.config import RelayConfig
     from chatstream.logs import function_logger
+    from chatstream.relay.bearer import BearerVerifier, ParameterClientIds
     from chatstream.relay.follow import StreamOutcome
     from chatstream.relay.http import Request, StreamKind
     from chatstream.relay.service import RelayService
@@ -52,10 +61,23 @@ with collector_paused():
     DYNAMODB = cast("DynamoDBClient", create_client(_session, "dynamodb"))
     # The proxy is invoked asynchronously: Lambda answers at once, so a short read timeout is plenty.
     LAMBDA = cast("LambdaClient", create_client(_session, "lambda", Config(connect_timeout=5, read_timeout=10)))
+
+    def _bearer_verifier(settings: JwtSettings | None) -> BearerVerifier | None:
+        """AUTH_TYPE=JWT's verifier for this environment (the module docstring); ``None`` under the other modes."""
+        if settings is None:
+            return None
+        client_ids = None
+        if settings.client_ids_parameter:
+            client_ids = ParameterClientIds(
+                lambda: cast("SSMClient", create_client(_session, "ssm")), settings.client_ids_parameter
+            )
+        return BearerVerifier(settings, client_ids=client_ids)
+
     SERVICE = RelayService(
         table=ChatTable(DYNAMODB, CONFIG.table.table_name, ttl_days=CONFIG.table.ttl_days),
         lambda_client=LAMBDA,
         config=CONFIG,
+        verifier=_bearer_verifier(CONFIG.jwt),
     )
 
 
@@ -65,6 +87,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
     request = Request.from_event(event)
     failed_invokes = SERVICE.proxy_invoke_failures
     response = SERVICE.handle(request, remaining_ms=context.get_remaining_time_in_millis)
+    if response.owner:
+        logger.append_keys(owner=response.owner)
     logger.info(
         "request answered", extra={"method": request.method, "path": request.path, "status": response.status_code}
     )

@@ -5,7 +5,7 @@
 botocore ships the models of ~430 services (27 MB). Building a session's first client costs, once per execution
 environment, a listing of every service folder (``Loader.list_available_services``, to check the name, once per
 model type) and parsing ``endpoints.json`` (1.2 MB, every service's endpoints in every partition), which the client's
-endpoint bridge reads beside the service's rule set. The functions build clients for five services only, so the layer
+endpoint bridge reads beside the service's rule set. The functions build clients for six services only, so the layer
 keeps those (:data:`SERVICES`) and botocore's own files, and ``endpoints.json`` keeps every partition and region but
 only the kept services' entries: what botocore reads for them is byte-for-byte the same data, so the clients behave
 as before. A client for any other service fails with botocore's ``UnknownServiceError``.
@@ -34,7 +34,7 @@ from typing import Any
 
 # Every service a function builds a client for (functions/*/app.py), and STS, SSO and SSO OIDC, which botocore's
 # credential chain builds clients for when a profile asks (never on Lambda, where credentials are variables).
-SERVICES = frozenset({"dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs", "sts", "sso", "sso-oidc"})
+SERVICES = frozenset({"dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs", "ssm", "sts", "sso", "sso-oidc"})
 # The operations the functions call (functions/*/app.py, through the chatstream package's adapters): their models keep
 # these only. The credential chain's services keep their whole models.
 OPERATIONS: dict[str, frozenset[str]] = {
@@ -43,6 +43,7 @@ OPERATIONS: dict[str, frozenset[str]] = {
     "lambda": frozenset({"Invoke"}),
     "bedrock-runtime": frozenset({"ConverseStream"}),
     "sqs": frozenset({"SendMessage"}),
+    "ssm": frozenset({"GetParameter"}),  # the relay, under AUTH_TYPE=JWT with the template's user pool
 }
 
 

@@ -223,7 +223,7 @@ import json, botocore, botocore.session
 from botocore.config import Config
 seen = {"botocore": botocore.__file__}
 for region in ("us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1", "ap-southeast-7"):
-    for service in ("dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs", "sts"):
+    for service in ("dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs", "ssm", "sts"):
         for fips in (False, True):
             client = botocore.session.get_session().create_client(
                 service, region_name=region, aws_access_key_id="a", aws_secret_access_key="b",
@@ -247,6 +247,7 @@ def test_the_built_layer_keeps_the_functions_services_and_resolves_them_as_botoc
         "lambda",
         "bedrock-runtime",
         "sqs",
+        "ssm",
         "sts",
         "sso",
         "sso-oidc",

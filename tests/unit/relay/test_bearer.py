@@ -13,63 +13,42 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
-from chatstream.config import JwtSettings
 from chatstream.relay.bearer import (
     MAX_HEADER_CHARS,
     BearerVerifier,
     IssuerKeys,
     IssuerUnavailable,
+    ParameterClientIds,
     Reason,
     TokenRejected,
 )
 from chatstream_local.oidc.keys import SigningKeys
 from tests.support import REPO_ROOT
+from tests.unit.relay.bearer_support import (
+    COGNITO_CLIENT,
+    ISSUER,
+    JWKS_URI,
+    SETTINGS,
+    FakeIssuer,
+    bearer,
+    claims,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-ISSUER = "https://issuer.example.com/tenant"
-JWKS_URI = "https://issuer.example.com/tenant/keys"
-AUDIENCE = "chatstream-api"
-COGNITO_CLIENT = "4k2vexampleclient"
-SETTINGS = JwtSettings(issuer=ISSUER, audiences=(AUDIENCE,), client_ids=(COGNITO_CLIENT,))
+    from chatstream.config import JwtSettings
 
 
 @pytest.fixture(scope="module")
 def signing() -> SigningKeys:
     return SigningKeys("RS256")
-
-
-@dataclass
-class FakeIssuer:
-    """The issuer's two documents, served by ``fetch``; ``down`` makes every fetch fail."""
-
-    keys: SigningKeys
-    now: float = 1000.0
-    down: bool = False
-    fetched: list[str] = field(default_factory=list)
-    discovery: dict[str, Any] = field(default_factory=lambda: {"issuer": ISSUER, "jwks_uri": JWKS_URI})
-
-    def fetch(self, url: str) -> bytes:
-        self.fetched.append(url)
-        if self.down:
-            raise IssuerUnavailable(f"{url} could not be fetched (ConnectTimeoutError)")
-        if url == ISSUER + "/.well-known/openid-configuration":
-            return json.dumps(self.discovery).encode()
-        if url == JWKS_URI:
-            return json.dumps(self.keys.jwks()).encode()
-        raise AssertionError(f"unexpected fetch of {url}")
-
-    def jwks_fetches(self) -> int:
-        return self.fetched.count(JWKS_URI)
-
-    def clock(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -84,17 +63,6 @@ def verifier_for(issuer: FakeIssuer, settings: JwtSettings = SETTINGS) -> Bearer
 @pytest.fixture
 def verifier(issuer: FakeIssuer) -> BearerVerifier:
     return verifier_for(issuer)
-
-
-def claims(**overrides: Any) -> dict[str, Any]:
-    now = int(time.time())
-    base = {"iss": ISSUER, "sub": "alice", "aud": AUDIENCE, "iat": now, "exp": now + 600, "scope": "openid chat"}
-    base.update(overrides)
-    return {name: value for name, value in base.items() if value is not None}
-
-
-def bearer(token: str) -> str:
-    return f"Bearer {token}"
 
 
 def refusal(verifier: BearerVerifier, authorization: str | None, query: dict[str, str] | None = None) -> TokenRejected:
@@ -486,3 +454,70 @@ def test_importing_the_verifier_imports_no_crypto_library() -> None:
     )
     # THEN neither PyJWT nor cryptography is loaded: the first token loads them
     assert result.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------------ client ids in SSM
+
+
+@dataclass
+class FakeSsm:
+    """The SSM client: the parameter's value, or ``failure``; counts its calls."""
+
+    value: str = "pool-client, second-client"
+    failure: Exception | None = None
+    calls: int = 0
+
+    def get_parameter(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.failure is not None:
+            raise self.failure
+        return {"Parameter": {"Name": kwargs["Name"], "Type": "String", "Value": self.value}}
+
+
+def test_client_ids_are_read_from_their_parameter_with_the_client_built_at_the_first_read() -> None:
+    # GIVEN the reader of an SSM parameter, its client not built yet
+    ssm = FakeSsm()
+    built: list[FakeSsm] = []
+    read = ParameterClientIds(lambda: built.append(ssm) or ssm, "/stack/chatstream/user-pool-client-ids")  # type: ignore[arg-type, func-returns-value]
+    assert built == []
+    # WHEN it reads THEN it gets the comma-separated ids, the client built then
+    assert read() == ("pool-client", "second-client")
+    assert built == [ssm]
+
+
+def test_a_parameter_that_cannot_be_read_is_unavailable_and_not_asked_again_for_seconds() -> None:
+    # GIVEN a parameter SSM refuses to read
+    now = [100.0]
+    denied = ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "GetParameter")
+    ssm = FakeSsm(failure=denied)
+    read = ParameterClientIds(lambda: ssm, "/stack/ids", clock=lambda: now[0])  # type: ignore[arg-type, return-value]
+    # WHEN read THEN the issuer is unavailable, naming the parameter and SSM's error code
+    with pytest.raises(IssuerUnavailable, match="/stack/ids.*AccessDeniedException"):
+        read()
+    # AND for the next seconds no new read is tried; then it is
+    now[0] += 4
+    with pytest.raises(IssuerUnavailable):
+        read()
+    assert ssm.calls == 1
+    ssm.failure = None
+    now[0] += 1
+    assert read() == ("pool-client", "second-client") and ssm.calls == 2
+
+
+def test_the_discovery_document_is_not_fetched_again_for_seconds_after_a_failure(issuer: FakeIssuer) -> None:
+    # GIVEN an issuer that is down, asked for its discovery document (GET /auth/config)
+    keys = IssuerKeys(ISSUER, fetch=issuer.fetch, clock=issuer.clock)
+    issuer.down = True
+    with pytest.raises(IssuerUnavailable):
+        keys.metadata()
+    # WHEN asked again within 5 s THEN it is unavailable at once, no fetch tried
+    issuer.now += 4
+    with pytest.raises(IssuerUnavailable):
+        keys.metadata()
+    assert len(issuer.fetched) == 1
+    # AND once they passed, the document is fetched again and kept
+    issuer.down = False
+    issuer.now += 1
+    assert keys.metadata()["issuer"] == ISSUER
+    assert keys.metadata()["issuer"] == ISSUER
+    assert len(issuer.fetched) == 2

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from chatstream.config import AUTH_TYPES, ConfigError, RelayConfig
+from chatstream.relay.bearer import BearerVerifier
 from chatstream.relay.http import HttpError, Request
-from chatstream.relay.identity import ANONYMOUS_OWNER, IDENTITIES, identity_for
+from chatstream.relay.identity import ANONYMOUS_OWNER, IDENTITIES, Bearer, identity_for
 from chatstream_local.template import Template
 
 BASE_ENV = {"CHAT_TABLE_NAME": "t", "PROXY_FUNCTION_NAME": "p"}
@@ -20,7 +21,8 @@ def test_every_auth_mode_the_template_offers_is_accepted_and_names_its_callers()
     for mode in offered:
         # THEN the relay's configuration accepts each, and each has an identity
         config = RelayConfig.from_env({**BASE_ENV, **JWT_ENV, "AUTH_TYPE": mode})
-        assert identity_for(config.auth_type) is not None
+        verifier = BearerVerifier(config.jwt) if config.jwt is not None else None
+        assert identity_for(config.auth_type, verifier) is not None
     assert sorted(IDENTITIES) == sorted(offered) == sorted(AUTH_TYPES)
     # AND a mode with no identity is refused by name
     with pytest.raises(ValueError, match="'SAML'"):
@@ -29,14 +31,21 @@ def test_every_auth_mode_the_template_offers_is_accepted_and_names_its_callers()
         RelayConfig.from_env({**BASE_ENV, "AUTH_TYPE": "SAML"})
 
 
-def test_under_jwt_no_request_names_a_caller_until_bearer_tokens_are_checked() -> None:
+def test_under_jwt_the_bearer_token_names_the_caller_and_a_relay_without_a_verifier_does_not_start() -> None:
     # GIVEN AUTH_TYPE=JWT, whose Function URL is public (no IAM identity reaches the relay)
-    jwt = identity_for("JWT")
-    # WHEN a request comes, with a bearer token or without THEN it is forbidden, as HTTP_API.md says for now
-    for headers in ({}, {"authorization": "Bearer a.b.c"}):
+    config = RelayConfig.from_env({**BASE_ENV, **JWT_ENV, "AUTH_TYPE": "JWT"})
+    assert config.jwt is not None
+    jwt = identity_for("JWT", BearerVerifier(config.jwt))
+    assert isinstance(jwt, Bearer)
+    # WHEN a request comes without a token, or with a signed IAM caller only THEN it is refused 401, not forbidden
+    for iam in ({}, {"userArn": "arn:aws:iam::1:user/x"}):
         with pytest.raises(HttpError) as refused:
-            jwt.owner(Request("GET", "/sessions/s", headers=headers))
-        assert (refused.value.status, refused.value.code) == (403, "forbidden")
+            jwt.owner(Request("GET", "/sessions/s", iam=iam))
+        assert (refused.value.status, refused.value.code) == (401, "missing_token")
+        assert refused.value.headers["WWW-Authenticate"] == 'Bearer realm="chatstream"'
+    # AND the mode cannot be chosen without a verifier
+    with pytest.raises(ValueError, match="BearerVerifier"):
+        identity_for("JWT")
 
 
 def test_without_auth_every_caller_is_the_anonymous_owner() -> None:

@@ -61,6 +61,29 @@ def test_the_document_and_the_route_table_name_the_same_operations(document: dic
     assert sorted(documented - served) == [], "operations the relay does not serve"
 
 
+def test_the_public_operations_are_the_public_routes_and_every_other_takes_a_bearer_token(
+    document: dict[str, Any],
+) -> None:
+    # GIVEN the document's security: bearerAuth or none for every operation, unless the operation says otherwise
+    scheme = document["components"]["securitySchemes"]["bearerAuth"]
+    assert (scheme["type"], scheme["scheme"], scheme["bearerFormat"]) == ("http", "bearer", "JWT")
+    assert document["security"] == [{"bearerAuth": []}, {}]
+    operations = {
+        (method.upper(), path): operation
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in METHODS
+    }
+    # THEN the operations that need no token (security: []) are the routes the relay answers without a caller
+    public = {key for key, operation in operations.items() if operation.get("security") == []}
+    assert public == {(route.method, route.template) for route in ROUTES.routes if route.public}
+    # AND every other one says how it refuses a request without an accepted token
+    for key, operation in operations.items():
+        if key not in public:
+            assert "security" not in operation, key
+            assert {"400", "401", "403", "503"} <= operation["responses"].keys(), key
+
+
 def test_every_operation_names_an_id_and_its_error_codes(document: dict[str, Any]) -> None:
     # GIVEN every operation THEN it has an operationId, and each error answer lists the codes it can carry (a 500
     # may carry a failed generation's own code)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from chatstream.relay.exchange import Exchange
 
+CALLER = {"userArn": "arn:aws:iam::123456789012:user/alice"}  # AWS_IAM: every route but the public ones needs one
 # Each /v1 route → the endpoint of chatstream.relay.openai.endpoints that answers it.
 V1_ENDPOINTS = {
     ("GET", "/v1/models"): "list_models",
@@ -77,7 +78,7 @@ def test_every_v1_route_reaches_the_endpoint_it_names(monkeypatch: pytest.Monkey
         monkeypatch.setattr(endpoints, name, answering_as(name))
     for (method, template), name in V1_ENDPOINTS.items():
         # WHEN a request for the route arrives
-        response = service.handle(Request(method=method, path=_filled(template)))
+        response = service.handle(Request(method=method, path=_filled(template), iam=CALLER))
         # THEN the endpoint of that name answers it, with the path's parameters
         answer = json.loads("".join(response.body))
         params = {part[1:-1]: f"p-{part[1:-1]}" for part in template.split("/") if part.startswith("{")}

@@ -9,8 +9,9 @@ import pytest
 
 from chatstream.config import RelayConfig
 from chatstream.relay.bearer import BearerVerifier, IssuerKeys, IssuerUnavailable
+from chatstream.relay.http import HttpError
 from chatstream.relay.page import SITE
-from chatstream.relay.signin import auth_config, auth_config_document, page_connect_sources
+from chatstream.relay.signin import auth_config, auth_config_document, page_connect_sources, page_sources
 
 ISSUER = "https://issuer.example.com/tenant"
 DISCOVERY = {
@@ -74,10 +75,13 @@ def test_the_page_client_defaults_to_the_first_accepted_client_even_one_read_fro
     )
 
 
-def test_an_issuer_that_is_down_makes_the_config_unavailable() -> None:
+def test_an_issuer_that_is_down_makes_the_config_unavailable_and_leaves_the_page_its_own_origin() -> None:
     config = jwt_config()
-    with pytest.raises(IssuerUnavailable):
+    with pytest.raises(HttpError) as caught:
         auth_config(config, verifier(config, discovery=None))
+    assert (caught.value.status, caught.value.code) == (503, "issuer_unavailable")
+    assert page_sources(config, verifier(config, discovery=None)) == ()
+    assert page_sources(config, verifier(config)) == ("https://login.example.com",)
 
 
 def test_the_page_may_fetch_from_its_token_endpoint_and_nowhere_else() -> None:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from jwt import PyJWK
+    from mypy_boto3_ssm import SSMClient
 
     from chatstream.config import JwtSettings
 
@@ -244,9 +245,21 @@ class IssuerKeys:
         self._failure: IssuerUnavailable | None = None
 
     def metadata(self) -> Mapping[str, Any]:
-        """The issuer's discovery document (OpenID Connect Discovery 1.0, 4), fetched once per environment."""
+        """The issuer's discovery document (OpenID Connect Discovery 1.0, 4), fetched once per environment; after a
+        failed fetch (of it or of the keys), :class:`IssuerUnavailable` at once for :data:`FAILURE_BACKOFF_S`, as for
+        the keys: a page's sign-in does not wait on a dead endpoint at every request either."""
         with self._lock:
-            return self._discovered()
+            if self._metadata is not None:
+                return self._metadata
+            now = self._clock()
+            if self._failure is not None and now - self._failed_at < self._failure_backoff_s:
+                raise self._failure
+            try:
+                return self._discovered()
+            except IssuerUnavailable as err:
+                self._failure, self._failed_at = err, now
+                logger.warning("the issuer's discovery document could not be fetched", extra={"error": str(err)})
+                raise
 
     def key(self, kid: str) -> PyJWK:
         """The key ``kid`` names: :class:`TokenRejected` ``unknown_key`` when the issuer has none by that id."""
@@ -334,6 +347,52 @@ def _signing_keys(keys: Sequence[object]) -> dict[str, PyJWK]:
         except jwt.PyJWTError:
             continue
     return usable
+
+
+class ParameterClientIds:
+    """The accepted client ids an SSM parameter holds (comma-separated; ``JWT_CLIENT_IDS_PARAMETER``, the template's
+    user pool client), read by the first request that needs them: a :class:`BearerVerifier`'s ``client_ids``, which
+    keeps what it read for the environment's life. ``ssm`` builds the client at that first read (a relay that never
+    needs it builds none at init). :class:`IssuerUnavailable` when the parameter cannot be read, and for
+    :data:`FAILURE_BACKOFF_S` after, without asking SSM again.
+    """
+
+    def __init__(
+        self,
+        ssm: Callable[[], SSMClient],
+        name: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        failure_backoff_s: float = FAILURE_BACKOFF_S,
+    ) -> None:
+        self._ssm = ssm
+        self._client: SSMClient | None = None
+        self.name = name
+        self._clock = clock
+        self._failure_backoff_s = failure_backoff_s
+        self._failure: IssuerUnavailable | None = None
+        self._failed_at = -float("inf")
+
+    def __call__(self) -> tuple[str, ...]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        now = self._clock()
+        if self._failure is not None and now - self._failed_at < self._failure_backoff_s:
+            raise self._failure
+        try:
+            if self._client is None:
+                self._client = self._ssm()
+            value = self._client.get_parameter(Name=self.name)["Parameter"].get("Value", "")
+        except (ClientError, BotoCoreError) as err:
+            code = err.response.get("Error", {}).get("Code", "") if isinstance(err, ClientError) else ""
+            self._failure = IssuerUnavailable(
+                f"the accepted client ids ({self.name}) cannot be read from SSM ({code or type(err).__name__})"
+            )
+            self._failed_at = now
+            logger.warning("the accepted client ids could not be read", extra={"error": str(self._failure)})
+            raise self._failure from err
+        self._failure = None
+        return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 class BearerVerifier:

@@ -4,7 +4,8 @@ An exchange holds the request, the service's collaborators (:class:`Service`: Ch
 configuration, the auth mode's :class:`~chatstream.relay.identity.Identity`) and this request's clock, and does what
 the endpoints share:
 
-- **who is asking** (:meth:`Exchange.owner`, as :mod:`chatstream.relay.identity` names the caller) and
+- **who is asking** (:meth:`Exchange.owner`, as :mod:`chatstream.relay.identity` names the caller, once per
+  request: the router asks first, :meth:`Exchange.authenticate`, before any route that is not public) and
   **ownership**: every route under ``/sessions/{session_id}`` passes the one ownership check
   (:meth:`Exchange.owned`) before it reads anything; another caller's session reads as unknown,
   ``404 session_not_found``;
@@ -27,7 +28,7 @@ import contextlib
 import json
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
     from chatstream.config import RelayConfig
     from chatstream.proxy_event import GenerateRequest
+    from chatstream.relay.bearer import BearerVerifier
     from chatstream.relay.follow import FollowSettings, FollowStats
     from chatstream.relay.http import Request
     from chatstream.relay.identity import Identity
@@ -80,6 +82,9 @@ class Service(Protocol):
     def identity(self) -> Identity: ...
 
     @property
+    def verifier(self) -> BearerVerifier | None: ...  # AUTH_TYPE=JWT's token verifier (GET /auth/config reads it)
+
+    @property
     def settings(self) -> FollowSettings | None: ...
 
     @property
@@ -111,6 +116,7 @@ class Exchange:
     request: Request
     clock: Clock
     started_at: float  # the clock's monotonic() when the request arrived
+    known_owner: str | None = field(default=None, init=False)  # the caller, once asked (logged with the request)
 
     @property
     def table(self) -> ChatTable:
@@ -165,9 +171,15 @@ class Exchange:
         return session_id, turn
 
     def owner(self) -> str:
-        """Who is asking (:mod:`chatstream.relay.identity`); an :class:`HttpError` (``403 forbidden``) when the auth
-        mode finds nobody."""
-        return self.service.identity.owner(self.request)
+        """Who is asking (:mod:`chatstream.relay.identity`), asked once per request; an :class:`HttpError` when the
+        auth mode finds nobody (``403 forbidden``) or refuses the request's token (``401``, ``403``, ``503``)."""
+        if self.known_owner is None:
+            self.known_owner = self.service.identity.owner(self.request)
+        return self.known_owner
+
+    def authenticate(self) -> None:
+        """The router's check before every route that is not public (:class:`~chatstream.relay.http.Router`)."""
+        self.owner()
 
     def owned(self, params: Mapping[str, str]) -> Owned:
         """The ownership check of the routes under ``/sessions/{session_id}`` (with ``/turns/{turn}`` or not).

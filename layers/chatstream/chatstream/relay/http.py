@@ -16,6 +16,9 @@ and the path's parameters, answering ``404 not_found`` for an unknown path and `
 ``Allow`` header for a known path with another method. An :class:`HttpError` a handler raises becomes
 its response. ``HEAD`` is answered wherever ``GET`` is, as ``GET`` would be but without the body (an uptime check's
 ``HEAD /``, ``curl -I``); a stream's body is never started, so a ``HEAD`` of a turn's events follows nothing.
+A route is declared ``public`` when it answers without knowing who asks (health, the page, the API's description);
+before any other route's handler runs, the router asks its ``authenticate`` (the caller, by the auth mode), whose
+:class:`HttpError` is the answer: no route that reads or writes anything runs for a caller it has not named.
 
 ``rawPath`` is the path as the client sent it, not percent-decoded: a parameter is decoded as it is matched (a URL
 library may write the model ``us.amazon.nova-lite-v1:0`` as ``us.amazon.nova-lite-v1%3A0``). A segment
@@ -143,6 +146,7 @@ class Response:
     body: Iterable[str]
     stream: StreamInfo | None = None
     unexpected: bool = False  # the relay's own unexpected failure answered it (500): counted for its alarm
+    owner: str = ""  # the caller, when the route asked who it is (logged with the request; never a token)
 
 
 class HttpError(Exception):
@@ -205,6 +209,7 @@ class Route(Generic[_C]):
     method: str
     template: str
     handler: Handler[_C]
+    public: bool = False  # answered without asking who the caller is (the router's ``authenticate``)
 
     def match(self, path: str) -> dict[str, str] | None:
         want = self.template.split("/")
@@ -248,21 +253,25 @@ class Router(Generic[_C]):
     routes: tuple[Route[_C], ...] = ()
     # How the router's own errors (and a handler's HttpError) are answered; a path's API may have its own shape.
     render_error: Callable[[Request, HttpError], Response] = _native_error
+    # Asked before the handler of every route that is not public: raises the HttpError that answers a request whose
+    # caller is not known (401, 403, 503); None: no route needs a caller (a router composed into another).
+    authenticate: Callable[[_C], object] | None = None
 
-    def route(self, method: str, template: str) -> Callable[[Handler[_C]], Handler[_C]]:
-        """A decorator: the function below it answers ``method`` on ``template`` (it is returned as it is)."""
+    def route(self, method: str, template: str, *, public: bool = False) -> Callable[[Handler[_C]], Handler[_C]]:
+        """A decorator: the function below it answers ``method`` on ``template`` (it is returned as it is);
+        ``public``: without asking who the caller is."""
 
         def register(handler: Handler[_C]) -> Handler[_C]:
-            self.routes = (*self.routes, Route(method, template, handler))
+            self.routes = (*self.routes, Route(method, template, handler, public))
             return handler
 
         return register
 
-    def get(self, template: str) -> Callable[[Handler[_C]], Handler[_C]]:
-        return self.route("GET", template)
+    def get(self, template: str, *, public: bool = False) -> Callable[[Handler[_C]], Handler[_C]]:
+        return self.route("GET", template, public=public)
 
-    def post(self, template: str) -> Callable[[Handler[_C]], Handler[_C]]:
-        return self.route("POST", template)
+    def post(self, template: str, *, public: bool = False) -> Callable[[Handler[_C]], Handler[_C]]:
+        return self.route("POST", template, public=public)
 
     def include_router(self, router: Router[_C], prefix: str = "") -> None:
         """Serve ``router``'s routes too, after this one's, each template under ``prefix`` (``"/v1"``)."""
@@ -284,6 +293,8 @@ class Router(Generic[_C]):
                 continue
             if route.method == method:
                 try:
+                    if not route.public and self.authenticate is not None:
+                        self.authenticate(context)
                     return route.handler(context, params)
                 except HttpError as err:
                     return self.render_error(request, err)

@@ -1,5 +1,7 @@
 """The native endpoints (HTTP_API.md), declared on their own :data:`router`: health, the OpenAPI document, the page,
-``POST /chat``, a session's history, a turn's events and its cancel.
+the page's sign-in configuration, ``POST /chat``, a session's history, a turn's events and its cancel. The first
+four are public: they answer whoever asks (under ``AUTH_TYPE=JWT`` without a token); every other route names its
+caller first (:mod:`chatstream.relay.identity`).
 
 ``POST /chat`` allocates the turn (:meth:`~chatstream.relay.exchange.Exchange.begin_turn`), invokes ProxyFunction
 (:meth:`~chatstream.relay.exchange.Exchange.invoke_proxy`), and answers a stream: ``retry: 1000``, ``meta`` at once,
@@ -9,8 +11,8 @@ an ``error`` (``proxy_unavailable``), the stream's ``meta`` is followed by that 
 ``POST …/cancel`` ends at once a turn no proxy invocation has claimed yet, ``cancelled``; a turn a generation claimed
 gets its cancel flag (:meth:`~chatstream.relay.exchange.Exchange.cancel_turn`): ``202 cancelling`` either way.
 
-The OpenAPI document and the page are imported by their first request, not at init: only their own requests need
-them (bench/README.md, "Where init goes").
+The OpenAPI document, the page and the sign-in configuration are imported by their first request, not at init: only
+their own requests need them (bench/README.md, "Where init goes").
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ OMIT_SESSION_ID = "omit session_id to start a new one"
 router: Router[Exchange] = Router()
 
 
-@router.get("/health")
+@router.get("/health", public=True)
 def health(exchange: Exchange, params: Mapping[str, str]) -> Response:
     return json_response(200, {"status": "ok"})
 
 
-@router.get("/openapi.json")
+@router.get("/openapi.json", public=True)
 def openapi(exchange: Exchange, params: Mapping[str, str]) -> Response:
     from chatstream.relay.openai.endpoints import served_models
     from chatstream.relay.openapi import DOCUMENT
@@ -54,21 +56,29 @@ def openapi(exchange: Exchange, params: Mapping[str, str]) -> Response:
     return DOCUMENT.response(exchange.config.max_tokens_limit, served_models(exchange))
 
 
-@router.get("/")
+@router.get("/", public=True)
 def page(exchange: Exchange, params: Mapping[str, str]) -> Response:
     from chatstream.relay.page import SITE
+    from chatstream.relay.signin import page_sources
 
-    return SITE.index()
+    return SITE.index(page_sources(exchange.config, exchange.service.verifier))
 
 
-@router.get("/static/{name}")
+@router.get("/auth/config", public=True)
+def auth_config(exchange: Exchange, params: Mapping[str, str]) -> Response:
+    from chatstream.relay import signin
+
+    return signin.auth_config(exchange.config, exchange.service.verifier)
+
+
+@router.get("/static/{name}", public=True)
 def asset(exchange: Exchange, params: Mapping[str, str]) -> Response:
     from chatstream.relay.page import SITE
 
     return SITE.asset(params["name"])
 
 
-@router.get("/static/vendor/{name}")
+@router.get("/static/vendor/{name}", public=True)
 def vendor_asset(exchange: Exchange, params: Mapping[str, str]) -> Response:
     from chatstream.relay.page import SITE, VENDOR
 

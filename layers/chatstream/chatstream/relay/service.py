@@ -6,7 +6,9 @@ The routes are declared once, at import, each area on its own router: the native
 (``/v1`` under its prefix) and is described by the OpenAPI document served at ``GET /openapi.json``
 (:mod:`chatstream.relay.openapi`). Each request is answered by its route's handler on an
 :class:`~chatstream.relay.exchange.Exchange`; the auth mode's :class:`~chatstream.relay.identity.Identity` is chosen
-once, when the service is built.
+once, when the service is built, and names the caller before every route that is not public (the router's
+``authenticate``): under ``AUTH_TYPE=JWT`` with the service's :class:`~chatstream.relay.bearer.BearerVerifier`,
+one per execution environment, which holds the issuer's keys.
 
 Failures that are nobody's input (DynamoDB throttling before a stream starts) answer
 ``503 unavailable`` with ``Retry-After``; anything unexpected ``500 internal_error`` — never a traceback.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from chatstream.errors import Throttled
 from chatstream.relay import native
+from chatstream.relay.bearer import BearerVerifier
 from chatstream.relay.exchange import NON_STREAMED_WAIT_S, Exchange
 from chatstream.relay.follow import Clock, FollowSettings
 from chatstream.relay.http import Request, Response, Router, error_response
@@ -38,9 +41,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Every route the relay serves; an error outside a handler (no route for the path, or not with this method) is
-# answered in OpenAI's shape under /v1/, else in the native one.
-ROUTES: Router[Exchange] = Router(render_error=render_error)
+# Every route the relay serves; an error outside a handler (no route for the path, or not with this method, or no
+# caller the auth mode accepts) is answered in OpenAI's shape under /v1/, else in the native one. Every route but the
+# public ones names its caller before its handler runs.
+ROUTES: Router[Exchange] = Router(render_error=render_error, authenticate=Exchange.authenticate)
 ROUTES.include_router(native.router)
 ROUTES.include_router(v1.router, prefix="/v1")
 
@@ -55,6 +59,9 @@ class RelayService:
     clock: Clock = field(default_factory=Clock)
     settings: FollowSettings | None = None
     non_streamed_wait_s: float = NON_STREAMED_WAIT_S
+    # AUTH_TYPE=JWT: the token verifier (built from the configuration when not given; the function gives it its SSM
+    # reader of the user pool's client ids).
+    verifier: BearerVerifier | None = None
     # Proxy invocations that failed (the turn ended proxy_unavailable) so far in this environment: the function counts
     # each request's for its alarm, as a turn the relay could not start is its own failure, not a model's.
     proxy_invoke_failures: int = field(default=0, init=False)
@@ -64,13 +71,16 @@ class RelayService:
     def __post_init__(self) -> None:
         if self.settings is None:
             self.settings = FollowSettings.from_config(self.config)
-        self.identity = identity_for(self.config.auth_type)
+        if self.verifier is None and self.config.jwt is not None:
+            self.verifier = BearerVerifier(self.config.jwt)
+        self.identity = identity_for(self.config.auth_type, self.verifier)
 
     def handle(self, request: Request, remaining_ms: Callable[[], int] | None = None) -> Response:
         """Answer one request. ``remaining_ms`` is the invocation's remaining time."""
         clock = self.clock if remaining_ms is None else replace(self.clock, remaining_ms=remaining_ms)
+        exchange = Exchange(self, request, clock, clock.monotonic())
         try:
-            return ROUTES.dispatch(request, Exchange(self, request, clock, clock.monotonic()))
+            response = ROUTES.dispatch(request, exchange)
         except Throttled as err:
             logger.warning("throttled before the response", extra={"error": str(err)})
             return error_response(
@@ -80,3 +90,4 @@ class RelayService:
             logger.exception("unexpected failure before the response")
             failed = error_response(500, "internal_error", "the request failed unexpectedly; try again")
             return replace(failed, unexpected=True)
+        return replace(response, owner=exchange.known_owner) if exchange.known_owner else response

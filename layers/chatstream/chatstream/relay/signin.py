@@ -10,9 +10,11 @@ Under ``AWS_IAM`` and ``NONE`` it says only the auth type; the page then does no
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from chatstream.relay.bearer import IssuerUnavailable
 from chatstream.relay.http import json_response
 
 if TYPE_CHECKING:
@@ -20,14 +22,20 @@ if TYPE_CHECKING:
     from chatstream.relay.bearer import BearerVerifier
     from chatstream.relay.http import Response
 
+logger = logging.getLogger(__name__)
+
 # The issuer's endpoints the page uses, copied from its discovery document when it has them.
 PAGE_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "end_session_endpoint")
 
 
 def auth_config(config: RelayConfig, verifier: BearerVerifier | None) -> Response:
-    """``GET /auth/config``: ``503 issuer_unavailable`` (via :class:`~chatstream.relay.bearer.IssuerUnavailable`)
+    """``GET /auth/config``: ``503 issuer_unavailable`` (:meth:`~chatstream.relay.bearer.IssuerUnavailable.http_error`)
     when the issuer's discovery document cannot be fetched."""
-    return json_response(200, auth_config_document(config, verifier))
+    try:
+        return json_response(200, auth_config_document(config, verifier))
+    except IssuerUnavailable as err:
+        logger.warning("the token issuer is unavailable", extra={"error": str(err)})
+        raise err.http_error() from None
 
 
 def auth_config_document(config: RelayConfig, verifier: BearerVerifier | None) -> dict[str, Any]:
@@ -58,3 +66,16 @@ def page_connect_sources(document: dict[str, Any]) -> tuple[str, ...]:
         return ()
     split = urlsplit(endpoint)
     return (f"{split.scheme}://{split.netloc}",) if split.scheme in ("https", "http") and split.netloc else ()
+
+
+def page_sources(config: RelayConfig, verifier: BearerVerifier | None) -> tuple[str, ...]:
+    """:func:`page_connect_sources` of this relay's document; none when the issuer cannot be asked just now: the page
+    is served all the same (an uptime check of ``GET /`` does not depend on the issuer), and its sign-in reports
+    ``GET /auth/config``'s ``503`` until a reload finds the issuer again."""
+    if config.jwt is None or verifier is None:
+        return ()
+    try:
+        return page_connect_sources(auth_config_document(config, verifier))
+    except IssuerUnavailable as err:
+        logger.warning("the page is served without its issuer's origin", extra={"error": str(err)})
+        return ()
