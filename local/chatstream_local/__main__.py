@@ -5,9 +5,11 @@ Ctrl-C or SIGTERM stops every process it started. The port serves the relay's Fu
 paths, the Lambda API (``AWS_ENDPOINT_URL_LAMBDA=http://127.0.0.1:PORT``; what ``make invoke`` calls).
 
 ``--auth-type AWS_IAM`` makes the Function URL and the Lambda API on its port verify SigV4 signatures (the
-template's default; locally the default is ``NONE``); ``--built`` runs what ``sam build`` wrote to ``.aws-sam/build``
-instead of the source tree; ``--duplicate-events P`` delivers each asynchronous invocation twice with probability P,
-as Lambda may.
+template's default; locally the default is ``NONE``); ``--auth-type JWT`` makes the relay check bearer tokens of a
+local OpenID Connect issuer it also starts, whose URL a second line gives after the ready line
+(``local OpenID issuer at http://127.0.0.1:PORT``; ``make token SUB=alice`` prints a token of it); ``--built``
+runs what ``sam build`` wrote to ``.aws-sam/build`` instead of the source tree; ``--duplicate-events P`` delivers
+each asynchronous invocation twice with probability P, as Lambda may.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from types import FrameType
 
 _print_lock = threading.Lock()
+ISSUER_LINE = "local OpenID issuer at "  # under --auth-type JWT, the line after the ready line
 
 
 def _log(component: str, line: str) -> None:
@@ -45,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         "--auth-type",
         choices=AUTH_TYPES,
         default="NONE",
-        help="the Function URL's auth: NONE (default), or AWS_IAM (SigV4, by a key of your AWS config)",
+        help="the Function URL's auth: NONE (default), AWS_IAM (SigV4, by a key of your AWS config), or JWT (bearer "
+        "tokens of a local OpenID issuer the stack starts; `make token SUB=alice` prints one)",
     )
     parser.add_argument("--built", action="store_true", help="run .aws-sam/build (after `make build`), not the source")
     parser.add_argument(
@@ -108,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ready = True
     try:
         print(f"chatstream local stack ready at {stack.url}", flush=True)
+        if stack.issuer_url is not None:
+            # The sign-in page's issuer, and make token's (which finds it through the relay's GET /auth/config)
+            print(f"{ISSUER_LINE}{stack.issuer_url} (make token SUB=alice prints an access token)", flush=True)
         # For tools that talk to the local AWS services (make redrive, the AWS CLI): docs/OPERATIONS.md, "Locally"
         print(
             f"local AWS services at {stack.moto_url} (region {settings.region}): ConsumerDLQ "

@@ -24,7 +24,9 @@ The Function URL's port also serves the Lambda API (``Invoke``, ``InvokeWithResp
 under its own paths (:mod:`chatstream_local.edge`): what ``make invoke`` calls. Each function runs its source tree
 (``CodeUri``, the layers' ``ContentUri``), or with ``code="build"`` what ``sam build`` wrote to ``.aws-sam/build``.
 With ``FunctionUrlAuthType=AWS_IAM`` the Function URL, and the Lambda API on its port, verify SigV4 signatures against
-the principals of your AWS configuration (:mod:`chatstream_local.iam`).
+the principals of your AWS configuration (:mod:`chatstream_local.iam`). With ``FunctionUrlAuthType=JWT`` the stack
+also starts a local OpenID Connect issuer (:mod:`chatstream_local.oidc`, before the functions: the relay is pointed
+at it through its ``JWT_*`` variables) unless a ``JwtIssuer`` is given, and stops it after them.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from chatstream_local.lambda_.function_url import FunctionUrlServer
 from chatstream_local.lambda_.invoke import InvokeEndpoint
 from chatstream_local.lambda_.service import LocalLambda
 from chatstream_local.lambda_.template_functions import BUILD_DIR, CodeSource, FunctionSpecError, TemplateFunctions
+from chatstream_local.oidc.server import IssuerServer
 from chatstream_local.process import die_with_parent
 from chatstream_local.resources import create_queue, create_stream, create_table
 from chatstream_local.template import REPO_ROOT, Template
@@ -76,7 +79,8 @@ ENHANCED_FAN_OUT_ENV = "CHATSTREAM_ENHANCED_FAN_OUT"  # template.yaml's Enhanced
 # With enhanced fan-out, how long after its put a record reaches the consumer (milliseconds; default 0, at once).
 FAN_OUT_LATENCY_ENV = "CHATSTREAM_LOCAL_FANOUT_LATENCY_MS"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "local"}
-AUTH_TYPES = ("NONE", "AWS_IAM")
+AUTH_TYPES = ("NONE", "AWS_IAM", "JWT")
+RELAY = "RelayFunction"
 
 
 READ_MODE_LINES = {
@@ -179,6 +183,7 @@ class LocalStack:
         self.esm: EventSourceMapping | None = None
         self.reaper_source: SqsEventSource | None = None
         self.function_url: FunctionUrlServer | None = None
+        self.issuer: IssuerServer | None = None  # FunctionUrlAuthType=JWT without a JwtIssuer of the user's
         self._url_listener: socket.socket | None = None
         self._stopped = threading.Event()
         # The stack's own key: it signs the readiness check under AWS_IAM. Its secret is this stack's alone: a key
@@ -200,6 +205,11 @@ class LocalStack:
     @property
     def model(self) -> LocalModelServer | None:
         return self._model
+
+    @property
+    def issuer_url(self) -> str | None:
+        """The local OpenID Connect issuer's URL (its ``iss``), when the stack runs one."""
+        return self.issuer.url if self.issuer is not None else None
 
     def name(self, logical_id: str) -> str:
         return self.template.physical_name(logical_id)
@@ -225,6 +235,7 @@ class LocalStack:
             self._start_moto()
             self._create_resources()
             self._start_model()
+            self._start_issuer()
             self._start_functions()
             self._start_event_sources()
             self._start_url()
@@ -293,6 +304,14 @@ class LocalStack:
         self._model = LocalModelServer(delay_ms=self.settings.model_delay_ms)
         self._model.start()
 
+    def _start_issuer(self) -> None:
+        """``FunctionUrlAuthType=JWT``: a local issuer whose tokens the relay accepts, unless the user named an issuer
+        of their own (``JwtIssuer``, with ``JwtAudiences`` or ``JwtClientIds``)."""
+        if self.settings.auth_type != "JWT" or "JwtIssuer" in self.settings.parameter_overrides:
+            return
+        self.issuer = IssuerServer().start()
+        self._log("stack", f"FunctionUrlAuthType=JWT: a local OpenID Connect issuer at {self.issuer.url}")
+
     def _endpoints(self, invoke_url: str) -> dict[str, str]:
         """The variables that point a function at the local services, as botocore's ``AWS_ENDPOINT_URL_<SERVICE>``."""
         env = {
@@ -317,7 +336,8 @@ class LocalStack:
         try:
             endpoints = self._endpoints(f"http://127.0.0.1:{listener.getsockname()[1]}")
             try:
-                specs = self.functions.specs(endpoints, self.settings.function_overrides)
+                local = {RELAY: self.issuer.relay_environment()} if self.issuer is not None else {}
+                specs = self.functions.specs(endpoints, self.settings.function_overrides, local=local)
             except FunctionSpecError as err:
                 raise StackError(str(err)) from None
             self.local_lambda = LocalLambda(specs, log_sink=self._function_log).start()
@@ -368,8 +388,8 @@ class LocalStack:
 
     def _start_url(self) -> None:
         assert self.invoke_endpoint is not None
-        relay = self.name("RelayFunction")
-        url_config = self.template.properties("RelayFunction")["FunctionUrlConfig"]
+        relay = self.name(RELAY)
+        url_config = self.template.properties(RELAY)["FunctionUrlConfig"]
         verifier = self._authenticator()  # AWS_IAM: the Lambda API on the URL's port takes signed requests only, too
         self.function_url = FunctionUrlServer(
             self.local_lambda,  # type: ignore[arg-type]
@@ -393,7 +413,8 @@ class LocalStack:
 
     def _authenticator(self) -> SigV4Verifier | None:
         """``AuthType: AWS_IAM`` verifies SigV4 (unless a test's ``identity_resolver`` stands in for it)."""
-        auth_type = self.template.parameter("FunctionUrlAuthType")  # NONE or AWS_IAM: the template checks overrides
+        # NONE, AWS_IAM or JWT (whose URL is public: the relay checks tokens): the template checks overrides
+        auth_type = self.template.parameter("FunctionUrlAuthType")
         if auth_type != "AWS_IAM" or self.settings.identity_resolver is not None:
             return None
         principals = self.settings.principals or Principals.from_aws_config()
@@ -443,6 +464,7 @@ class LocalStack:
             self.invoke_endpoint,
             self.local_lambda,
             self._model,
+            self.issuer,
         )
         for component in components:
             if component is not None:

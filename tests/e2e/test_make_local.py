@@ -66,15 +66,15 @@ class RunningStack:
         self.output = output
 
 
-def start_make_local() -> RunningStack:
-    """`make local` on a free port, with a fast model; waits for the ready line. ``-o .venv/.installed``: the
-    stack runs from the venv the suite runs in, never reinstalled (a clone's requirements files can be newer than
-    the stamp, and installing needs the network)."""
+def start_make_local(args: str = "") -> RunningStack:
+    """`make local` on a free port, with a fast model (``args``: its ``ARGS``); waits for the ready line.
+    ``-o .venv/.installed``: the stack runs from the venv the suite runs in, never reinstalled (a clone's requirements
+    files can be newer than the stamp, and installing needs the network)."""
     # Port 0: the stack binds a free port itself and names it in the ready line. A port chosen here and bound there
     # later could be taken in between (by an execution environment of the module's stack, say).
     env = {**os.environ, "CHATSTREAM_PORT": "0", "CHATSTREAM_LOCAL_MODEL_DELAY_MS": "5"}
     process = subprocess.Popen(
-        ["make", "-s", "-o", ".venv/.installed", "local"],
+        ["make", "-s", "-o", ".venv/.installed", "local", *([f"ARGS={args}"] if args else [])],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,

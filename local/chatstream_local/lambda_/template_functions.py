@@ -56,11 +56,18 @@ class TemplateFunctions:
         self.build_dir = build_dir
 
     def specs(
-        self, endpoints: Mapping[str, str], overrides: Mapping[str, Mapping[str, str]] | None = None
+        self,
+        endpoints: Mapping[str, str],
+        overrides: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        local: Mapping[str, Mapping[str, str]] | None = None,
     ) -> list[FunctionSpec]:
         """Each function's spec. ``endpoints``: the variables that point every function at the local services
-        (added to the template's environment); ``overrides``: variables by logical id, added last (tests and tools)."""
+        (added to the template's environment); ``local``: variables by logical id that the local stack sets in place
+        of the template's (the local issuer's, for the relay), checked with them; ``overrides``: variables by logical
+        id, added last (tests and tools)."""
         overrides = overrides or {}
+        local = local or {}
         specs = []
         try:
             python = deployed_site.interpreter()  # only the packages a deployed function has (deployed_site.py)
@@ -73,6 +80,7 @@ class TemplateFunctions:
             if wrapper_path and wrapper_path not in EXEC_WRAPPERS:
                 raise FunctionSpecError(f"{logical_id}: unknown exec wrapper {wrapper_path}")
             env.update(endpoints)
+            env.update(local.get(logical_id, {}))
             _check_configuration(logical_id, env)  # the template's parameters; a test may break a function on purpose
             env.update(overrides.get(logical_id, {}))  # last: tests and tools win
             code_dirs, exec_wrapper = self.code_of(logical_id, wrapper_path)
