@@ -1,5 +1,6 @@
-"""`make smoke URL=…` as a user runs it, against the local stack: every check passes on a working stack (NONE, and
-AWS_IAM with a second principal), and a broken deployment (500s, a stopped stack) gives FAIL lines and exit 1."""
+"""`make smoke URL=…` as a user runs it, against the local stack: every check passes on a working stack (NONE,
+AWS_IAM with a second principal, and JWT with a second user), and a broken deployment (500s, a stopped stack) gives
+FAIL lines and exit 1."""
 
 from __future__ import annotations
 
@@ -120,6 +121,21 @@ def test_under_aws_iam_every_check_passes_and_another_principal_gets_404(iam_sta
     # principal gets 404 on the first one's session
     assert result.returncode == 0, result.stdout + result.stderr
     assert check_lines(result.stdout) == [("PASS", name) for name in [*CHECKS, "403 unsigned", "another principal"]]
+
+
+def test_under_jwt_every_check_passes_with_a_token_and_another_user_gets_404(aws_region: None) -> None:
+    # GIVEN the local stack in the JWT mode, and tokens of two users of its issuer
+    with LocalStack(StackSettings(port=0, parameter_overrides={"FunctionUrlAuthType": "JWT"})) as stack:
+        assert stack.issuer is not None
+        alice, bob = stack.issuer.issuer.mint("alice"), stack.issuer.issuer.mint("bob")
+        # WHEN `make smoke URL=… ARGS="--token … --second-token …"` runs (the first token from the environment)
+        result = smoke("--url", stack.url, "--second-token", bob, env={"CHATSTREAM_TOKEN": alice})
+    # THEN every check passes, with the two a JWT deployment adds: a request without a token (or with a made-up
+    # one) is refused 401, and the second user gets 404 on the first one's session
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert check_lines(result.stdout) == [
+        ("PASS", name) for name in [*CHECKS, "401 without a token", "another principal"]
+    ]
 
 
 def test_under_aws_iam_a_key_the_stack_does_not_know_fails_every_check(iam_stack: LocalStack) -> None:

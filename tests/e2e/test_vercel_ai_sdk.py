@@ -1,7 +1,8 @@
 """The Vercel AI SDK (``ai`` with ``@ai-sdk/openai``, TypeScript) streams a reply from the local stack's ``/v1``.
 
 ``tests/e2e/js/`` is a small Node project: ``package.json`` and ``package-lock.json`` pin the SDK, and ``stream.mjs``
-does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey: 'unused'})`` then ``streamText`` with
+does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey})`` (``'unused'``, or under the JWT mode
+the user's access token, from ``CHATSTREAM_API_KEY``) then ``streamText`` with
 the Chat Completions provider or the Responses one (or ``@ai-sdk/openai-compatible``'s Chat Completions provider,
 which reads a stream's ``reasoning_content``). The test installs it with ``npm ci`` from the lockfile (once:
 ``node_modules`` stays in that folder, ignored by git, and is installed again when the lockfile changes) and runs it
@@ -11,6 +12,7 @@ with the machine's Node. It skips only when ``node`` or ``npm`` is not installed
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from typing import TYPE_CHECKING, Any
@@ -57,12 +59,26 @@ def stack() -> Iterator[LocalStack]:
             local.stop()
 
 
-def stream(node: str, stack: LocalStack, api: str, model: str, message: str) -> dict[str, Any]:
+def run_stream(
+    node: str, stack: LocalStack, api: str, model: str, message: str, api_key: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"CHATSTREAM_API_KEY": api_key} if api_key is not None else {})}
+    return subprocess.run(
+        [node, "stream.mjs", stack.url, api, model, message],
+        cwd=JS_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def stream(
+    node: str, stack: LocalStack, api: str, model: str, message: str, api_key: str | None = None
+) -> dict[str, Any]:
     """What ``stream.mjs`` printed: the streamed text and the number of text deltas, the streamed reasoning and the
     number of reasoning parts, the finish reason and the usage."""
-    done = subprocess.run(
-        [node, "stream.mjs", stack.url, api, model, message], cwd=JS_DIR, capture_output=True, text=True, timeout=120
-    )
+    done = run_stream(node, stack, api, model, message, api_key)
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(json.loads(done.stdout))
 
@@ -133,3 +149,33 @@ def test_the_alias_and_an_unknown_model(node: str, stack: LocalStack) -> None:
     )
     assert done.returncode != 0
     assert "The model 'gpt-4o' does not exist" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def jwt_stack() -> Iterator[LocalStack]:
+    """A stack in the JWT mode, with its local issuer."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in ENV.items():
+            patch.setenv(name, value)
+        settings = StackSettings(port=0, model_delay_ms=5, parameter_overrides={"FunctionUrlAuthType": "JWT"})
+        local = LocalStack(settings)
+        try:
+            yield local.start()
+        finally:
+            local.stop()
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "compatible"])
+def test_under_jwt_the_sdk_streams_with_the_users_token_as_its_api_key(
+    node: str, jwt_stack: LocalStack, api: str
+) -> None:
+    assert jwt_stack.issuer is not None
+    # WHEN an application streams with a signed-in user's access token as the provider's API key
+    token = jwt_stack.issuer.issuer.mint("alice")
+    result = stream(node, jwt_stack, api, "chatstream", "/long 40", api_key=token)
+    # THEN the reply streams exactly, as without auth
+    assert result["text"] == plan_reply("/long 40").text and result["finishReason"] == "stop"
+    # AND without a token (the SDK's key is no token) the SDK reports the relay's refusal
+    refused = run_stream(node, jwt_stack, api, "chatstream", "hi")
+    assert refused.returncode != 0
+    assert "the Authorization header is not Bearer and a JWT" in refused.stderr

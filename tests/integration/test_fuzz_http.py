@@ -12,6 +12,10 @@ Two fuzzers, one contract (the OpenAPI document the relay serves, ``GET /openapi
   not JSON or nested without end, huge headers. The answer is an error the document lists (or the router's
   ``404 not_found``/``405 method_not_allowed``) or a valid response of the route: never a 5xx, a hang, or a
   traceback.
+
+Both run against the stack in the ``NONE`` mode and in the ``JWT`` mode (its local issuer), there with a valid token
+on every request, so what a signed-in user can send is fuzzed too; the strategy also sends malformed and huge
+``Authorization`` headers, which get a documented ``401``.
 """
 
 from __future__ import annotations
@@ -47,13 +51,14 @@ SEGMENT = st.sampled_from(["0", "1", "-1", "99999999999999999999", "a" * 129, "%
 )
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+@pytest.fixture(scope="module", params=["NONE", "JWT"])
+def stack(request: pytest.FixtureRequest) -> Iterator[LocalStack]:
     with pytest.MonkeyPatch.context() as patch:
         for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
             patch.setenv(name, value)
         patch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        running = LocalStack(StackSettings(port=0, model_delay_ms=0)).start()
+        settings = StackSettings(port=0, model_delay_ms=0, parameter_overrides={"FunctionUrlAuthType": request.param})
+        running = LocalStack(settings).start()
         try:
             yield running
         finally:
@@ -61,9 +66,17 @@ def stack() -> Iterator[LocalStack]:
 
 
 @pytest.fixture(scope="module")
-def session(stack: LocalStack) -> dict[str, Any]:
+def auth(stack: LocalStack) -> dict[str, str]:
+    """The headers every request carries: under the JWT mode, a valid token of the stack's issuer (an hour's)."""
+    if stack.issuer is None:
+        return {}
+    return {"Authorization": f"Bearer {stack.issuer.issuer.mint('fuzzer')}"}
+
+
+@pytest.fixture(scope="module")
+def session(stack: LocalStack, auth: dict[str, str]) -> dict[str, Any]:
     """A real session with one finished turn, so fuzzed paths also hit existing ids."""
-    with httpx.Client(base_url=stack.url, timeout=30) as http:
+    with httpx.Client(base_url=stack.url, timeout=30, headers=auth) as http:
         text = http.post("/chat", json={"message": "hello"}).text
     meta = json.loads(text.split("event: meta\ndata: ", 1)[1].split("\n", 1)[0])
     return dict(meta)
@@ -142,7 +155,9 @@ def _name_the_real_session(case: schemathesis.Case) -> schemathesis.Case:
         case.path_parameters["response_id"] = f"resp_{session_id}_{turn}"
     elif "previous_response_id" in case.body:
         # A new response continues the conversation's latest (the relay refuses an older one: it does not branch)
-        history = httpx.get(f"{REAL_SESSION['url']}/sessions/{session_id}", timeout=30).json()
+        history = httpx.get(
+            f"{REAL_SESSION['url']}/sessions/{session_id}", headers=REAL_SESSION["auth"], timeout=30
+        ).json()
         case.body["previous_response_id"] = f"resp_{session_id}_{history['turns'][-1]['turn']}"
     else:
         case.body["session_id"] = session_id
@@ -151,26 +166,36 @@ def _name_the_real_session(case: schemathesis.Case) -> schemathesis.Case:
 
 @SCHEMA.parametrize()
 def test_every_answer_conforms_to_the_document(
-    case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
+    case: schemathesis.Case,
+    stack: LocalStack,
+    auth: dict[str, str],
+    session: dict[str, Any],
+    document: dict[str, Any],
 ) -> None:
-    check_answer(case, stack, session, document)
+    check_answer(case, stack, auth, session, document)
 
 
 @FRESH.parametrize()
 def test_every_answer_to_a_fresh_example_conforms_to_the_document(
-    case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]
+    case: schemathesis.Case,
+    stack: LocalStack,
+    auth: dict[str, str],
+    session: dict[str, Any],
+    document: dict[str, Any],
 ) -> None:
-    check_answer(case, stack, session, document)
+    check_answer(case, stack, auth, session, document)
 
 
-def check_answer(case: schemathesis.Case, stack: LocalStack, session: dict[str, Any], document: dict[str, Any]) -> None:
-    # GIVEN a request schemathesis generated from the document, valid or not
-    REAL_SESSION.update(session, url=stack.url)
+def check_answer(
+    case: schemathesis.Case, stack: LocalStack, auth: dict[str, str], session: dict[str, Any], document: dict[str, Any]
+) -> None:
+    # GIVEN a request schemathesis generated from the document, valid or not (under the JWT mode, with a valid token)
+    REAL_SESSION.update(session, url=stack.url, auth=auth)
     if case.meta is not None and not case.meta.generation.mode.is_negative:
         start_and_end_with_the_user(case)
     # WHEN it is sent THEN every check holds: no 5xx, a documented status, content type, headers and body, valid
     # data accepted and invalid refused; and a stream's events carry the data the document gives them, in order
-    response = case.call_and_validate(base_url=stack.url)
+    response = case.call_and_validate(base_url=stack.url, headers=auth)
     if response.headers.get("content-type", [""])[0].startswith("text/event-stream"):
         operation = document["paths"][case.operation.path][case.method.lower()]
         stream = operation["responses"]["200"]["content"]["text/event-stream"]["schema"]["$ref"]
@@ -337,6 +362,11 @@ def requests(draw: st.DrawFn) -> tuple[str, str, dict[str, str], bytes]:
         headers["Content-Type"] = draw(st.sampled_from(["application/json", "text/plain", "application/octet-stream"]))
     if draw(st.integers(0, 9)) == 0:
         headers["X-Huge"] = "h" * draw(st.sampled_from([8_000, 16_000]))
+    if draw(st.integers(0, 4)) == 0:  # in place of the JWT mode's valid token: refused 401, ignored under NONE
+        headers["Authorization"] = draw(
+            st.sampled_from(["Bearer", "Bearer a.b.c", "Basic YTpi", "Bearer " + "a" * 16_000, "bearer ..."])
+            | st.text(ASCII, max_size=60).map(lambda value: value.strip() or "x")
+        )
     body = draw(BODIES) if method in ("POST", "PUT", "PATCH") else b""
     return method, path, headers, body
 
@@ -357,13 +387,15 @@ def _check_sse(text: str) -> None:
 @given(request=requests())
 def test_any_request_gets_a_documented_error_or_a_valid_answer(
     stack: LocalStack,
+    auth: dict[str, str],
     session: dict[str, Any],
     document: dict[str, Any],
     request: tuple[str, str, dict[str, str], bytes],
 ) -> None:
-    # GIVEN any request
+    # GIVEN any request (under the JWT mode with a valid token, unless it sends an Authorization header of its own)
     method, path, headers, body = request
     path = path.replace("{real}", session["session_id"])
+    headers = {**auth, **headers}
 
     # WHEN it is sent to the Function URL (a hang fails the client's timeout)
     with httpx.Client(base_url=stack.url, timeout=httpx.Timeout(30.0)) as http:

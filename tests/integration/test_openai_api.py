@@ -429,6 +429,65 @@ def test_under_aws_iam_the_sdk_signs_with_sigv4_and_responses_belong_to_their_si
         iam.stop()
 
 
+# ------------------------------------------------------------------------------ JWT
+
+
+def test_under_jwt_the_sdk_sends_its_token_as_the_api_key_and_responses_belong_to_their_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a stack in the JWT mode, with its local issuer, and tokens of two users as the SDKs' api_key
+    from chatstream_local.stack import LocalStack, StackSettings
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    jwt = LocalStack(StackSettings(port=0, parameter_overrides={"FunctionUrlAuthType": "JWT"})).start()
+    try:
+        assert jwt.issuer is not None
+        issuer = jwt.issuer.issuer
+
+        def sdk(api_key: str) -> openai.OpenAI:
+            return openai.OpenAI(base_url=f"{jwt.url}/v1", api_key=api_key, max_retries=0)
+
+        with (
+            sdk(issuer.mint("alice")) as alice,
+            sdk(issuer.mint("bob")) as bob,
+            sdk("unused") as anonymous,
+            sdk(issuer.mint("alice", lifetime_s=-120)) as expired,
+        ):
+            # WHEN alice asks, streamed and not, and follows a background response after dropping it
+            response = alice.responses.create(model=ALIAS, input="hello")
+            assert response.output_text == plan_reply("hello").text
+            streamed = list(
+                alice.chat.completions.create(model=ALIAS, messages=[{"role": "user", "content": "hi"}], stream=True)
+            )
+            assert (
+                "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+                == plan_reply("hi").text
+            )
+            seen = _dropped_after_deltas(alice, 2)
+            rest = list(
+                alice.responses.retrieve(seen[0].response.id, stream=True, starting_after=seen[-1].sequence_number)
+            )
+            assert rest[-1].type == "response.completed"
+            # THEN bob cannot see or continue her response
+            with pytest.raises(openai.NotFoundError):
+                bob.responses.retrieve(response.id)
+            with pytest.raises(openai.NotFoundError):
+                bob.responses.create(model=ALIAS, input="hi", previous_response_id=response.id)
+            # AND a key that is no token, or an expired token, raises the SDK's AuthenticationError, saying why
+            with pytest.raises(openai.AuthenticationError) as not_a_token:
+                anonymous.models.list()
+            assert not_a_token.value.code == "invalid_token"
+            with pytest.raises(openai.AuthenticationError, match="expired"):
+                expired.responses.retrieve(response.id)
+            # AND alice's own resume with a new token of hers carries on (a token is checked at each request)
+            with sdk(issuer.mint("alice")) as renewed:
+                assert renewed.responses.retrieve(response.id).output_text == response.output_text
+    finally:
+        jwt.stop()
+
+
 # ------------------------------------------------------------------------------ any body
 
 JSON_VALUES = st.recursive(

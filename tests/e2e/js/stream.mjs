@@ -2,6 +2,7 @@
 //   node stream.mjs <base URL of the stack> <chat|responses|compatible> <model> <message>
 // chat and responses: @ai-sdk/openai's Chat Completions and Responses providers; compatible: the Chat Completions
 // provider of @ai-sdk/openai-compatible, which reads the reasoning of reasoning_content chunks.
+// The API key is CHATSTREAM_API_KEY when set (the access token of a relay in the JWT mode), else 'unused'.
 // Prints one JSON line: the text as streamed (the concatenated text deltas) and their number, the reasoning as
 // streamed (the concatenated reasoning deltas) and the number of reasoning parts the SDK opened, the finish reason
 // and the usage.
@@ -15,7 +16,7 @@ if (!baseUrl || !['chat', 'responses', 'compatible'].includes(api) || !model || 
   process.exit(2);
 }
 
-const options = { baseURL: `${baseUrl}/v1`, apiKey: 'unused' };
+const options = { baseURL: `${baseUrl}/v1`, apiKey: process.env.CHATSTREAM_API_KEY || 'unused' };
 const openai = createOpenAI(options);
 const chosen = {
   chat: () => openai.chat(model),
