@@ -102,6 +102,7 @@ class Problems:
 
     origin: str
     seen: list[str] = field(default_factory=list)
+    others: tuple[str, ...] = ()  # origins the page may reach too (under the JWT mode, its issuer's)
 
     def console(self, message: ConsoleMessage) -> None:
         if "Content Security Policy" in message.text:
@@ -111,7 +112,7 @@ class Problems:
         self.seen.append(f"securitypolicyviolation: {report}")
 
     def request(self, request: Request) -> None:
-        if not request.url.startswith(self.origin + "/"):
+        if not request.url.startswith(tuple(origin + "/" for origin in (self.origin, *self.others))):
             self.seen.append(f"request to another origin: {request.method} {request.url}")
 
 
@@ -124,9 +125,9 @@ class ChatPage:
     problems: Problems
 
     @classmethod
-    def new(cls, context: BrowserContext, url: str) -> ChatPage:
+    def new(cls, context: BrowserContext, url: str, others: tuple[str, ...] = ()) -> ChatPage:
         page = context.new_page()
-        problems = Problems(url)
+        problems = Problems(url, others=others)
         page.on("pageerror", lambda error: problems.seen.append(f"pageerror: {error}"))
         page.on("console", problems.console)
         page.on("request", problems.request)

@@ -7,7 +7,10 @@
 // A session id is a capability (docs/HTTP_API.md, "Identity"): whoever has a conversation's link can read it and
 // write in it. The page remembers (localStorage) the sessions this browser started and those its user chose to go
 // on with; a session the URL names that is not among them (a link someone sent) opens read only, under a notice
-// saying so, until the user chooses "Continue this conversation" or "Start a new conversation".
+// saying so, until the user chooses "Continue this conversation" or "Start a new conversation". Under the JWT auth
+// mode the relay answers a user's own sessions only (another's is not found), so a session that loads is the
+// signed-in user's: no notice; the sessions remembered are each user's own (their own list, in localStorage under
+// their issuer and subject), and a signed-out page neither loads a session nor sends.
 //
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
 // "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
@@ -30,6 +33,9 @@
   // Under the JWT auth mode every request carries the signed-in user's token, renewed on a 401 (auth.js).
   const Auth = window.ChatAuth || null;
   const authFetch = (url, init) => (Auth ? Auth.fetch(url, init) : fetch(url, init));
+  const signInMode = () => Auth !== null && Auth.mode() === "JWT";
+  const signedOut = () => signInMode() && !Auth.user();
+  const SIGN_IN_FIRST = "Sign in to chat.";
 
   const el = {
     conversation: document.getElementById("conversation"),
@@ -75,15 +81,21 @@
   }
 
   // The sessions this browser started, or whose link its user chose to go on with: ids in this origin's localStorage,
-  // the most recent last, at most KNOWN_MAX of them. Where storage is refused (a browser set so), they are known for
-  // as long as the page is open.
+  // the most recent last, at most KNOWN_MAX of them; under the JWT auth mode, the signed-in user's own list (keyed by
+  // their issuer and subject), so two users of one browser never share one. Where storage is refused (a browser set
+  // so), they are known for as long as the page is open.
   const KNOWN_KEY = "chatstream.sessions";
   const KNOWN_MAX = 500;
   const knownHere = new Set();
 
+  function knownKey() {
+    const owner = signInMode() ? Auth.owner() : null;
+    return owner ? `${KNOWN_KEY}:${owner}` : KNOWN_KEY;
+  }
+
   function storedSessions() {
     try {
-      const ids = JSON.parse(localStorage.getItem(KNOWN_KEY) || "[]");
+      const ids = JSON.parse(localStorage.getItem(knownKey()) || "[]");
       return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
     } catch (err) {
       return []; // no storage, or not ours to read
@@ -99,7 +111,7 @@
     try {
       const ids = storedSessions().filter((known) => known !== id);
       ids.push(id);
-      localStorage.setItem(KNOWN_KEY, JSON.stringify(ids.slice(-KNOWN_MAX)));
+      localStorage.setItem(knownKey(), JSON.stringify(ids.slice(-KNOWN_MAX)));
     } catch (err) {
       // storage refused or full: knownHere remembers it while the page is open
     }
@@ -169,7 +181,9 @@
 
   // The status line is a polite live region: written only when its words change, so a screen reader is not
   // handed "Receiving…" again with every token.
+  // The status line; with nothing to say on a signed-out page (JWT auth mode), what to do first.
   function setStatus(text) {
+    if (!text && signedOut()) text = SIGN_IN_FIRST;
     if (el.status.textContent !== text) el.status.textContent = text;
   }
 
@@ -350,7 +364,7 @@
   // Send is off while a reply streams, and while the conversation shown is one from a link the user has not chosen
   // to go on with, or one not loaded; Stop shows while a reply streams in a conversation of the user's.
   function setBusy(busy) {
-    el.send.disabled = busy || linked || unloaded;
+    el.send.disabled = busy || linked || unloaded || signedOut();
     el.stop.hidden = !busy || linked;
     el.stop.disabled = false;
   }
@@ -842,8 +856,8 @@
     const mine = ++generation;
     clearConversation();
     sessionId = sessionFromUrl();
-    if (!sessionId) return;
-    if (!isKnown(sessionId)) {
+    if (!sessionId || signedOut()) return; // signed out: loaded once signed in (the sign-in returns to this #session)
+    if (!isKnown(sessionId) && !signInMode()) {
       // Someone's link, perhaps not the user's: shown, but nothing is sent in it until the user chooses.
       setLinked(true);
       el.sharedNew.focus();
@@ -874,6 +888,7 @@
     if (mine !== generation) return;
     loading = null;
     setStatus("");
+    if (signInMode()) knownHere.add(sessionId); // the relay answered it: the signed-in user's own
     const turns = Array.isArray(history.turns) ? history.turns : [];
     for (const turn of turns) {
       const view = addTurn(turn.user || "");
@@ -904,6 +919,10 @@
   el.composer.addEventListener("submit", (event) => {
     event.preventDefault();
     if (linked) return; // not until the user chooses to continue it
+    if (signedOut()) {
+      showError(SIGN_IN_FIRST);
+      return;
+    }
     const message = el.message.value;
     if (!message.trim()) {
       showError("Type a message first.");
@@ -961,13 +980,14 @@
     signOut: document.getElementById("sign-out"),
   };
   function showAccount(user) {
-    const jwt = Auth !== null && Auth.mode() === "JWT";
+    const jwt = signInMode();
     account.who.hidden = !jwt || !user;
     account.who.textContent = user ? `Signed in as ${user}` : "";
     account.signIn.hidden = !jwt || Boolean(user);
     account.signOut.hidden = !jwt || !user;
-    el.send.disabled = jwt && !user;
-    if (jwt && !user) el.status.textContent = "Sign in to chat.";
+    setBusy(run !== null);
+    if (jwt && !user) setStatus("");
+    else if (el.status.textContent === SIGN_IN_FIRST) setStatus("");
   }
   account.signIn.addEventListener("click", () => Auth.signIn());
   account.signOut.addEventListener("click", () => {

@@ -9,11 +9,12 @@
 //                             token) and sends the request once more: a stream's resume never loses the reply to an
 //                             expired token. Without a refresh token, a 401 to a page that was signed in starts a
 //                             new sign-in, which comes back to the same #session (the page then follows the reply)
-//   ChatAuth.signIn(), .signOut(), .user(), .mode()
+//   ChatAuth.signIn(), .signOut(), .user() (a name to show), .owner() ("<iss>#<sub>": who the relay takes the
+//                             user for, to keep each user's own things apart), .mode()
 // Under AWS_IAM or NONE (or a relay without /auth/config) it adds nothing: ChatAuth.fetch is fetch.
 import * as oauth from "./vendor/oauth4webapi.js";
 
-const STORE = "chatstream.auth"; // the tokens: {access_token, refresh_token, expires_at, user}
+const STORE = "chatstream.auth"; // the tokens: {access_token, refresh_token, expires_at, user, owner}
 const PENDING = "chatstream.auth.pending"; // a sign-in under way: {verifier, state, nonce, hash}
 const SIGNED_OUT = "chatstream.auth.signed-out"; // after a sign-out, the next sign-in asks for the user again
 const RENEW_BEFORE_MS = 30_000; // renew a token this close to its expiry before sending it
@@ -83,17 +84,18 @@ export function createAuth({ storage, location, history, fetchImpl, now = () => 
       requireIdToken: true,
     });
     const claims = lib.getValidatedIdTokenClaims(result);
-    keep(result, displayName(claims));
+    keep(result, displayName(claims), `${claims.iss}#${claims.sub}`);
     write(SIGNED_OUT, null);
   }
 
-  function keep(result, user) {
+  function keep(result, user, owner) {
     const previous = read(STORE);
     write(STORE, {
       access_token: result.access_token,
       refresh_token: result.refresh_token || previous?.refresh_token || null,
       expires_at: result.expires_in ? now() + result.expires_in * 1000 : null,
       user: user || previous?.user || "",
+      owner: owner || previous?.owner || "",
     });
     changed();
   }
@@ -119,6 +121,7 @@ export function createAuth({ storage, location, history, fetchImpl, now = () => 
     ready: null,
     mode: () => config.auth_type,
     user: () => (config.auth_type === "JWT" ? read(STORE)?.user ?? null : null),
+    owner: () => (config.auth_type === "JWT" ? read(STORE)?.owner || null : null),
     onChange: (listener) => listeners.add(listener),
 
     async signIn() {
