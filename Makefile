@@ -83,7 +83,8 @@ LAMBDA_PYTHON_ENV = $(if $(PYTHON313),$(VENV313)/.installed)
 LAMBDA_PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py \
 	proxy.py) $(addprefix --ignore=tests/unit/test_,moto_fixes.py moto_patches.py chaos_checks.py chaos_client.py \
 	chaos_inject.py chaos_plan.py chaos_readback.py chaos_run.py bench_cost.py bench_procstat.py bench_records.py \
-	bench_coldstart_against.py local_model_replies.py local_resources.py iam.py ops_delete.py bench_capacity.py)
+	bench_jwt.py bench_coldstart_against.py local_model_replies.py local_resources.py iam.py ops_delete.py \
+	bench_capacity.py)
 $(VENV313)/.installed: requirements/dev.txt
 	test -x $(VENV313)/bin/python || "$(PYTHON313)" -m venv $(VENV313)
 	$(VENV313)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt

@@ -4,7 +4,8 @@ Runs in its own process (see :func:`run_in_subprocess`), so the clients' SSE par
 interpreter that hosts the local stack's front end, model and emulators. Times are the client's own
 ``time.monotonic()``: time to first token is request sent → first ``token`` event; gaps are between consecutive
 ``token`` events of one chat. A chat whose relay sent a token id twice, or whose stream the client had to resume
-without being asked (it ended early, or the connection broke), is counted as such: it is not exact.
+without being asked (it ended early, or the connection broke), is counted as such: it is not exact. Against a relay
+in the JWT auth mode, each request carries the access token it is given (``Authorization: Bearer``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from chatstream_client.api import ChatClient, TurnResult, ids_in_order
+from chatstream_client.auth import BearerAuth
 
 
 @dataclass
@@ -44,8 +46,10 @@ def _one_chat(
     index: int,
     gap_s: float = 0.0,
     pace: bool | None = None,
+    token: str | None = None,
 ) -> None:
-    with ChatClient(url, timeout=120, pace=pace) as client:
+    auth = BearerAuth(token) if token is not None else None
+    with ChatClient(url, timeout=120, pace=pace, auth=auth) as client:
         barrier.wait()
         if gap_s:
             time.sleep(index * gap_s)  # arrivals spread out: chat i is sent i gaps after the first
@@ -83,14 +87,19 @@ def _problem(result: TurnResult) -> str | None:
 
 
 def run_load(
-    url: str, message: str, concurrency: int, gap_s: float = 0.0, pace: bool | None = None
+    url: str,
+    message: str,
+    concurrency: int,
+    gap_s: float = 0.0,
+    pace: bool | None = None,
+    token: str | None = None,
 ) -> list[dict[str, object]]:
     """``concurrency`` chats of ``message`` started together (or ``gap_s`` apart), with ``?pace=`` when ``pace``
-    is given; their samples as dicts (picklable)."""
+    is given and the bearer ``token`` when given; their samples as dicts (picklable)."""
     barrier = threading.Barrier(concurrency)
     out: list[ChatSample] = [ChatSample(ok=False, error="not run")] * concurrency
     threads = [
-        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i, gap_s, pace), daemon=True)
+        threading.Thread(target=_one_chat, args=(url, message, barrier, out, i, gap_s, pace, token), daemon=True)
         for i in range(concurrency)
     ]
     for thread in threads:
@@ -107,9 +116,15 @@ class LoadRunner:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
     def run(
-        self, url: str, message: str, concurrency: int, gap_s: float = 0.0, pace: bool | None = None
+        self,
+        url: str,
+        message: str,
+        concurrency: int,
+        gap_s: float = 0.0,
+        pace: bool | None = None,
+        token: str | None = None,
     ) -> list[ChatSample]:
-        samples = self._pool.submit(run_load, url, message, concurrency, gap_s, pace).result()
+        samples = self._pool.submit(run_load, url, message, concurrency, gap_s, pace, token).result()
         return [ChatSample(**sample) for sample in samples]  # type: ignore[arg-type]
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from bench.coldstart import ColdStart
     from bench.firsttoken import FirstTokenPath
+    from bench.jwt_mode import JwtOverhead
     from bench.records import RunRecord
     from bench.results import BenchResults, HourlyCosts
 
@@ -396,6 +397,41 @@ COLD_START_CASES = {
 }
 
 
+def _ms(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f} ms"
+
+
+def jwt_table(jwt: JwtOverhead | None) -> list[str]:
+    """The JWT auth mode beside NONE (bench/jwt_mode.py): the first token at one chat, and a token's verification."""
+    if jwt is None:
+        return []
+    within = {True: "yes", False: "**no**", None: "n/m"}[jwt.within_target]
+    lines = [
+        "## The JWT auth mode beside NONE",
+        "",
+        f"chatstream's stack and a twin in the JWT mode (the local issuer's {jwt.algorithm} tokens), side by side: "
+        f"`{jwt.message}` at model delay {jwt.model_delay_ms} ms, one chat at a time, {jwt.pairs} on each, "
+        "alternately. The overhead is the median of the pairs' differences (JWT − NONE), against the "
+        f"{jwt.overhead_target_ms:g} ms the first token may lose.",
+        "",
+        "| mode | chats | exact | TTFT p50 | TTFT p95 |",
+        "|---|---:|---|---:|---:|",
+        f"| NONE | {jwt.pairs} | {'yes' if jwt.exact else '**no**'} | {_ms(jwt.ttft_ms_none.p50)} "
+        f"| {_ms(jwt.ttft_ms_none.p95)} |",
+        f"| JWT | {jwt.pairs} | {'yes' if jwt.exact else '**no**'} | {_ms(jwt.ttft_ms_jwt.p50)} "
+        f"| {_ms(jwt.ttft_ms_jwt.p95)} |",
+        "",
+        f"First token's overhead: **{_ms(jwt.overhead_ms_p50, 2)}** (within {jwt.overhead_target_ms:g} ms: "
+        f"{within}). Verification CPU per request: **{jwt.verify_cpu_us_p50:g} µs** (median of batches; fastest "
+        f"batch {jwt.verify_cpu_us_min:g} µs), {jwt.verifications} verifications of one token in the benchmark's "
+        "process with the layer's PyJWT and cryptography, keys already fetched.",
+        "",
+    ]
+    if jwt.failures:
+        lines += [f"Failed chats: {'; '.join(str(f) for f in jwt.failures)}", ""]
+    return lines
+
+
 def cold_start_table(cold: ColdStart | None) -> list[str]:
     """Init per function (process start → first ``/next``), on its runtime and on awslambdaric, in the packages the
     deployed function has and in the development environment (bench/coldstart.py)."""
@@ -485,6 +521,7 @@ def write_markdown(results: BenchResults, path: Path) -> None:
     lines += ["", f"Basis: {results.costs.basis}.", "", *fixed_table(results.costs.fixed_monthly)]
     lines += cold_start_table(results.cold_start)
     lines += first_token_table(results.first_token_path, runs)
+    lines += jwt_table(results.jwt_mode)
     lines += candidates_table(runs)
     lines += ["## Where the time goes", "", *time_goes(runs), ""]
     path.write_text("\n".join(lines))

@@ -2,10 +2,11 @@
 report.
 
 ``bench/run.py`` builds one from its cells (:class:`~bench.records.RunRecord`), each pipeline variant's first-token
-path (:class:`~bench.firsttoken.FirstTokenPath`), the cold starts (:class:`~bench.coldstart.ColdStart`), the costs
-(:class:`Costs`) and the run's :class:`Environment`; :meth:`BenchResults.to_json` is the file's document and
-:meth:`BenchResults.load` reads a file back (the committed ``bench/results.json`` among them), so ``bench/report.py``
-writes results.md and results.png from records, never from the document's keys.
+path (:class:`~bench.firsttoken.FirstTokenPath`), the cold starts (:class:`~bench.coldstart.ColdStart`), the JWT
+cell (:class:`~bench.jwt_mode.JwtOverhead`), the costs (:class:`Costs`) and the run's :class:`Environment`;
+:meth:`BenchResults.to_json` is the file's document and :meth:`BenchResults.load` reads a file back (the committed
+``bench/results.json`` among them), so ``bench/report.py`` writes results.md and results.png from records, never
+from the document's keys.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.coldstart import ColdStart
 from bench.firsttoken import FirstTokenPath
+from bench.jwt_mode import JwtOverhead
 from bench.records import RunRecord
 
 if TYPE_CHECKING:
@@ -253,6 +255,7 @@ class BenchResults:
     spread_arrivals: tuple[RunRecord, ...] = ()  # informative cells: chats sent apart instead of at once
     cold_start: ColdStart | None = None
     costs: Costs = field(default_factory=lambda: Costs({}, "", {}))
+    jwt_mode: JwtOverhead | None = None  # the JWT auth mode beside NONE (runs before it had none)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -263,6 +266,8 @@ class BenchResults:
         }
         if self.cold_start is not None:
             out["cold_start"] = self.cold_start.to_json()
+        if self.jwt_mode is not None:
+            out["jwt_mode"] = self.jwt_mode.to_json()
         return out | self.costs.to_json()
 
     def dumps(self) -> str:
@@ -279,6 +284,7 @@ class BenchResults:
             spread_arrivals=tuple(RunRecord.from_json(run) for run in raw.get("spread_arrivals") or ()),
             cold_start=None if not cold_start else ColdStart.from_json(cold_start),
             costs=Costs.from_json(raw),
+            jwt_mode=JwtOverhead.from_json(raw["jwt_mode"]) if raw.get("jwt_mode") else None,
         )
 
     @classmethod

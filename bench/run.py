@@ -8,7 +8,9 @@ model delay 0 and 20 ms, at 1, 10 and 50 concurrent chats (and, on chatstream's 
 the same streams with ``?pace=0``, each record one event, at 20 ms and 1 and 10 chats), it measures what clients
 see (exactness, time to first token, gaps between token events, throughput) and what the pipeline spends
 (Kinesis records and calls, DynamoDB units, Lambda requests and durations, CPU by function), then writes
-``bench/results.json``, ``bench/results.md`` and ``bench/results.png``. See ``bench/README.md``.
+``bench/results.json``, ``bench/results.md`` and ``bench/results.png``. Beside chatstream's stack it also starts
+one in the JWT auth mode and compares the first token at one chat, and measures a token's verification CPU
+(``bench/jwt_mode.py``). See ``bench/README.md``.
 
 Usage: ``python -m bench.run [--quick] [--out-dir bench]``.
 """
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import coldstart, firsttoken, procstat
 from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_tokens, fixed_monthly, price_table
+from bench.jwt_mode import JwtOverhead, alternate, verification_cpu
 from bench.load import ChatSample, LoadRunner
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
 from bench.report import write_markdown, write_plot
@@ -47,6 +50,8 @@ from bench.results import (
     SpreadArrivals,
     WorkloadInfo,
 )
+from chatstream.config import JwtSettings
+from chatstream.relay.bearer import BearerVerifier
 from chatstream_local.bedrock.endpoint import LocalModelServer
 from chatstream_local.bedrock.model import plan_reply
 from chatstream_local.event_sources.kinesis import ReadMode
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from chatstream_local.lambda_.invocation import StreamHandle
+    from chatstream_local.oidc.server import IssuerServer
 
 ROOT = Path(__file__).resolve().parent.parent
 NAIVE_PROXY = {"FLUSH_INTERVAL_MS": "0", "FLUSH_MAX_CHARS": "1"}
@@ -86,6 +92,12 @@ PIPELINE_VARIANTS: dict[str, PipelineVariant] = {
     "poll-fast": PipelineVariant(functions={"RelayFunction": {"POLL_MAX_MS": "20"}}),
     "flush-100": PipelineVariant(functions={"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}}),  # smoother text
 }
+
+
+# The JWT cell's stack (bench/jwt_mode.py): chatstream's settings in the JWT auth mode, with the local issuer. Not a
+# variant of its own: its chats need a token, and it runs beside chatstream's stack only.
+JWT_VARIANT = "chatstream-jwt"
+JWT_PIPELINE = PipelineVariant(parameters={"FunctionUrlAuthType": "JWT"})
 
 
 def stack_template(variant: str) -> Template:
@@ -127,6 +139,11 @@ class Workload:
     # chatstream's streams without pacing (?pace=0), beside the paced ones, on the same stack: what pacing changes
     unpaced_delay_ms: int = 20
     unpaced_concurrency: tuple[int, ...] = (1, 10)
+    # The JWT cell (bench/jwt_mode.py): chats at one chat on each of chatstream's stack and its JWT twin, alternately,
+    # at this model delay; and verifications of one token, timed in this process
+    jwt_pairs: int = 40
+    jwt_delay_ms: int = 0
+    jwt_verifications: int = 2000
 
     @property
     def message(self) -> str:
@@ -151,6 +168,8 @@ QUICK = Workload(
     coldstart_repeat=2,
     first_token_chats=2,
     naive_max_concurrency=4,
+    jwt_pairs=3,
+    jwt_verifications=200,
 )
 
 
@@ -228,6 +247,7 @@ class Target:
     stop: Callable[[], None]
     local: LocalLambda
     calls: CallCounts | None = None
+    issuer: IssuerServer | None = None  # the JWT auth mode's local issuer
 
 
 def start_direct() -> Target:
@@ -269,18 +289,20 @@ def start_direct() -> Target:
 FAN_OUT_LATENCY_MS = 70
 
 
-def start_pipeline(variant: str) -> Target:
+def start_pipeline(variant: str, pipeline: PipelineVariant | None = None) -> Target:
+    """The local stack of ``variant`` (its settings ``pipeline``, else :data:`PIPELINE_VARIANTS`' entry)."""
     roles = {"relay": "RelayFunction", "proxy": "ProxyFunction", "consumer": "ConsumerFunction"}
+    changes = pipeline if pipeline is not None else PIPELINE_VARIANTS[variant]
     # moto counts each function's calls by the application id botocore puts in the User-Agent.
     overrides = {logical_id: {CALLER_ENV: role} for role, logical_id in roles.items()}
-    for logical_id, variables in PIPELINE_VARIANTS[variant].functions.items():
+    for logical_id, variables in changes.functions.items():
         overrides[logical_id].update(variables)
     settings = StackSettings(
         port=0,
         model_delay_ms=0,
         function_overrides=overrides,
         count_calls=True,
-        parameter_overrides={**StackSettings().parameter_overrides, **PIPELINE_VARIANTS[variant].parameters},
+        parameter_overrides={**StackSettings().parameter_overrides, **changes.parameters},
         fan_out_latency_ms=FAN_OUT_LATENCY_MS,
     )
     stack = LocalStack(settings, log=lambda component, line: log(f"{component}: {line}"))
@@ -290,7 +312,9 @@ def start_pipeline(variant: str) -> Target:
     names = {role: stack.name(logical_id) for role, logical_id in roles.items()}
     memory = {role: stack.local_lambda.spec(name).memory_mb for role, name in names.items()}
     calls = CallCounts(stack.moto_url)
-    return Target(variant, stack.url, stack.model, invocations, names, memory, stack.stop, stack.local_lambda, calls)
+    return Target(
+        variant, stack.url, stack.model, invocations, names, memory, stack.stop, stack.local_lambda, calls, stack.issuer
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the runs
@@ -402,8 +426,8 @@ def run_record(target: Target, cell: Cell, m: Measured, expected: str) -> RunRec
 
 
 @contextlib.contextmanager
-def running(variant: str) -> Iterator[Target]:
-    target = start_direct() if variant == "direct" else start_pipeline(variant)
+def running(variant: str, pipeline: PipelineVariant | None = None) -> Iterator[Target]:
+    target = start_direct() if variant == "direct" else start_pipeline(variant, pipeline)
     try:
         yield target
     finally:
@@ -444,6 +468,7 @@ def environment(workload: Workload, variants: Sequence[str]) -> Environment:
                 **{v: dataclasses.asdict(PIPELINE_VARIANTS[v]) for v in variants if v in PIPELINE_VARIANTS},
                 "chatstream": "template.yaml defaults",
                 **({UNPACED: "chatstream's stack, its streams with ?pace=0"} if "chatstream" in variants else {}),
+                **({JWT_VARIANT: dataclasses.asdict(JWT_PIPELINE)} if "chatstream" in variants else {}),
             },
             read_modes={
                 **{v: read_mode(v).value for v in variants if v in PIPELINE_VARIANTS},
@@ -552,10 +577,14 @@ def measure_first_token(target: Target, workload: Workload) -> firsttoken.FirstT
 
 
 def measure_variants(
-    variants: Sequence[str], workload: Workload, first_token: list[firsttoken.FirstTokenPath] | None = None
+    variants: Sequence[str],
+    workload: Workload,
+    first_token: list[firsttoken.FirstTokenPath] | None = None,
+    jwt: list[JwtOverhead] | None = None,
 ) -> tuple[list[RunRecord], list[RunRecord]]:
     """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones (and,
-    into ``first_token``, each pipeline variant's first-token path)."""
+    into ``first_token``, each pipeline variant's first-token path; into ``jwt``, the JWT cell, beside chatstream's
+    stack)."""
     expected = plan_reply(workload.message).text
     runs: list[RunRecord] = []
     spread: list[RunRecord] = []
@@ -573,9 +602,42 @@ def measure_variants(
                     spread += _measure_spread(target, load, workload, expected)
                 if first_token is not None and variant != "direct":
                     first_token.append(measure_first_token(target, workload))
+                if jwt is not None and variant == "chatstream":
+                    jwt.append(measure_jwt(target, load, workload, expected))
     finally:
         load.close()
     return runs, spread
+
+
+def measure_jwt(none: Target, load: LoadRunner, workload: Workload, expected: str) -> JwtOverhead:
+    """The JWT cell (bench/jwt_mode.py): chatstream's stack, in the NONE mode, and a twin in the JWT mode started
+    beside it: the first token at one chat on each, alternately, and a token's verification CPU."""
+    log(f"{JWT_VARIANT}: starting beside chatstream")
+    with running(JWT_VARIANT, JWT_PIPELINE) as jwt:
+        assert jwt.issuer is not None
+        token = jwt.issuer.issuer.mint("bench")
+        for target in (none, jwt):
+            target.model.delay_ms = workload.jwt_delay_ms
+        for concurrency in (2, 2, 1):  # relay environments that have verified a token (its keys fetched)
+            load.run(jwt.url, workload.message, concurrency, token=token)
+        settle(none)
+        settle(jwt)
+        pairs = alternate(
+            workload.jwt_pairs,
+            none=lambda: load.run(none.url, workload.message, 1)[0],
+            jwt=lambda: load.run(jwt.url, workload.message, 1, token=token)[0],
+        )
+        verifier = BearerVerifier(JwtSettings.from_env(jwt.issuer.relay_environment()))
+        authorization = f"Bearer {token}"
+        cpu = verification_cpu(lambda: verifier.verify(authorization), workload.jwt_verifications)
+    record = JwtOverhead.of(workload.message, workload.jwt_delay_ms, pairs, expected, cpu, workload.jwt_verifications)
+    log(
+        f"{JWT_VARIANT}: {record.pairs} chats per mode, exact={record.exact}: TTFT p50 NONE "
+        f"{record.ttft_ms_none.p50} ms, JWT {record.ttft_ms_jwt.p50} ms, overhead (median of pairs) "
+        f"{record.overhead_ms_p50} ms (target {record.overhead_target_ms:g} ms); verification "
+        f"{record.verify_cpu_us_p50} µs CPU per request ({record.algorithm})"
+    )
+    return record
 
 
 def _measure_cells(target: Target, load: LoadRunner, workload: Workload, expected: str) -> list[RunRecord]:
@@ -666,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"cold start: {workload.coldstart_repeat} starts per case")
         cold_start = coldstart.measure(workload.coldstart_repeat)
     first_token: list[firsttoken.FirstTokenPath] = []
-    runs, spread = measure_variants(variants, workload, first_token)
+    jwt: list[JwtOverhead] = []
+    runs, spread = measure_variants(variants, workload, first_token, jwt)
     duration_s = round(time.monotonic() - began, 1)
     results = BenchResults(
         environment=dataclasses.replace(env, duration_s=duration_s),
@@ -675,6 +738,7 @@ def main(argv: list[str] | None = None) -> int:
         spread_arrivals=tuple(spread),
         cold_start=cold_start,
         costs=costs(runs, workload, env.settings.read_modes),
+        jwt_mode=jwt[0] if jwt else None,
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write(results, args.out_dir / "results.json")
