@@ -19,6 +19,7 @@ from botocore.validate import ParamValidator
 
 from chatstream.generation import (
     NO_TOOL_INSTRUCTION,
+    ONE_TOOL_INSTRUCTION,
     Generation,
     GenerationSettings,
     build_messages,
@@ -367,6 +368,21 @@ def test_the_tool_choice_is_bedrocks(chat_table, choice, sent) -> None:
     config = params_for(chat_table, session_id, 1)["toolConfig"]
     assert config.get("toolChoice") == sent
     assert [tool["toolSpec"]["name"] for tool in config["tools"]] == ["get_weather"]
+
+
+def test_parallel_tool_calls_false_asks_the_model_for_one_call_through_the_item(chat_table) -> None:
+    # GIVEN a turn whose client asked for at most one call (Bedrock has no switch for it)
+    options = TurnOptions(tools=(WEATHER,), parallel_tool_calls=False)
+    session_id = chat_table.turns.start_first(OWNER, "weather in two cities?", options=options)
+    # THEN the turn item keeps it, and the model is sent the tools and told so in the system text
+    assert chat_table.get_turn(session_id, 1).options.parallel_tool_calls is False
+    params = params_for(chat_table, session_id, 1)
+    assert params["toolConfig"] == {"tools": [WEATHER.to_converse()]}
+    assert params["system"] == [{"text": ONE_TOOL_INSTRUCTION}]
+    # AND a turn that leaves it at its default is told nothing
+    default = chat_table.turns.start_first(OWNER, "weather?", options=TurnOptions(tools=(WEATHER,)))
+    assert chat_table.get_turn(default, 1).options.parallel_tool_calls is True
+    assert "system" not in params_for(chat_table, default, 1)
 
 
 def test_none_without_tool_blocks_sends_no_tools(chat_table) -> None:

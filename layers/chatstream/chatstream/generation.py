@@ -128,6 +128,9 @@ _REPLAYED_STATUSES = frozenset({TurnStatus.COMPLETE, TurnStatus.CANCELLED})
 MALFORMED_TOOL_USE = "malformed_tool_use"  # the error of a turn whose tool call the model got wrong
 # The system text of a request that may call no tool but must still declare tools (tool_config).
 NO_TOOL_INSTRUCTION = "Do not call any tool in this reply: answer in text."
+# The system text of a request whose client asked for at most one call (OpenAI's parallel_tool_calls: false), which
+# ConverseStream has no switch for (tool_config).
+ONE_TOOL_INSTRUCTION = "Call at most one tool in this reply."
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,12 @@ def tool_config(options: TurnOptions, messages: Sequence[Mapping[str, Any]]) -> 
       name, with an open object schema: LiteLLM adds a placeholder tool in that case), no ``toolChoice``, and the
       system text :data:`NO_TOOL_INSTRUCTION`. A model may still call a tool then: its call is kept as it came (the
       turn ends ``tool_use``), never dropped.
+
+    ``parallel_tool_calls: false`` (``TurnOptions.parallel_tool_calls``) has no ConverseStream field either (Claude's
+    ``disable_parallel_tool_use`` is a field of Anthropic's own API, which LiteLLM sends through
+    ``additionalModelRequestFields`` for Claude only; chatstream serves any model): a turn that may call its tools asks
+    the model in the system text :data:`ONE_TOOL_INSTRUCTION`. A model that calls several all the same has every call
+    kept.
     """
     choice = options.tool_choice
     if options.tools and (choice is None or choice.mode is not ToolChoiceMode.NONE):
@@ -352,7 +361,7 @@ def tool_config(options: TurnOptions, messages: Sequence[Mapping[str, Any]]) -> 
         sent = None if choice is None or choice.mode is ToolChoiceMode.AUTO else choice.to_converse()
         if sent is not None:
             config["toolChoice"] = sent
-        return config, ""
+        return config, "" if options.parallel_tool_calls else ONE_TOOL_INSTRUCTION
     blocks = [block for message in messages for block in message["content"]]
     if not any("toolUse" in block or "toolResult" in block for block in blocks):
         return None, ""

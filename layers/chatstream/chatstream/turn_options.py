@@ -16,6 +16,9 @@ carries them: they can hold conversation text.
   :data:`~chatstream.tools.MAX_TOOLS`, names unique), ``toolConfig.tools``;
 - ``tool_choice``: which of them it may or must call (:class:`~chatstream.tools.ToolChoice`; only with ``tools``, and
   a ``tool`` choice names one of them), ``toolConfig.toolChoice`` (``none``: ``chatstream.generation.tool_config``);
+- ``parallel_tool_calls``: ``False`` asks the model to call at most one tool in its reply (OpenAI's
+  ``parallel_tool_calls: false``). Bedrock has no such switch, so it is a system text
+  (``chatstream.generation.ONE_TOOL_INSTRUCTION``), a request the model may not honour; every call it makes is kept;
 - ``tool_results``: what the client's tools answered to the calls of the turn before (its ``tool_calls``), the turn's
   input with or instead of a message: the ``toolResult`` blocks of the turn's user message. Chat Completions'
   ``role: tool`` messages, the Responses API's ``function_call_output`` items and the native API's results all map
@@ -76,6 +79,7 @@ class TurnOptions:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice | None = None
     tool_results: tuple[ToolResult, ...] = ()
+    parallel_tool_calls: bool = True
 
     def __post_init__(self) -> None:
         if self.top_p is not None and not 0 <= self.top_p <= 1:
@@ -125,6 +129,8 @@ class TurnOptions:
             item["tool_choice"] = self.tool_choice.to_item()
         if self.tool_results:
             item["tool_results"] = [result.to_item() for result in self.tool_results]
+        if not self.parallel_tool_calls:
+            item["parallel_tool_calls"] = False
         return item
 
     @classmethod
@@ -139,4 +145,5 @@ class TurnOptions:
             tools=tuple(ToolSpec.from_item(tool) for tool in item.get("tools") or ()),
             tool_choice=None if choice is None else ToolChoice.from_item(choice),
             tool_results=tuple(ToolResult.from_item(result) for result in item.get("tool_results") or ()),
+            parallel_tool_calls=item.get("parallel_tool_calls", True) is not False,
         )
