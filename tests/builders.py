@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.records import ErrorInfo, TokenRecord, ToolCallRef, Usage
 from chatstream.status import StopReason
 
 if TYPE_CHECKING:
@@ -44,6 +44,30 @@ def turn_records(
     else:
         usage = Usage(input_tokens, len(reasoning) + len(words))
         records.append(TokenRecord.stop(session_id, turn, end, stop_reason, usage, ts + end))
+    return records
+
+
+def tool_turn_records(
+    session_id: str,
+    turn: int,
+    words: Sequence[str],
+    calls: Sequence[tuple[str, str, Sequence[str]]],
+    *,
+    ts: int = 1,
+    ended: bool = True,
+) -> list[TokenRecord]:
+    """A turn that called tools: its start, one delta per word, then for each ``(id, name, pieces)`` of ``calls`` one
+    ``tool_use`` record per piece of its arguments (the last one ends the call; no pieces: an end alone, ``{}``), then
+    a ``tool_use`` stop record; ``ended=False``: without the stop record (still generating)."""
+    records = opening_records(session_id, turn, words, ts=ts)
+    for index, (call_id, name, pieces) in enumerate(calls):
+        ref = ToolCallRef(index, call_id, name)
+        for at, piece in enumerate(pieces or ("{}",)):
+            end = at == max(len(pieces), 1) - 1
+            records.append(TokenRecord.tool_use(session_id, turn, len(records), ref, piece, ts + len(records), end=end))
+    if ended:
+        usage = Usage(1, len(records) - 1)
+        records.append(TokenRecord.stop(session_id, turn, len(records), StopReason.TOOL_USE, usage, ts + len(records)))
     return records
 
 

@@ -14,7 +14,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from chatstream.records import ErrorInfo, TokenRecord, Usage
+from chatstream.records import ErrorInfo, TokenRecord, ToolCallRef, Usage
 from chatstream.relay.follow import error_event, render, render_text
 from chatstream.relay.http import Request
 from chatstream.relay.openai.endpoints import MODEL_ALIAS
@@ -187,11 +187,13 @@ def parse(text: str) -> list[dict[str, str]]:
         render(TokenRecord.delta(SESSION, 1, 1, "You said: hi", 1)),
         render_text(TextEvent("token", 2, "said", start=4, last=False)),
         render_text(TextEvent("reasoning", 1, "Let me think", start=0, last=True)),
+        render(TokenRecord.tool_use(SESSION, 1, 3, ToolCallRef(0, "tooluse_a", "get_weather"), '{"city"', 3)),
+        render(TokenRecord.tool_use(SESSION, 1, 4, ToolCallRef(1, "tooluse_b", "get_time"), "", 4, end=True)),
         render(TokenRecord.stop(SESSION, 1, 2, StopReason.END_TURN, Usage(3, 4, latency_ms=9), 2)),
         render(TokenRecord.failure(SESSION, 1, 2, ErrorInfo("model_error", "the model failed", False), 2)),
         error_event("timeout", "the generation did not start", retryable=True),
     ],
-    ids=["token", "paced token", "reasoning", "done", "error record", "error"],
+    ids=["token", "paced token", "reasoning", "tool call", "tool call end", "done", "error record", "error"],
 )
 def test_the_events_the_relay_renders_are_events_the_document_describes(
     document: dict[str, Any], rendered: str

@@ -12,6 +12,9 @@ may become visible out of order). What the client sees:
   piece (a whole record when pacing is off);
 - ``reasoning`` → ``event: reasoning`` / ``{"text"}``: the model's reasoning, never the reply, paced and with ids
   exactly as ``delta``'s text (one record holds one kind of text, so its pieces are all of that kind);
+- ``tool_use`` → ``event: tool_call`` / ``{"index", "id", "name", "arguments"}`` (and ``"end": true`` on the call's
+  last event): a record's argument text whole, with its ``seq`` as id, never paced (:mod:`chatstream.relay.pace`
+  says why) but sent after the text before it; a record that only ends the call has ``arguments`` ``""``;
 - ``stop`` → ``id: <seq>`` / ``event: done`` / ``{"stop_reason", "usage": {"input_tokens", "output_tokens"}}``;
 - ``error`` → ``id: <seq>`` / ``event: error`` / ``{"code", "message", "retryable"}``;
 
@@ -64,7 +67,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -225,18 +228,31 @@ class FollowStats:
     error_code: str | None = None
 
 
+TOOL_CALL = "tool_call"  # the event of a tool call's arguments
+
+
 def text_event(record: TokenRecord) -> TextEvent | None:
-    """The text a record carries, as a typed event (``None``: it carries none). One record, one kind of text."""
+    """The text a record carries, as a typed event (``None``: it carries none). One record, one kind of text: the
+    reply's, the reasoning's, or one tool call's arguments."""
     if record.type is RecordType.DELTA:
         return TextEvent("token", record.seq, record.text or "")
     if record.type is RecordType.REASONING:
         return TextEvent("reasoning", record.seq, record.text or "")
+    if record.type is RecordType.TOOL_USE:
+        return TextEvent(TOOL_CALL, record.seq, record.text or "", call=record.call, end=record.end)
     return None
 
 
 def render_text(event: TextEvent) -> str:
-    """The SSE event of a text event: ``{"text"}`` under its kind, with its position as id."""
-    return sse.json_message({"text": event.text}, event=event.kind, id=str(event.position))
+    """The SSE event of a text event, with its position as id: ``{"text"}`` under its kind, or a tool call's
+    ``{"index", "id", "name", "arguments"}`` (``"end": true`` when it completes the call)."""
+    if event.call is None:
+        return sse.json_message({"text": event.text}, event=event.kind, id=str(event.position))
+    call = event.call
+    payload: dict[str, Any] = {"index": call.index, "id": call.id, "name": call.name, "arguments": event.text}
+    if event.end and event.last:
+        payload["end"] = True
+    return sse.json_message(payload, event=TOOL_CALL, id=str(event.position))
 
 
 def render(record: TokenRecord) -> str:
@@ -481,8 +497,9 @@ class Follower:
             if record.is_terminal:
                 raise _End(self._emit(record))
             text = text_event(record)
-            if text is not None and skip < len(text.text):
-                self.pacer.add(TextEvent(text.kind, text.seq, text.text[skip:], start=skip), now, cursor.cadence)
+            # A call's end without text is an event too (it completes the call), unless the client has the record.
+            if text is not None and (skip < len(text.text) or (text.call is not None and skip == 0)):
+                self.pacer.add(replace(text, text=text.text[skip:], start=skip), now, cursor.cadence)
             cursor.position = Position(record.seq)
         return fresh
 

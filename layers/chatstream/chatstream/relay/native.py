@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import TurnFinished, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
+from chatstream.records import assistant_text, reasoning_text, tool_calls
 from chatstream.relay import sse
 from chatstream.relay.exchange import PROXY_UNAVAILABLE, Exchange
 from chatstream.relay.follow import FollowStats, StreamOutcome, events_url, render
 from chatstream.relay.http import HttpError, Response, Router, StreamInfo, StreamKind, json_response, sse_response
+from chatstream.relay.tool_requests import check_answers
 from chatstream.relay.validation import parse_chat_request, parse_pace, parse_position
 from chatstream.status import TurnStatus
 
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from chatstream.records import TokenRecord
     from chatstream.relay.follow import Follower
     from chatstream.table import Turn
+    from chatstream.tools import ToolCall
+    from chatstream.turn_options import TurnOptions
 
 RETRY_MS = 1000
 # The advice of a POST /chat's 404 session_not_found: a path's session id (history, events, cancel) has no field to
@@ -93,11 +97,15 @@ def chat(exchange: Exchange, params: Mapping[str, str]) -> Response:
         max_tokens_limit=exchange.config.max_tokens_limit,
         valid_base64=exchange.request.body_is_valid_base64,
     )
+    if chat.options is not None and chat.options.tool_results:
+        assert chat.session_id is not None  # results come with one (parse_chat_request)
+        _check_tool_results(exchange, chat.session_id, chat.options)
     session_id, turn = exchange.begin_turn(
         chat.session_id,
         chat.message,
         max_tokens=chat.max_tokens,
         temperature=chat.temperature,
+        options=chat.options,
         not_found_advice=OMIT_SESSION_ID,
     )
     request = GenerateRequest(session_id, turn)
@@ -151,6 +159,25 @@ def cancel(exchange: Exchange, params: Mapping[str, str]) -> Response:
     return json_response(202, {"session_id": session_id, "turn": turn, "status": "cancelling"})
 
 
+def _check_tool_results(exchange: Exchange, session_id: str, options: TurnOptions) -> None:
+    """A turn's ``tool_results`` answer exactly the complete tool calls of the session's latest turn (``400`` naming
+    a result for no such call, or a call left without one). A message without results after a turn that called
+    tools is no such turn: the calls go unanswered, and the model is not shown them again."""
+    owned = exchange.owned({"session_id": session_id})
+    session = exchange.table.get_session(owned.session_id)
+    latest = (
+        None if session is None or not session.turn_count else exchange.table.get_turn(session_id, session.turn_count)
+    )
+    if latest is not None and not latest.finished:
+        raise HttpError(
+            409,
+            "turn_in_progress",
+            f"turn {latest.turn} of session {session_id} is still generating; send its tool results once it ends",
+        )
+    before = f"turn {latest.turn}" if latest is not None else "the session's latest turn"
+    check_answers(latest.tool_calls if latest is not None else (), options.tool_results, "tool_results", before)
+
+
 def _stream(meta: str | None, follower: Follower) -> Iterator[str]:
     # The first chunk goes out at once: the prelude is sent with it, before any table read.
     yield sse.retry(RETRY_MS) + (meta or "")
@@ -168,9 +195,10 @@ def _failed_stream(meta: str, failure: TokenRecord, stats: FollowStats) -> Itera
 
 
 def _turn_view(exchange: Exchange, turn: Turn) -> dict[str, Any]:
-    assistant, reasoning = turn.assistant, turn.reasoning
+    assistant, reasoning, calls = turn.assistant, turn.reasoning, turn.tool_calls
     if turn.status is TurnStatus.IN_PROGRESS:
-        assistant, reasoning = exchange.table.assemble_texts(turn.session_id, turn.turn)
+        records = exchange.table.query_records(turn.session_id, turn.turn)
+        assistant, reasoning, calls = assistant_text(records), reasoning_text(records), tuple(tool_calls(records))
     view: dict[str, Any] = {
         "turn": turn.turn,
         "status": turn.status,
@@ -181,9 +209,19 @@ def _turn_view(exchange: Exchange, turn: Turn) -> dict[str, Any]:
     }
     if reasoning:
         view["reasoning"] = reasoning  # apart from the reply; absent when the model showed none
+    if calls:
+        view["tool_calls"] = [tool_call_view(index, call) for index, call in enumerate(calls)]
+    if turn.options.tool_results:
+        view["tool_results"] = [result.to_item() for result in turn.options.tool_results]
     if turn.error is not None:
         view["error"] = dict(turn.error)
     return view
+
+
+def tool_call_view(index: int, call: ToolCall) -> dict[str, Any]:
+    """A tool call as the history shows it: its ``index`` in the reply, ``id``, ``name``, its whole ``arguments``
+    (JSON text), and ``complete`` (false for a call the turn ended inside, whose arguments are cut short)."""
+    return {"index": index, "id": call.id, "name": call.name, "arguments": call.arguments, "complete": call.complete}
 
 
 def _turn_not_found(session_id: str, turn: int) -> HttpError:

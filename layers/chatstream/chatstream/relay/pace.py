@@ -22,6 +22,11 @@ of it.
 - What is left goes out at once when the stream ends (the terminal record, an error, a ``reconnect``).
 - Without pacing (``PACE_TEXT=false``, ``?pace=0``) each record is one event, due at once.
 
+A tool call's arguments (``tool_call`` events) are not paced: each record's argument text goes out whole, at once,
+after whatever text waits before it. Pacing is for people reading text as it appears; arguments are read by a
+program, which can use a call only once its arguments are complete, so spreading them would only delay the call (by
+up to a spread) and multiply the events, for nobody to see.
+
 Positions (the events' ids, HTTP_API.md "Event ids"): a record that goes out whole, and the last piece of a record,
 carry the record's ``seq`` (``7``); any other piece carries ``<seq>.<offset>`` (``7.12``), the number of characters
 (Unicode code points) of the record's text the client has once it has the piece. Resuming from either gives
@@ -32,8 +37,13 @@ an offset into one text.
 from __future__ import annotations
 
 import collections
+import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chatstream.records import ToolCallRef
 
 DEFAULT_INTERVAL_S = 0.3  # the spread before the cadence is known: the proxy's default FLUSH_INTERVAL_MS
 SPREAD_FACTOR = 1.2  # pieces are spread over this many cadences: they last until the next record is found
@@ -94,7 +104,8 @@ class Position:
 class TextEvent:
     """Text of one kind (the SSE event's name: ``token``), all or part of one record's text.
 
-    ``start`` is where ``text`` begins in the record's text; ``last`` says it ends the record.
+    ``start`` is where ``text`` begins in the record's text; ``last`` says it ends the record. A tool call's argument
+    text (kind ``tool_call``) carries its ``call``, and ``end`` when its record ends the call.
     """
 
     kind: str
@@ -102,6 +113,8 @@ class TextEvent:
     text: str
     start: int = 0
     last: bool = True
+    call: ToolCallRef | None = None
+    end: bool = False
 
     @property
     def position(self) -> Position:
@@ -113,6 +126,8 @@ def pieces(event: TextEvent) -> list[TextEvent]:
     """``event`` cut at word boundaries: each piece a word with the spaces before it (trailing spaces go with the
     last piece; in CJK text a word is a character), at most :data:`MAX_PIECES` of them (neighbours merged evenly);
     the pieces' texts join to ``event.text``."""
+    if event.call is not None:
+        return [event]  # arguments are sent whole (the module's docstring)
     words = _WORD.findall(event.text)
     if len(words) > 1 and not words[-1].strip():
         words[-2:] = [words[-2] + words[-1]]
@@ -137,10 +152,17 @@ class Pacer:
     _waiting: collections.deque[TextEvent] = field(default_factory=collections.deque)
     _next_at: float = 0.0  # when the first waiting piece is due
     _spacing: float = 0.0  # between waiting pieces
+    _ready: list[TextEvent] = field(default_factory=list)  # due at once, before any waiting piece: a tool call's
 
     def add(self, event: TextEvent, now: float, interval: float | None) -> None:
         """Queue a record's text (or what is left of it), read at ``now``; records come every ``interval`` seconds
-        (``None``: not known yet)."""
+        (``None``: not known yet). A tool call's arguments are due at once, whole, with every piece before them (an
+        end without text too: it completes the call)."""
+        if event.call is not None:
+            self._ready.extend(self._waiting)
+            self._waiting.clear()
+            self._ready.append(event)
+            return
         if not event.text:
             return
         if not self._waiting:
@@ -155,11 +177,13 @@ class Pacer:
 
     def next_due(self) -> float | None:
         """When the next piece is due; ``None``: nothing waits."""
+        if self._ready:
+            return -math.inf
         return self._next_at if self._waiting else None
 
     def due(self, now: float) -> list[TextEvent]:
         """The pieces due by ``now``, in order."""
-        out: list[TextEvent] = []
+        out, self._ready = self._ready, []
         while self._waiting and self._next_at <= now:
             out.append(self._waiting.popleft())
             self._next_at += self._spacing
@@ -167,6 +191,7 @@ class Pacer:
 
     def flush(self) -> list[TextEvent]:
         """Every waiting piece, at once (the stream ends)."""
-        out = list(self._waiting)
+        out = [*self._ready, *self._waiting]
+        self._ready = []
         self._waiting.clear()
         return out

@@ -15,6 +15,12 @@
    - ``max_tokens``: optional, an integer (not a boolean; ``5.0`` is the integer 5, as JSON Schema's ``integer``
      and the OpenAPI document say, while ``5.5`` is refused) from 1 to the configured maximum;
    - ``temperature``: optional, a finite number (not a boolean) from 0 to 1;
+   - ``tools``, ``tool_choice``, ``parallel_tool_calls``: the tools the model may call (``{"name", "description",
+     "parameters"}``), which (``auto``, ``none``, ``required``, ``{"name": …}``), and whether several at once
+     (:mod:`chatstream.relay.tool_requests` checks them);
+   - ``tool_results``: ``[{"tool_call_id", "content"}]``, what the client's tools answered to the calls of the
+     session's latest turn (it needs ``session_id``; the service checks that they answer exactly those calls).
+     ``message`` is then optional;
    - any other field is refused (``invalid_request`` naming it), so a misspelt option such as
      ``"max_token"`` fails loudly instead of being ignored.
 
@@ -37,7 +43,10 @@ from typing import Any
 from chatstream.records import MAX_SEQ
 from chatstream.relay.http import HttpError
 from chatstream.relay.pace import MAX_OFFSET_DIGITS, MalformedPosition, Position
+from chatstream.relay.tool_requests import ToolStyle, call_id, parse_parallel, parse_tool_choice, parse_tools
 from chatstream.text import WHITESPACE, is_blank
+from chatstream.tools import ToolResult
+from chatstream.turn_options import TurnOptions
 
 MAX_MESSAGE_CHARS = 32_000
 # A body holds a message of the full 32,000 characters however it is written: a character of the Basic Multilingual
@@ -46,15 +55,25 @@ MAX_MESSAGE_CHARS = 32_000
 # fit). Lambda takes a 6 MB request, but a /v1 body's texts become the turn item (400 KB), which they must fit with
 # room to spare: their UTF-8 is at most the body's size.
 MAX_BODY_BYTES = 256 * 1024
-CHAT_FIELDS = ("message", "session_id", "max_tokens", "temperature")
+CHAT_FIELDS = (
+    "message",
+    "session_id",
+    "max_tokens",
+    "temperature",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "tool_results",
+)
 
 
 @dataclass(frozen=True)
 class ChatRequest:
-    message: str
+    message: str  # "" for a turn of tool results alone
     session_id: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    options: TurnOptions | None = None  # the tools, the tool choice and the tool results, when given
 
 
 def invalid_request(message: str) -> HttpError:
@@ -114,14 +133,25 @@ def parse_chat_request(body: bytes | None, *, max_tokens_limit: int, valid_base6
     fields = parse_json_object(body, valid_base64=valid_base64)
     unknown = sorted(name for name in fields if name not in CHAT_FIELDS)
     if unknown:
-        raise invalid_request(
-            f"unknown field {unknown[0]!r}; the fields are message, session_id, max_tokens and temperature"
-        )
+        raise invalid_request(f"unknown field {unknown[0]!r}; the fields are {', '.join(CHAT_FIELDS)}")
+    session_id = _session_id(fields.get("session_id"))
+    results = _tool_results(fields.get("tool_results"))
+    if results and session_id is None:
+        raise invalid_request("tool_results answer the tool calls of a session's latest turn: give its session_id")
+    message = fields.get("message", _MISSING)
+    tools = parse_tools(fields.get("tools"), ToolStyle.NATIVE)
+    options = TurnOptions(
+        tools=tools,
+        tool_choice=parse_tool_choice(fields.get("tool_choice"), tools, ToolStyle.NATIVE),
+        tool_results=results,
+        parallel_tool_calls=parse_parallel(fields.get("parallel_tool_calls")),
+    )
     return ChatRequest(
-        message=_message(fields.get("message", _MISSING)),
-        session_id=_session_id(fields.get("session_id")),
+        message="" if results and message in (_MISSING, None, "") else _message(message),
+        session_id=session_id,
         max_tokens=_max_tokens(fields.get("max_tokens"), max_tokens_limit),
         temperature=_temperature(fields.get("temperature")),
+        options=options if options != TurnOptions() else None,
     )
 
 
@@ -141,6 +171,35 @@ def _message(value: object) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise invalid_request("message contains invalid Unicode (a lone surrogate escape)") from None
+    return value
+
+
+def _tool_results(value: object) -> tuple[ToolResult, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise invalid_request('tool_results must be a non-empty list of {"tool_call_id", "content"}')
+    results = []
+    for index, item in enumerate(value):
+        where = f"tool_results[{index}]"
+        if not isinstance(item, dict) or set(item) != {"tool_call_id", "content"}:
+            raise invalid_request(f'{where} must be {{"tool_call_id": "…", "content": "…"}}')
+        results.append(
+            ToolResult(call_id(item["tool_call_id"], f"{where}.tool_call_id"), _result(item["content"], where))
+        )
+    answered = [result.tool_call_id for result in results]
+    if len(set(answered)) != len(answered):
+        raise invalid_request("tool_results answer each tool call once")
+    return tuple(results)
+
+
+def _result(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise invalid_request(f"{where}.content must be a string (the tool's answer; it may be empty)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid_request(f"{where}.content contains invalid Unicode (a lone surrogate escape)") from None
     return value
 
 
