@@ -113,10 +113,10 @@ def test_a_completions_own_message_passed_back_is_the_history() -> None:
         request = chat({"model": "m", "messages": [{"role": "user", "content": "hi"}, message, USER_NEXT]})
         assert request.options.history == (HistoryMessage("user", "hi"), HistoryMessage("assistant", "hello"))
     # AND such a field with something in it is still refused, naming it
-    refused = {"role": "assistant", "content": "x", "tool_calls": [{"id": "c"}]}
+    refused = {"role": "assistant", "content": "x", "audio": {"id": "audio_1"}}
     assert error_of(chat, {"model": "m", "messages": [{"role": "user", "content": "hi"}, refused, USER_NEXT]})[1:] == (
         "unsupported_parameter",
-        "messages[1].tool_calls",
+        "messages[1].audio",
     )
 
 
@@ -203,7 +203,7 @@ def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
             {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]},
             400,
             "unsupported_parameter",
-            "tools",
+            "tools[0].type",
         ),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "unsupported_parameter", "n"),
         (
@@ -226,7 +226,7 @@ def test_a_whole_number_written_with_a_fraction_is_that_integer() -> None:
             "messages",
         ),
         (
-            {"model": "m", "messages": [{"role": "tool", "content": "x"}]},
+            {"model": "m", "messages": [{"role": "function", "content": "x", "name": "f"}]},
             400,
             "unsupported_parameter",
             "messages[0].role",
@@ -275,9 +275,9 @@ def test_a_chat_completion_body_chatstream_cannot_honour_is_refused_naming_the_f
     [
         ({"model": "m"}, "invalid_request", "input"),
         ({"model": "m", "input": "x", "store": False}, "unsupported_parameter", "store"),
-        ({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "unsupported_parameter", "tools"),
+        ({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}, "unsupported_parameter", "tools[0].type"),
         ({"model": "m", "input": "x", "reasoning": {"effort": "low"}}, "unsupported_parameter", "reasoning"),
-        ({"model": "m", "input": [{"type": "function_call_output"}]}, "unsupported_parameter", "input[0].type"),
+        ({"model": "m", "input": [{"type": "web_search_call"}]}, "unsupported_parameter", "input[0].type"),
         (
             {"model": "m", "input": [{"role": "user", "content": [{"type": "input_image"}]}]},
             "unsupported_parameter",
@@ -738,7 +738,7 @@ def test_openais_statuses_and_stop_reasons_are_the_strings_the_openapi_document_
     assert sorted(IncompleteReason) == sorted(
         response["incomplete_details"]["oneOf"][1]["properties"]["reason"]["enum"]
     )
-    for item in ("OutputMessage", "OutputReasoning"):
+    for item in ("OutputMessage", "OutputReasoning", "OutputFunctionCall"):
         assert sorted(ItemStatus) == sorted(schemas[item]["properties"]["status"]["enum"])
     assert sorted(FinishReason) == sorted(finish["enum"])
     # AND each is a value OpenAI's own SDK reads there

@@ -16,25 +16,32 @@ extra fields). So a stream sends something while the model reasons: a proxy (Clo
 60 s) or undici's 300 s ``bodyTimeout`` would cut one that stays silent until the reply. A completion without
 reasoning has no such field, as OpenAI's own.
 
+Tool calls (``tool_call`` events in the native stream) are ``delta.tool_calls`` as OpenAI streams them: a call's
+first chunk has its ``index`` (the call's place among the message's calls, from 0, whatever text came before),
+``id``, ``type: "function"`` and ``function.name`` with the first piece of ``function.arguments``; its later chunks
+``index`` and the next piece of ``function.arguments`` alone. A completion not streamed has them as
+``message.tool_calls`` (complete calls only), its ``content`` then ``null`` unless the model also wrote text.
+
 ``finish_reason`` (:func:`~chatstream.relay.openai.status.finish_reason`): ``stop`` (``end_turn``, ``stop_sequence``,
 ``cancelled``), ``length`` (``max_tokens``, the model's context window), ``content_filter`` (``content_filtered``,
-``guardrail_intervened``).
+``guardrail_intervened``), ``tool_calls`` (``tool_use``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chatstream.relay import sse
 from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.status import FinishReason, finish_reason
-from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
+from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, ToolDelta, TurnEvent
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from chatstream.status import StopReason
+    from chatstream.tools import ToolCall
 
 
 def completion_id(session_id: str) -> str:
@@ -54,8 +61,13 @@ def completion_object(
     stop_reason: StopReason | None,
     usage: Mapping[str, int] | None,
     reasoning: str | None = None,
+    tool_calls: Sequence[ToolCall] = (),
 ) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    calls = [call_object(call) for call in tool_calls if call.complete]
+    content = None if calls and not text else text
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
+    if calls:
+        message["tool_calls"] = calls
     if reasoning:
         message["reasoning_content"] = reasoning
     return {
@@ -76,6 +88,11 @@ def completion_object(
     }
 
 
+def call_object(call: ToolCall) -> dict[str, Any]:
+    """A complete tool call as a completion's ``message.tool_calls`` has it."""
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
 def error_data(code: str, message: str) -> str:
     error = {"message": message, "type": error_type(failed_status(code)), "param": None, "code": code}
     return sse.message(sse.json_line({"error": error}))
@@ -87,6 +104,7 @@ class ChunkStream:
     model: str
     created: int
     include_usage: bool
+    _calls: set[int] = field(default_factory=set)  # the indexes of the calls whose first chunk went out
 
     def first(self) -> str:
         return self._chunk({"role": "assistant", "content": ""})
@@ -99,6 +117,10 @@ class ChunkStream:
                 # The model's reasoning is not the reply's content: a chunk of its own field (no content key, as
                 # vLLM sends it; openai-python's stream helper accumulates each field of the delta apart).
                 yield self._chunk({"content" if event.kind == "token" else "reasoning_content": event.text})
+            elif isinstance(event, ToolDelta):
+                chunk = self._tool_chunk(event)
+                if chunk is not None:
+                    yield chunk
             elif isinstance(event, Done):
                 yield self._chunk({}, finish_reason(event.stop_reason))
                 if self.include_usage:
@@ -115,6 +137,23 @@ class ChunkStream:
                 message += f" (Last-Event-ID {event.last_event_id})"
                 yield error_data("stream_interrupted", message)
                 return
+
+    def _tool_chunk(self, event: ToolDelta) -> str | None:
+        """A call's first chunk names it (``id``, ``type``, ``function.name``); later ones carry arguments only, and an
+        end without text carries nothing (``None``: no chunk)."""
+        call = event.call
+        if call.index in self._calls:
+            if not event.arguments:
+                return None
+            return self._chunk({"tool_calls": [{"index": call.index, "function": {"arguments": event.arguments}}]})
+        self._calls.add(call.index)
+        first = {
+            "index": call.index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": event.arguments},
+        }
+        return self._chunk({"tool_calls": [first]})
 
     def _base(self) -> dict[str, Any]:
         return {

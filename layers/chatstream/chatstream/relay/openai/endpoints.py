@@ -16,12 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import Throttled, TurnFinished, TurnNotFound
 from chatstream.proxy_event import GenerateRequest
-from chatstream.records import RecordType
-from chatstream.relay.follow import FollowStats
+from chatstream.records import RecordType, ToolCallRef
+from chatstream.relay.follow import TOOL_CALL, FollowStats
 from chatstream.relay.http import SSE_HEADERS, HttpError, Response, StreamInfo, StreamKind, json_response
 from chatstream.relay.openai.chat import ChunkStream, completion_object
 from chatstream.relay.openai.errors import OpenAIError, failed_status, invalid, openai_api
-from chatstream.relay.openai.requests import parse_chat_completion_request, parse_responses_request
+from chatstream.relay.openai.requests import (
+    Said,
+    leading_results,
+    parse_chat_completion_request,
+    parse_responses_request,
+)
 from chatstream.relay.openai.responses import (
     Output,
     ResponseStream,
@@ -33,6 +38,7 @@ from chatstream.relay.openai.responses import (
 )
 from chatstream.relay.openai.status import ResponseStatus
 from chatstream.relay.openai.turn_events import kept_alive, turn_events
+from chatstream.relay.tool_requests import check_answers
 from chatstream.relay.validation import parse_pace, parse_position
 from chatstream.status import TurnStatus
 
@@ -42,6 +48,7 @@ if TYPE_CHECKING:
     from chatstream.relay.exchange import Exchange
     from chatstream.relay.openai.requests import ChatCompletionRequest
     from chatstream.table import Turn
+    from chatstream.tools import ToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +105,7 @@ def create_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
     model, pace = _check_model(exchange, request.model), _pace(exchange)
     session_id = None
     if request.previous_response_id is not None:
-        session_id = _previous(exchange, request.previous_response_id)
+        session_id = _previous(exchange, request.previous_response_id, leading_results(request))
     try:
         session_id, turn_number = exchange.begin_turn(
             session_id,
@@ -209,19 +216,24 @@ def _object(exchange: Exchange, turn: Turn) -> dict[str, Any]:
     """The response object of ``turn`` as stored now (its output from its records)."""
     records = exchange.table.query_records(turn.session_id, turn.turn)
     if turn.finished and not (records and records[-1].is_terminal):
-        # The consumer ends the turn item before it writes the turn's last records: the item has the whole reply.
-        records = [record for record in records if record.type is not RecordType.DELTA]
+        # The consumer ends the turn item before it writes the turn's last records: the item has the whole reply and
+        # every call.
+        records = [record for record in records if record.type not in (RecordType.DELTA, RecordType.TOOL_USE)]
         output = output_of(turn.session_id, turn.turn, records, finished=False)
         if turn.assistant:
             output.add("token", turn.assistant)
+        for index, call in enumerate(turn.tool_calls):
+            output.add_call(ToolCallRef(index, call.id, call.name), call.arguments, call.complete)
         output.close()
     else:
         output = output_of(turn.session_id, turn.turn, records, finished=turn.finished)
     return response_object(turn, exchange.config.model_id, output)
 
 
-def _previous(exchange: Exchange, previous: str) -> str:
-    """The session a new response continues: ``previous`` must be the latest response of one of the caller's."""
+def _previous(exchange: Exchange, previous: str, results: tuple[ToolResult, ...]) -> str:
+    """The session a new response continues: ``previous`` must be the latest response of one of the caller's, and
+    ``results`` (the ``function_call_output`` items the input begins with) answer exactly its complete tool calls,
+    as OpenAI requires ("No tool output found for function call …")."""
     parsed = parse_response_id(previous)
     if parsed is None:
         raise _response_not_found(previous, "previous_response_id")
@@ -235,6 +247,9 @@ def _previous(exchange: Exchange, previous: str) -> str:
             f"{previous} is not the latest response of its conversation; continue from {latest}",
             "previous_response_id",
         )
+    if session.active_turn is None:  # a response in progress has no calls yet: the new turn's 409 says so
+        calls = turn.tool_calls if (turn := exchange.table.get_turn(session_id, turn_number)) is not None else ()
+        check_answers(calls, results, "input", previous)
     return session_id
 
 
@@ -275,14 +290,14 @@ def _owned_response(exchange: Exchange, value: str) -> Turn:
     return turn
 
 
-def _referenced_item(exchange: Exchange, item_id: str, param: str) -> tuple[str, str] | None:
-    """The (role, text) of the earlier output item an ``item_reference`` names, the caller's own; ``None`` for a
-    reasoning item (the model is never sent reasoning back)."""
+def _referenced_item(exchange: Exchange, item_id: str, param: str) -> Said | None:
+    """What the earlier output item an ``item_reference`` names said, the caller's own: a message's text, or a
+    function call; ``None`` for a reasoning item (the model is never sent reasoning back)."""
     parsed = parse_item_id(item_id)
     shown = item_id if len(item_id) <= 160 else item_id[:160] + "…"
     if parsed is None:
         raise OpenAIError(404, "not_found", f"No item found with id {shown!r}", param)
-    kind, session_id, turn_number = parsed
+    kind, session_id, turn_number, index = parsed
     try:
         turn = _owned_response(exchange, response_id(session_id, turn_number))
     except OpenAIError as err:
@@ -291,9 +306,14 @@ def _referenced_item(exchange: Exchange, item_id: str, param: str) -> tuple[str,
         raise OpenAIError(404, "not_found", f"No item found with id {shown!r}", param) from None
     if not turn.finished and kind != "reasoning":
         raise invalid(f"{param} names an item of a response still in progress ({shown})", param)
+    if kind == TOOL_CALL:
+        calls = [call for position, call in enumerate(turn.tool_calls) if position == index and call.complete]
+        if not calls:
+            raise OpenAIError(404, "not_found", f"No item found with id {shown!r}", param)
+        return Said("assistant", "", calls=(calls[0],))
     if kind == "reasoning" or not turn.assistant:
         return None  # nothing the model is sent: reasoning, or a reply without text
-    return "assistant", turn.assistant
+    return Said("assistant", turn.assistant)
 
 
 def _response_not_found(value: str, param: str | None = None) -> OpenAIError:
@@ -343,7 +363,7 @@ def _chat_completion(
     if not turn.finished:
         raise _still_generating(session_id, turn_number, headers)
     body = completion_object(
-        session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage, turn.reasoning
+        session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage, turn.reasoning, turn.tool_calls
     )
     return json_response(200, body, headers)
 

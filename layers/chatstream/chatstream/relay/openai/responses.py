@@ -3,7 +3,15 @@
 A response is a turn: its id is ``resp_<session_id>_<turn>``, and ``previous_response_id`` of turn *n* > 1 is turn
 *n − 1*'s response. Its output is one item per run of records of one kind: a ``message`` item (``output_text``) for
 the reply's text, a ``reasoning`` item (``reasoning_text``) for the model's reasoning, should the turn have any;
-item ``i`` of the turn is ``msg_<session_id>_<turn>_<i>`` (or ``rs_…``).
+item ``i`` of the turn is ``msg_<session_id>_<turn>_<i>`` (or ``rs_…``). Each tool call the model made is a
+``function_call`` item of its own (``call_id``: the call's id, ``name``, ``arguments``), ``fc_<session_id>_<turn>_<c>``
+for the reply's call ``c``; its ``output_index`` is its place among all the items, so never the message's.
+
+A call's events: ``response.output_item.added`` (the item, its arguments empty) when its first record comes, a
+``response.function_call_arguments.delta`` per record of its arguments (sent whole: they are not paced), and as soon as
+its end record comes ``response.function_call_arguments.done`` (the whole arguments, and the call's ``name``) and
+``response.output_item.done`` (the item ``completed``), while later calls may still stream. A call the turn ended
+inside (a cancel, or arguments that were no JSON object) is closed ``incomplete``, without ``….arguments.done``.
 
 **Sequence numbers** are a function of the turn's stored text: the events are numbered from the turn's start
 (``response.created`` 0, ``response.in_progress`` 1, then for each run of one kind ``response.output_item.added``,
@@ -38,18 +46,21 @@ from botocore.exceptions import BotoCoreError, ClientError
 from chatstream.errors import InvalidRecord, Throttled
 from chatstream.records import SESSION_ID_PATTERN, ErrorInfo, RecordType
 from chatstream.relay import sse
-from chatstream.relay.follow import turn_error
+from chatstream.relay.follow import TOOL_CALL, turn_error
 from chatstream.relay.openai.errors import error_type, failed_status
 from chatstream.relay.openai.status import ItemStatus, ResponseStatus, incomplete_reason, response_status
-from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, TurnEvent
+from chatstream.relay.openai.turn_events import Done, Failed, KeepAlive, Reconnect, Token, ToolDelta, TurnEvent
 from chatstream.relay.pace import Position, TextEvent, pieces
 from chatstream.status import StopReason, TurnStatus
+from chatstream.tools import ToolChoiceMode
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from chatstream.records import TokenRecord
+    from chatstream.records import TokenRecord, ToolCallRef
     from chatstream.table import ChatTable, Turn
+    from chatstream.tools import ToolSpec
+    from chatstream.turn_options import TurnOptions
 
 # A failed turn's status (errors.failed_status) → the code of OpenAI's ResponseError (an enum; server_error for the
 # rest). invalid_prompt is the code a request the model refused takes (OpenRouter's Responses API docs, "Error
@@ -71,16 +82,17 @@ def parse_response_id(value: str) -> tuple[str, int] | None:
     return (session_id, number) if 1 <= number <= 999_999 and turn == str(number) else None
 
 
-def parse_item_id(value: str) -> tuple[str, str, int] | None:
-    """``(kind, session_id, turn)`` of an output item's id (``msg_…`` or ``rs_…``; kind ``token`` or
-    ``reasoning``), or ``None`` when it cannot be one."""
+def parse_item_id(value: str) -> tuple[str, str, int, int] | None:
+    """``(kind, session_id, turn, index)`` of an output item's id (``msg_…``, ``rs_…`` or ``fc_…``; kind ``token``,
+    ``reasoning`` or ``tool_call``; ``index``: the item's output index, a call's index among the reply's calls), or
+    ``None`` when it cannot be one."""
     prefix, _, rest = value.partition("_")
     kinds = {item_prefix: kind for kind, (_, item_prefix, _) in _ITEMS.items()}
     head, _, index = rest.rpartition("_")
-    if prefix not in kinds or not (index.isascii() and index.isdigit() and len(index) <= 3):
+    if prefix not in kinds or not (index.isascii() and index.isdigit() and len(index) <= 4):
         return None
     parsed = parse_response_id(f"resp_{head}")
-    return None if parsed is None else (kinds[prefix], *parsed)
+    return None if parsed is None else (kinds[prefix], *parsed, int(index))
 
 
 def status_of(turn: Turn) -> ResponseStatus:
@@ -88,19 +100,24 @@ def status_of(turn: Turn) -> ResponseStatus:
 
 
 # A run of records of one kind → (the output item's type, its id prefix, its content part's type).
-_ITEMS = {"token": ("message", "msg", "output_text"), "reasoning": ("reasoning", "rs", "reasoning_text")}
+_ITEMS = {
+    "token": ("message", "msg", "output_text"),
+    "reasoning": ("reasoning", "rs", "reasoning_text"),
+    TOOL_CALL: ("function_call", "fc", ""),
+}
 
 
 @dataclass
 class _Item:
-    kind: str  # the native event's name: token or reasoning
+    kind: str  # the native event's name: token, reasoning or tool_call
     index: int  # output_index
     item_id: str
-    text: str = ""
+    text: str = ""  # a call's: its arguments so far
     done: bool = False
-    # completed once a later item closed it (its run of text ended before the reply did); None: it ends with the
-    # response, whose status decides its own (to_list)
+    # completed once a later item closed it (its run of text ended before the reply did, or its call ended); None: it
+    # ends with the response, whose status decides its own (to_list)
     status: ItemStatus | None = None
+    call: ToolCallRef | None = None  # a function_call item's call
 
     def part(self, text: str | None = None) -> dict[str, Any]:
         _, _, part_type = _ITEMS[self.kind]
@@ -111,6 +128,16 @@ class _Item:
 
     def to_dict(self, status: ItemStatus) -> dict[str, Any]:
         item_type = _ITEMS[self.kind][0]
+        if self.call is not None:
+            call = self.call
+            return {
+                "id": self.item_id,
+                "type": item_type,
+                "status": status,
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": self.text,
+            }
         content = [self.part()] if self.done or self.text else []
         if item_type == "message":
             return {"id": self.item_id, "type": "message", "role": "assistant", "status": status, "content": content}
@@ -132,7 +159,7 @@ class Output:
             current.text += text
             return None, None
         closed = self.close()
-        if closed is not None:
+        if closed is not None and closed.call is None:
             closed.status = ItemStatus.COMPLETED
         prefix = _ITEMS[kind][1]
         index = len(self.items)
@@ -140,10 +167,29 @@ class Output:
         self.items.append(opened)
         return closed, opened
 
+    def add_call(self, call: ToolCallRef, text: str, end: bool) -> tuple[_Item | None, _Item | None, _Item]:
+        """Append a record of a call's arguments (``end``: its last); returns (the item it closed, the item it opened,
+        either ``None``, and the call's item). A call's item ends with its call, ``completed``."""
+        current = self.items[-1] if self.items and not self.items[-1].done else None
+        closed, opened = None, None
+        if current is None or current.call is None or current.call.index != call.index:
+            closed = self.close()
+            if closed is not None:
+                closed.status = ItemStatus.INCOMPLETE if closed.call is not None else ItemStatus.COMPLETED
+            index = len(self.items)
+            current = opened = _Item(TOOL_CALL, index, f"fc_{self.session_id}_{self.turn}_{call.index}", call=call)
+            self.items.append(opened)
+        current.text += text
+        if end:
+            current.done, current.status = True, ItemStatus.COMPLETED
+        return closed, opened, current
+
     def close(self) -> _Item | None:
         current = self.items[-1] if self.items and not self.items[-1].done else None
         if current is not None:
             current.done = True
+            if current.call is not None:
+                current.status = ItemStatus.INCOMPLETE  # its call never ended
         return current
 
     def to_list(self, status: ResponseStatus) -> list[dict[str, Any]]:
@@ -159,6 +205,8 @@ def output_of(session_id: str, turn: int, records: Iterable[TokenRecord], *, fin
     for event in record_events(records):
         if isinstance(event, Token):
             output.add(event.kind, event.text)
+        elif isinstance(event, ToolDelta):
+            output.add_call(event.call, event.arguments, event.end)
     if finished:
         output.close()
     return output
@@ -200,18 +248,38 @@ def response_object(turn: Turn, model: str, output: Output, *, status: ResponseS
         "max_output_tokens": turn.max_tokens,
         "model": model,
         "output": output.to_list(status),
-        "parallel_tool_calls": False,
+        "parallel_tool_calls": turn.options.parallel_tool_calls,
         "previous_response_id": response_id(turn.session_id, turn.turn - 1) if turn.turn > 1 else None,
         "store": True,
         "temperature": turn.temperature,
         "top_p": turn.options.top_p,
         "text": {"format": {"type": "text"}},
-        "tool_choice": "none",
-        "tools": [],
+        "tool_choice": _tool_choice(turn.options),
+        "tools": [_function_tool(tool) for tool in turn.options.tools],
         "truncation": "disabled",
         "usage": usage,
         "metadata": {},
     }
+
+
+def _function_tool(tool: ToolSpec) -> dict[str, Any]:
+    """A declared tool as a response shows it: ``strict`` false, since Bedrock enforces no schema on the arguments."""
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "strict": False,
+    }
+
+
+def _tool_choice(options: TurnOptions) -> str | dict[str, str]:
+    choice = options.tool_choice
+    if choice is None:
+        return "auto" if options.tools else "none"
+    if choice.mode is ToolChoiceMode.TOOL:
+        return {"type": "function", "name": str(choice.name)}
+    return "required" if choice.mode is ToolChoiceMode.ANY else choice.mode.value
 
 
 def record_events(records: Iterable[TokenRecord]) -> Iterator[TurnEvent]:
@@ -219,6 +287,8 @@ def record_events(records: Iterable[TokenRecord]) -> Iterator[TurnEvent]:
     for record in records:
         if record.type in (RecordType.DELTA, RecordType.REASONING):
             yield Token(record.seq, record.text or "", "token" if record.type is RecordType.DELTA else "reasoning")
+        elif record.type is RecordType.TOOL_USE and record.call is not None:
+            yield ToolDelta(record.seq, record.call, record.text or "", record.end)
         elif record.type is RecordType.STOP:
             usage = record.usage
             yield Done(
@@ -258,6 +328,8 @@ class ResponseStream:
                 yield sse.comment("keep-alive")
             elif isinstance(event, Token):
                 yield from self._text(event)
+            elif isinstance(event, ToolDelta):
+                yield from self._call(event)
             elif isinstance(event, Done) or (isinstance(event, Failed) and event.seq is not None):
                 yield from self._terminal(event)
                 return
@@ -275,20 +347,29 @@ class ResponseStream:
                 )
                 return
 
-    def resume_point(self, records: Iterable[TokenRecord]) -> tuple[list[Token], Position | None]:
+    def resume_point(self, records: Iterable[TokenRecord]) -> tuple[list[TurnEvent], Position | None]:
         """The pieces of the turn's stored ``records`` whose events are all numbered at most ``after`` (the client
         has them), and the position after them (``None``: the turn's start). A stream resumed after ``after`` hands
         the pieces to :meth:`events` first (numbered, not sent) and follows the turn from the position."""
         probe = ResponseStream(self.table, self.turn, self.model, sys.maxsize)  # numbers events, sends none
         for _ in probe.prelude():
             pass
-        had: list[Token] = []
+        had: list[TurnEvent] = []
         position: Position | None = None
         expected = 0
         for record in records:
             if record.seq != expected or record.is_terminal:
                 break
             expected += 1
+            if record.type is RecordType.TOOL_USE and record.call is not None:  # a record's arguments: one event
+                call = ToolDelta(record.seq, record.call, record.text or "", record.end)
+                for _ in probe._call(call):
+                    pass
+                if probe._number > self.after:
+                    return had, position
+                had.append(call)
+                position = Position(record.seq)
+                continue
             kind = {RecordType.DELTA: "token", RecordType.REASONING: "reasoning"}.get(record.type)
             if kind is None or not record.text:
                 continue
@@ -329,7 +410,30 @@ class ResponseStream:
             payload["logprobs"] = []
         yield from self._event(kind, payload)
 
+    def _call(self, event: ToolDelta) -> Iterator[str]:
+        """A record of a call's arguments: its item opened (closing the one before), its delta, and when the call ends
+        its ``….arguments.done`` and ``response.output_item.done`` at once."""
+        closed, opened, item = self._output.add_call(event.call, event.arguments, event.end)
+        if closed is not None:
+            yield from self._close(closed, closed.status or ItemStatus.COMPLETED)
+        if opened is not None:
+            added = replace(opened, text="").to_dict(ItemStatus.IN_PROGRESS)  # added empty: the deltas bring its text
+            yield from self._event("response.output_item.added", {"output_index": opened.index, "item": added})
+        where = {"item_id": item.item_id, "output_index": item.index}
+        if event.arguments:
+            yield from self._event("response.function_call_arguments.delta", {**where, "delta": event.arguments})
+        if event.end:
+            done = {**where, "name": event.call.name, "arguments": item.text}
+            yield from self._event("response.function_call_arguments.done", done)
+            finished = {"output_index": item.index, "item": item.to_dict(ItemStatus.COMPLETED)}
+            yield from self._event("response.output_item.done", finished)
+
     def _close(self, item: _Item, status: ItemStatus = ItemStatus.COMPLETED) -> Iterator[str]:
+        if item.call is not None:  # a call the turn ended inside: no arguments.done (they never were)
+            yield from self._event(
+                "response.output_item.done", {"output_index": item.index, "item": item.to_dict(status)}
+            )
+            return
         where = self._where(item)
         if item.kind == "token":
             yield from self._event("response.output_text.done", {**where, "text": item.text, "logprobs": []})
@@ -376,9 +480,10 @@ class ResponseStream:
             )
             yield from self._event("response.content_part.added", {**self._where(opened), "part": opened.part("")})
         closing = self._output.close()
-        assert closing is not None
         completed = status is ResponseStatus.COMPLETED
-        yield from self._close(closing, ItemStatus.COMPLETED if completed else ItemStatus.INCOMPLETE)
+        if closing is not None:  # none when the reply ended with a call, whose item its end closed
+            ended = ItemStatus.COMPLETED if completed and closing.call is None else ItemStatus.INCOMPLETE
+            yield from self._close(closing, ended)
         response = response_object(final, self.model, self._output, status=status)
         kind = "response.completed" if completed else "response.incomplete"
         yield from self._event(kind, {"response": response})

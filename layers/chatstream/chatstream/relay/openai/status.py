@@ -12,7 +12,8 @@ Each is a ``StrEnum``, so a member is the very string OpenAI's clients read on t
 - A response's ``incomplete_details.reason`` (:class:`IncompleteReason`): ``max_output_tokens`` for a reply cut short,
   ``content_filter`` for one filtered.
 - A chat completion's ``finish_reason`` (:class:`FinishReason`): ``length`` for a reply cut short, ``content_filter``
-  for one filtered, else ``stop`` (``end_turn``, ``stop_sequence``, ``cancelled``, and any reason Bedrock adds later).
+  for one filtered, ``tool_calls`` for one that stopped to call tools (``tool_use``), else ``stop`` (``end_turn``,
+  ``stop_sequence``, ``cancelled``, and any reason Bedrock adds later).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     CONTENT_FILTER = "content_filter"
+    TOOL_CALLS = "tool_calls"
 
 
 # Filtered: the model's content filter, or a guardrail.
@@ -87,4 +89,6 @@ def finish_reason(stop_reason: StopReason | None) -> FinishReason:
         return FinishReason.LENGTH
     if stop_reason in FILTERED:
         return FinishReason.CONTENT_FILTER
+    if stop_reason is StopReason.TOOL_USE:
+        return FinishReason.TOOL_CALLS
     return FinishReason.STOP

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chatstream.records import ToolCallRef
+from chatstream.relay.follow import TOOL_CALL
 from chatstream.relay.sse import LINE_BREAK
 from chatstream.status import StopReason
 
@@ -23,6 +25,17 @@ class Token:
     seq: int
     text: str
     kind: str = "token"
+
+
+@dataclass(frozen=True)
+class ToolDelta:
+    """A piece of a tool call's arguments (a ``tool_call`` event): the call (its ``index`` in the reply, ``id`` and
+    ``name``), the next ``arguments`` text, and ``end`` when the call is complete."""
+
+    seq: int
+    call: ToolCallRef
+    arguments: str
+    end: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,7 @@ class KeepAlive:
     pass
 
 
-TurnEvent = Token | Done | Failed | Reconnect | KeepAlive
+TurnEvent = Token | ToolDelta | Done | Failed | Reconnect | KeepAlive
 
 
 def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
@@ -76,6 +89,10 @@ def turn_events(chunks: Iterable[str]) -> Iterator[TurnEvent]:
         if name in ("token", "reasoning"):
             assert seq is not None
             yield Token(seq, str(data["text"]), name)
+        elif name == TOOL_CALL:
+            assert seq is not None
+            call = ToolCallRef(int(data["index"]), str(data["id"]), str(data["name"]))
+            yield ToolDelta(seq, call, str(data["arguments"]), bool(data.get("end")))
         elif name == "done":
             usage = data.get("usage") or {}
             yield Done(
