@@ -143,6 +143,26 @@ class ApiError(Exception):
 
 
 @dataclass
+class ToolCall:
+    """A tool call the model made, as its ``tool_call`` events spell it (HTTP_API.md, "Tool calls"): its ``index``
+    in the reply, ``id`` (what its result names), the tool's ``name``, its ``arguments`` (JSON text) so far, and
+    ``complete`` once its last event (``end``) came."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str = ""
+    complete: bool = False
+
+    def parsed(self) -> dict[str, Any]:
+        """The arguments as an object (a complete call's are the JSON text of one)."""
+        value = json.loads(self.arguments)
+        if not isinstance(value, dict):
+            raise ValueError(f"tool call {self.id}'s arguments are not a JSON object")
+        return value
+
+
+@dataclass
 class TurnResult:
     """How a streamed turn went, as the client saw it."""
 
@@ -152,7 +172,8 @@ class TurnResult:
     text: str = ""
     last_event_id: str = "0"  # the id to resume from: "0" is before the first token
     reasoning: str = ""  # the model's reasoning, apart from the reply (``text``)
-    ids: list[str] = field(default_factory=list)  # every text event's id (token and reasoning: one sequence)
+    tool_calls: list[ToolCall] = field(default_factory=list)  # the tools the model called, in index order
+    ids: list[str] = field(default_factory=list)  # every text event's id (token, reasoning, tool_call: one sequence)
     chunks: list[str] = field(default_factory=list)  # each text event's text, parallel to ids
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -176,10 +197,12 @@ class TurnResult:
 
 @dataclass(frozen=True)
 class _Listener:
-    """What a caller is told while a turn streams: each piece of the reply, each piece of the reasoning."""
+    """What a caller is told while a turn streams: each piece of the reply, each piece of the reasoning, each tool
+    call once it is complete."""
 
     on_token: Callable[[str], None] | None = None
     on_reasoning: Callable[[str], None] | None = None
+    on_tool_call: Callable[[ToolCall], None] | None = None  # each call, once complete
 
 
 @dataclass
@@ -267,14 +290,30 @@ class ChatClient:
         on_token: Callable[[str], None] | None = None,
         on_meta: Callable[[TurnResult], None] | None = None,
         on_reasoning: Callable[[str], None] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, str] | None = None,
+        tool_results: list[dict[str, str]] | None = None,
+        parallel_tool_calls: bool | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> TurnResult:
         """Start a turn and follow it to its end, resuming from the last event id if the stream drops.
 
         ``on_token`` gets each piece of the reply as it comes, ``on_reasoning`` each piece of the model's reasoning,
-        ``on_meta`` the result once the turn is known. Into a session this client has not seen, it reads the
-        session's history first (once), so that an unknown outcome can be checked rather than reported.
+        ``on_tool_call`` each tool call once complete, ``on_meta`` the result once the turn is known. ``tools``,
+        ``tool_choice``, ``parallel_tool_calls`` and ``tool_results`` (``[{"tool_call_id", "content"}]``, with
+        ``message`` ``""`` or more) are ``POST /chat``'s (HTTP_API.md, "Tool calls"). Into a session this client has
+        not seen, it reads the session's history first (once), so that an unknown outcome can be checked rather than
+        reported.
         """
-        body: dict[str, Any] = {"message": message}
+        body: dict[str, Any] = {"message": message} if message or not tool_results else {}
+        for name, value in (
+            ("tools", tools),
+            ("tool_choice", tool_choice),
+            ("tool_results", tool_results),
+            ("parallel_tool_calls", parallel_tool_calls),
+        ):
+            if value is not None:
+                body[name] = value
         if session_id is not None:
             body["session_id"] = session_id
         if max_tokens is not None:
@@ -283,7 +322,7 @@ class ChatClient:
             body["temperature"] = temperature
         result = TurnResult(session_id=session_id or "")
         started = self._clock()
-        listener = _Listener(on_token, on_reasoning)
+        listener = _Listener(on_token, on_reasoning, on_tool_call)
         try:
             if session_id is not None and session_id not in self._latest_turns:
                 self.history(session_id)  # its newest turn, so that an unknown outcome can be looked for
@@ -302,13 +341,15 @@ class ChatClient:
         on_token: Callable[[str], None] | None = None,
         on_reasoning: Callable[[str], None] | None = None,
         on_meta: Callable[[TurnResult], None] | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> TurnResult:
         """Attach to a turn (from the event id ``after``, or its start) and follow it to its end.
 
         The result's ``session_id`` and ``turn`` are read from ``events_url`` (empty and 0 for a URL of another
-        shape); ``on_meta`` gets the result before the first request when they could be read.
+        shape); ``on_meta`` gets the result before the first request when they could be read. A tool call the turn
+        was inside at ``after`` is in :attr:`TurnResult.tool_calls` with the rest of its arguments only.
         """
-        listener = _Listener(on_token, on_reasoning)
+        listener = _Listener(on_token, on_reasoning, on_tool_call)
         events_url = self._own_url(events_url)
         result = TurnResult(events_url=events_url, last_event_id="0" if after is None else str(after))
         if coordinates := _EVENTS_PATH.search(events_url):
@@ -571,6 +612,8 @@ class ChatClient:
                 self._token(event.id, data["text"], result, started, listener.on_token)
             elif event.event == "reasoning":
                 self._reasoning(event.id, data["text"], result, listener.on_reasoning)
+            elif event.event == "tool_call":
+                self._tool_call(event.id, data, result, listener.on_tool_call)
             elif event.event == "done":
                 result.done = data
                 if event.id:
@@ -606,9 +649,32 @@ class ChatClient:
         if on_reasoning is not None:
             on_reasoning(text)
 
+    def _tool_call(
+        self,
+        event_id: str,
+        data: Mapping[str, Any],
+        result: TurnResult,
+        on_tool_call: Callable[[ToolCall], None] | None,
+    ) -> None:
+        arguments = str(data["arguments"])
+        if not self._fresh(event_id, arguments, result):
+            return
+        index = int(data["index"])
+        call = next((call for call in result.tool_calls if call.index == index), None)
+        if call is None:
+            call = ToolCall(index, str(data["id"]), str(data["name"]))
+            result.tool_calls.append(call)
+            result.tool_calls.sort(key=lambda known: known.index)
+        call.arguments += arguments
+        if data.get("end") is True:
+            call.complete = True
+            if on_tool_call is not None:
+                on_tool_call(call)
+
     @staticmethod
     def _fresh(event_id: str, text: str, result: TurnResult) -> bool:
-        """Whether a text event (token or reasoning: one sequence of ids) is new; if so it is the last one seen."""
+        """Whether a text event (token, reasoning or tool_call: one sequence of ids) is new; if so it is the last one
+        seen."""
         if event_position(event_id) <= event_position(result.last_event_id):
             result.repeated_ids.append(event_id)  # skipped, so the text is never doubled, but counted
             return False

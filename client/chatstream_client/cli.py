@@ -27,6 +27,10 @@ writes no escape codes at all: on a terminal the reasoning starts with ``thinkin
 A reply that stopped before its end is followed by a line on stderr that says so (``[cancelled]``, ``[stopped at
 the token limit]``, or the model's context window): a turn cut while the model reasoned has an empty reply.
 
+A tool call the model made (a turn that declared tools, started through the API; the terminal has no tools of its
+own) is printed plainly on a line of its own with the reply, once complete: ``[tool call get_weather {"city":
+"Paris"}]``; a reply that stopped to call tools is followed by ``[stopped to call a tool]`` on stderr.
+
 Whatever fails, the client says so in one line on stderr, with what to do about it. Ctrl-C that quits exits 130;
 a reader that left (``… | head``) ends it quietly with 141, as SIGPIPE would.
 """
@@ -55,7 +59,7 @@ import httpx
 from botocore.exceptions import BotoCoreError, NoCredentialsError
 from httpx_sse import SSEError
 
-from chatstream_client.api import DEFAULT_URL, ApiError, ChatClient, TurnResult
+from chatstream_client.api import DEFAULT_URL, ApiError, ChatClient, ToolCall, TurnResult
 from chatstream_client.auth import TOKEN_ENV, BearerAuth, SigV4Auth, is_function_url
 
 if TYPE_CHECKING:
@@ -72,6 +76,7 @@ _EVENT_ID = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")  # a record's seq, or a p
 # A turn that ended before its reply did, said on stderr after it (a reply cut while the model reasoned is empty:
 # without it, a blank line and exit 0 would read as a whole reply of nothing). The page says the same.
 _CUT_SHORT = {
+    "tool_use": "stopped to call a tool",
     "cancelled": "cancelled",
     "max_tokens": "stopped at the token limit",
     "model_context_window_exceeded": "stopped: the conversation filled the model's context window",
@@ -255,6 +260,11 @@ class _Printer:
         self.reasoning = True
         self._write(self.reasoning_to, text)  # piped stdout: stderr, often a terminal
 
+    def tool_call(self, call: ToolCall) -> None:
+        """A complete tool call, plainly, on a line of its own with the reply."""
+        self.end_reasoning()
+        self._write(self.out, f"\n[tool call {call.name} {call.arguments}]\n")
+
     def end_reasoning(self) -> None:
         if self.reasoning:
             self.reasoning = False
@@ -290,7 +300,12 @@ def _stream_turn(
     try:
         if message is None:
             return client.follow(
-                args.follow, args.after, on_token=printer.token, on_reasoning=printer.thought, on_meta=current.append
+                args.follow,
+                args.after,
+                on_token=printer.token,
+                on_reasoning=printer.thought,
+                on_meta=current.append,
+                on_tool_call=printer.tool_call,
             )
         return client.chat(
             message,
@@ -300,6 +315,7 @@ def _stream_turn(
             on_token=printer.token,
             on_reasoning=printer.thought,
             on_meta=current.append,
+            on_tool_call=printer.tool_call,
         )
     except KeyboardInterrupt:
         printer.end_reasoning()
@@ -313,7 +329,11 @@ def _stream_turn(
             if err.code != "turn_finished":
                 raise
         rest = client.follow(
-            turn.events_url, after=turn.last_event_id, on_token=printer.token, on_reasoning=printer.thought
+            turn.events_url,
+            after=turn.last_event_id,
+            on_token=printer.token,
+            on_reasoning=printer.thought,
+            on_tool_call=printer.tool_call,
         )
         rest.text, rest.reasoning = turn.text + rest.text, turn.reasoning + rest.reasoning
         return rest

@@ -326,10 +326,8 @@ def test_each_error_family_raises_the_sdks_exception(client: openai.OpenAI, stac
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("resp_" + "0" * 32 + "_1")
     with pytest.raises(openai.BadRequestError) as unsupported:
-        client.chat.completions.create(
-            model=ALIAS, messages=user, tools=[{"type": "function", "function": {"name": "f"}}]
-        )
-    assert error_body(unsupported.value)["param"] == "tools"
+        client.chat.completions.create(model=ALIAS, messages=user, functions=[{"name": "f"}])
+    assert error_body(unsupported.value)["param"] == "functions"
     with pytest.raises(openai.BadRequestError) as image:
         client.chat.completions.create(
             model=ALIAS,
