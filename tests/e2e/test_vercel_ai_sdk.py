@@ -1,12 +1,13 @@
 """The Vercel AI SDK (``ai`` with ``@ai-sdk/openai``, TypeScript) streams a reply from the local stack's ``/v1``.
 
-``tests/e2e/js/`` is a small Node project: ``package.json`` and ``package-lock.json`` pin the SDK, and ``stream.mjs``
-does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey})`` (``'unused'``, or under the JWT mode
-the user's access token, from ``CHATSTREAM_API_KEY``) then ``streamText`` with
-the Chat Completions provider or the Responses one (or ``@ai-sdk/openai-compatible``'s Chat Completions provider,
-which reads a stream's ``reasoning_content``). The test installs it with ``npm ci`` from the lockfile (once:
-``node_modules`` stays in that folder, ignored by git, and is installed again when the lockfile changes) and runs it
-with the machine's Node. It skips only when ``node`` or ``npm`` is not installed (and then fails under ``CI=true``).
+``tests/e2e/js/`` is a small Node project: ``package.json`` and ``package-lock.json`` pin the SDK; ``tools.mjs`` runs
+an agent's multi-step tool loop (``streamText`` with two tools that ``execute``, ``stopWhen: stepCountIs(4)``), and
+``stream.mjs`` does what an application does: ``createOpenAI({baseURL: <stack>/v1, apiKey})`` (``'unused'``, or under
+the JWT mode the user's access token, from ``CHATSTREAM_API_KEY``) then ``streamText`` with the Chat Completions
+provider or the Responses one (or ``@ai-sdk/openai-compatible``'s Chat Completions provider, which reads a stream's
+``reasoning_content``). The test installs it with ``npm ci`` from the lockfile (once: ``node_modules`` stays in that
+folder, ignored by git, and is installed again when the lockfile changes) and runs it with the machine's Node. It
+skips only when ``node`` or ``npm`` is not installed (and then fails under ``CI=true``).
 """
 
 from __future__ import annotations
@@ -179,3 +180,39 @@ def test_under_jwt_the_sdk_streams_with_the_users_token_as_its_api_key(
     refused = run_stream(node, jwt_stack, api, "chatstream", "hi")
     assert refused.returncode != 0
     assert "the Authorization header is not Bearer and a JWT" in refused.stderr
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_multi_step_tool_loop_runs_both_tools_and_reaches_the_answer(node: str, stack: LocalStack, api: str) -> None:
+    # GIVEN a message the local model answers with text and two parallel calls (get_weather, get_time)
+    message = 'Checking both.\n/call get_weather {"city": "Paris"}\n/call get_time {}'
+    calls = plan_reply(message, tools=["get_weather", "get_time"]).calls
+    # WHEN an agent streams it with streamText, two tools that execute, and stopWhen: stepCountIs(4)
+    done = subprocess.run(
+        [node, "tools.mjs", stack.url, api, "chatstream", message],
+        cwd=JS_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    # THEN the first step is the text and both calls, with the model's ids and inputs, streamed whole
+    first, second = result["steps"]
+    assert first["finishReason"] == "tool-calls" and first["text"] == "You said: Checking both."
+    assert first["toolCalls"] == [
+        {"id": calls[0].id, "name": "get_weather", "input": {"city": "Paris"}},
+        {"id": calls[1].id, "name": "get_time", "input": {}},
+    ]
+    assert result["streamedInputs"] == {calls[0].id: '{"city": "Paris"}', calls[1].id: "{}"}
+    # AND the SDK ran both tools and sent their results back, and the second step is the model's answer to them
+    assert result["executed"] == [
+        {"name": "get_weather", "input": {"city": "Paris"}},
+        {"name": "get_time", "input": {}},
+    ]
+    assert second == {
+        "finishReason": "stop",
+        "text": "Tool get_weather said: sunny in Paris\nTool get_time said: noon",
+        "toolCalls": [],
+    }
+    assert result["text"] == second["text"] and result["errors"] == []
