@@ -402,6 +402,42 @@ def test_reasoning_streams_into_a_collapsed_block_apart_from_the_answer(chat: Ch
     expect(block).not_to_have_attribute("open", "")
 
 
+def test_a_tool_call_shows_as_a_collapsed_block_and_the_reply_says_it_stopped_for_it(chat: ChatPage) -> None:
+    # GIVEN a turn that declared a tool, started through the API (the page has no tools), whose model calls it with
+    # arguments that stream for a few seconds
+    arguments = json.dumps({"city": "Paris", "notes": " ".join(f"n{i}" for i in range(120))})
+    started: queue.Queue[str] = queue.Queue()
+    tools = [{"name": "get_weather", "parameters": {"type": "object"}}]
+
+    def ask() -> None:
+        with ChatClient(chat.url) as api:
+            api.chat(f"/call get_weather {arguments}", tools=tools, on_meta=lambda turn: started.put(turn.session_id))
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    session_id = started.get(timeout=WAIT_MS / 1000)
+    # WHEN the page opens the conversation while the call streams
+    chat.page.goto(f"{chat.url}/#session={session_id}")
+    block = chat.reply().locator("details.tool-call")
+    # THEN the call shows as it streams, collapsed, named, its arguments as plain text
+    expect(block.locator("summary")).to_have_text("Tool call: get_weather …")
+    expect(block).not_to_have_attribute("open", "")
+    # AND once the turn ends the block holds the whole arguments, and the reply says it stopped to call a tool
+    expect(chat.reply()).to_have_attribute("data-status", "complete", timeout=WAIT_MS)
+    expect(block.locator("summary")).to_have_text("Tool call: get_weather")
+    expect(block.locator(".tool-arguments")).to_have_text(arguments, use_inner_text=False)
+    expect(chat.reply().locator(".note")).to_have_text(
+        "Stopped to call a tool. This page has no tools: it cannot run the call."
+    )
+    asking.join(timeout=WAIT_MS / 1000)
+    # AND a reload shows it the same way, from the history
+    chat.page.reload()
+    expect(block.locator(".tool-arguments")).to_have_text(arguments, use_inner_text=False)
+    expect(block).not_to_have_attribute("open", "")
+    block.locator("summary").click()
+    expect(block.locator(".tool-arguments")).to_be_visible()
+
+
 # ---------------------------------------------------------------------------------- safety
 
 

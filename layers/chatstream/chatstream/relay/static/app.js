@@ -24,6 +24,10 @@
 // text in text nodes); the user's message is shown as typed. A reasoning model's reasoning (`reasoning`
 // events, and `reasoning` in the history) is shown as plain text in a collapsed <details> block before the
 // answer, apart from it; its summary says "Thinking… (N words)" while it grows and the answer has not begun.
+// A tool call the model made (`tool_call` events, `tool_calls` in the history: a turn that declared tools, started
+// through the API) is a collapsed block after the answer, "Tool call: NAME", its arguments as plain text inside; the
+// page has no tools of its own, so a reply that stopped to call one says so, and the next message goes on without
+// its result.
 "use strict";
 
 (function () {
@@ -302,6 +306,33 @@
     };
   }
 
+  // A tool call of the reply: a collapsed block after the answer, "Tool call: NAME", its arguments (JSON text) as
+  // plain text inside, growing as they stream; "…" after the name until the call is complete.
+  function toolCallBlock(reply, name) {
+    const details = document.createElement("details");
+    details.className = "tool-call";
+    const summary = document.createElement("summary");
+    const args = document.createElement("pre");
+    args.className = "tool-arguments";
+    const node = document.createTextNode("");
+    args.append(node);
+    details.append(summary, args);
+    reply.box.insertBefore(details, reply.note);
+    const label = (complete) => {
+      summary.textContent = `Tool call: ${name}${complete ? "" : " …"}`;
+    };
+    label(false);
+    return {
+      append(more) {
+        drawAtBottom(() => node.appendData(more));
+      },
+      complete() {
+        details.dataset.complete = "true";
+        label(true);
+      },
+    };
+  }
+
   // One turn on the page: the user's message and the assistant's reply, whose Markdown is drawn as it grows.
   function addTurn(userText) {
     const stick = nearBottom();
@@ -311,6 +342,7 @@
     const { answer, note } = reply;
     let reasoning = null; // the reasoning block, once there is reasoning
     const thinking = () => (reasoning = reasoning || reasoningBlock(reply));
+    const calls = new Map(); // a tool call's index -> its block
     li.append(userBubble(userText), reply.box);
     el.transcript.append(li);
     el.empty.hidden = true;
@@ -338,6 +370,17 @@
       appendReasoning(text) {
         thinking().append(text);
       },
+      // A piece of a tool call's arguments (a tool_call event's data): its block is made by the call's first piece.
+      toolCall(call) {
+        if (reasoning) reasoning.settle();
+        let block = calls.get(call.index);
+        if (!block) {
+          block = toolCallBlock(reply, String(call.name));
+          calls.set(call.index, block);
+        }
+        if (typeof call.arguments === "string" && call.arguments) block.append(call.arguments);
+        if (call.end === true || call.complete === true) block.complete();
+      },
       // A turn that ends shows all its text at once, before its status says so. One "interrupted" (the page
       // stopped resuming it) shows what arrived, and has not ended.
       setStatus(status, detail) {
@@ -358,6 +401,7 @@
     if (status === "cancelled" || stopReason === "cancelled") return "Stopped: cancelled.";
     if (status === "error") return "Error: " + (error && error.message ? error.message : "the reply failed.");
     if (stopReason === "max_tokens") return "Stopped at the token limit.";
+    if (stopReason === "tool_use") return "Stopped to call a tool. This page has no tools: it cannot run the call.";
     return "";
   }
 
@@ -389,7 +433,7 @@
       view,
       turn: null,
       eventsUrl: null,
-      lastId: null, // the furthest text event id shown (token or reasoning); a resume asks for what comes after it
+      lastId: null, // the furthest text event id shown (token, reasoning, tool_call); a resume asks for what follows it
       retryAfter: null, // ms the last failed answer asked the page to wait, if it did
       controller: new AbortController(),
       ended: false,
@@ -407,7 +451,7 @@
     }
   }
 
-  // Whether a text event (token or reasoning: one sequence of ids) is new; notes its id as the furthest shown.
+  // Whether a text event (token, reasoning or tool_call: one sequence of ids) is new; notes its id as the furthest shown.
   function fresh(r, event) {
     const id = event.lastEventId === "" ? null : event.lastEventId;
     if (id !== null && !isAfter(id, r.lastId)) {
@@ -446,6 +490,11 @@
         if (!fresh(r, event)) return null;
         if (typeof data.text === "string") r.view.appendReasoning(data.text);
         setStatus("Thinking…");
+        return null;
+      case "tool_call":
+        if (!fresh(r, event)) return null;
+        if (Number.isInteger(data.index)) r.view.toolCall(data);
+        setStatus("Calling a tool…");
         return null;
       case "done":
         finish(r, data.stop_reason === "cancelled" ? "cancelled" : "complete", noteFor("", data.stop_reason));
@@ -891,7 +940,8 @@
     if (signInMode()) knownHere.add(sessionId); // the relay answered it: the signed-in user's own
     const turns = Array.isArray(history.turns) ? history.turns : [];
     for (const turn of turns) {
-      const view = addTurn(turn.user || "");
+      const results = Array.isArray(turn.tool_results) ? turn.tool_results.length : 0;
+      const view = addTurn(turn.user || (results ? `[tool results for ${results} ${results === 1 ? "call" : "calls"}]` : ""));
       view.setTurn(turn.turn);
       if (turn.status === "in_progress") {
         // Follow it live from its start: the stream gives the whole text, ids included.
@@ -907,6 +957,7 @@
       }
       view.setReasoning(typeof turn.reasoning === "string" ? turn.reasoning : "");
       view.setText(turn.assistant || "");
+      for (const call of Array.isArray(turn.tool_calls) ? turn.tool_calls : []) view.toolCall(call);
       view.setStatus(turn.status === "complete" ? "complete" : turn.status, noteFor(turn.status, turn.stop_reason, turn.error));
     }
     keepScrolled(true);
