@@ -150,6 +150,8 @@ class ChatCounts:
     drops: int = 0
     resumes: int = 0
     mid_record_resumes: int = 0  # resumes from a piece's id, inside a record
+    tool_chats: int = 0  # chats whose plan declares tools (and whose model calls them)
+    mid_call_resumes: int = 0  # resumes from inside a tool call's arguments
     relay_retries: int = 0
     http_retries: int = 0
     problems: tuple[str, ...] = ()
@@ -195,7 +197,7 @@ def _check_table(plan: ChatPlan, stored: StoredTurn, turn: int, label: str) -> t
 
 def _check_stream(plan: ChatPlan, seen: StreamSeen, label: str) -> tuple[_Found, bool]:
     """The client's stream against the reply: what it lost or duplicated, and whether it is exact."""
-    ids = [seq for seq, _ in seen.tokens]
+    ids = seen.event_ids
     repeated = len(ids) - len(set(ids))
     lost, duplicated = compare_text(plan.expected_text, seen.text)
     wrong = compare_calls(plan.expected_calls, seen.tool_calls)
@@ -222,7 +224,7 @@ def _check_lost_generation(
     clean_calls = calls_prefix(plan.expected_calls, stored.tool_calls)
     if not expected.startswith(stored.text) or not stored.contiguous or not clean_end or not clean_calls:
         problems.append(f"{label}: a lost generation's records are not a clean prefix")
-    ids = [seq for seq, _ in seen.tokens]
+    ids = seen.event_ids
     code = (seen.error or {}).get("code")
     ended = seen.done is None and code in LOST_GENERATION_CODES
     prefix = expected.startswith(seen.text) and calls_prefix(plan.expected_calls, seen.tool_calls)
@@ -250,6 +252,8 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
         drops=seen.drops,
         resumes=seen.resumes,
         mid_record_resumes=seen.mid_record_resumes,
+        tool_chats=int(bool(plan.tools)),
+        mid_call_resumes=seen.mid_call_resumes,
         relay_retries=seen.relay_retries,
         http_retries=seen.http_retries,
     )
@@ -435,7 +439,8 @@ class ChaosResult:
             f"exact_streams={t.exact_streams}/{self.possible_exact} "
             f"generator_lost=killed:{t.killed_generations},other:{t.other_lost_generations} "
             f"model_errors={t.model_errors} drops={t.drops} resumes={t.resumes} "
-            f"mid_record_resumes={t.mid_record_resumes} relay_retries={t.relay_retries} "
+            f"mid_record_resumes={t.mid_record_resumes} tool_chats={t.tool_chats} "
+            f"mid_call_resumes={t.mid_call_resumes} relay_retries={t.relay_retries} "
             f"http_retries={t.http_retries} poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
             f"unexpected_dlq={dlq.unexpected_dlq} redriven_onfailure={dlq.onfailure_redriven} "
             f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} "

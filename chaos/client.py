@@ -1,12 +1,15 @@
 """The chaos run's client: one chat over SSE that drops its connection on purpose and resumes.
 
-It sends ``POST /chat``, reads the stream, and, as its :class:`~chaos.plan.ChatPlan` says, closes the
-connection after a few token events; then it resumes from the events URL with ``Last-Event-ID`` until the
-turn's ``done`` or ``error``. The relay paces text in word-sized pieces: a planned drop waits for the first piece
-inside a record (an id ``<seq>.<offset>``) from the planned count on, so the resume starts mid-record and the
-checks prove it exact (:attr:`StreamSeen.mid_record_resumes` counts those; a reply with no such piece left is
-not dropped). A plan to drop after 0 tokens drops right after ``meta``. It retries as a user's client would, with
-exponential backoff and full jitter (:class:`chatstream.backoff.Backoff`):
+It sends ``POST /chat`` (with the plan's tools, each with an open object schema), reads the stream, and, as its
+:class:`~chaos.plan.ChatPlan` says, closes the connection after a few text or tool call events; then it resumes from
+the events URL with ``Last-Event-ID`` until the turn's ``done`` or ``error``. The relay paces text in word-sized
+pieces: a planned drop waits for the first piece inside a record (an id ``<seq>.<offset>``) from the planned count
+on, so the resume starts mid-record and the checks prove it exact (:attr:`StreamSeen.mid_record_resumes` counts
+those; a reply with no such piece left is not dropped). A chat with tools waits instead for a ``tool_call`` event
+inside a call's arguments (one without ``end``), so the resume starts inside them
+(:attr:`StreamSeen.mid_call_resumes`). A plan to drop after 0 events drops right after ``meta``. The
+``tool_call`` events are assembled into :attr:`StreamSeen.tool_calls`, which the checks compare with the model's.
+It retries as a user's client would, with exponential backoff and full jitter (:class:`chatstream.backoff.Backoff`):
 
 - an answer ``429``, ``502`` or ``503`` (throttled, the function failed before its first byte, the service is
   unavailable), or no answer at all: the same request again (``POST /chat`` only when it got no stream, so
@@ -14,7 +17,7 @@ exponential backoff and full jitter (:class:`chatstream.backoff.Backoff`):
 - an error the relay raised itself (no ``id``: not the turn's record) that says ``retryable``: a resume from
   the last id, as HTTP_API.md tells clients to;
 
-until ``retry_budget_s`` pass without a new token. What it saw, across every connection, is a
+until ``retry_budget_s`` pass without a new event. What it saw, across every connection, is a
 :class:`StreamSeen`.
 """
 
@@ -22,13 +25,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from httpx_sse import EventSource
 
 from chatstream.backoff import Backoff
+from chatstream.tools import ToolCall
 from chatstream_client.api import event_position
 
 if TYPE_CHECKING:
@@ -37,7 +41,6 @@ if TYPE_CHECKING:
     from httpx_sse import ServerSentEvent
 
     from chaos.plan import ChatPlan
-    from chatstream.tools import ToolCall
 
 MAX_RESUMES = 200
 RETRY_STATUSES = frozenset({429, 502, 503})  # answers a client retries: throttled, bad gateway, unavailable
@@ -53,12 +56,13 @@ class StreamSeen:
     turn: int = 0
     events_url: str = ""
     tokens: list[tuple[str, str]] = field(default_factory=list)  # (event id, text), every token event received
-    # the tool calls received, assembled, in index order (none while the native stream carries no tool call events)
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (event id, data): every tool_call
+    tool_calls: list[ToolCall] = field(default_factory=list)  # the tool calls received, assembled, in index order
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     resumes: int = 0  # GET …/events requests after the first stream
     mid_record_resumes: int = 0  # of those, the ones from a piece's id: inside a record
+    mid_call_resumes: int = 0  # of those, the ones from inside a tool call's arguments
     drops: int = 0  # connections it closed on purpose mid-stream (as its plan says)
     relay_retries: int = 0  # resumes after a retryable error the relay raised itself (no id: not the turn's record)
     http_retries: int = 0  # requests sent again after a 429/502/503 answer or no answer
@@ -66,9 +70,32 @@ class StreamSeen:
     failure: str = ""  # why the client gave up (no stream at all when ``session_id`` is empty)
 
     @property
+    def event_ids(self) -> list[str]:
+        """The ids of every text and tool call event received, in the order received."""
+        return [event_id for event_id, _ in self.tokens] + [event_id for event_id, _ in self.tool_events]
+
+    @property
     def last_id(self) -> str:
-        """The furthest token id received ("0": none), what a resume sends as ``Last-Event-ID``."""
-        return max((event_id for event_id, _ in self.tokens), key=event_position, default="0")
+        """The furthest text or tool call event id received ("0": none), what a resume sends as ``Last-Event-ID``."""
+        return max(self.event_ids, key=event_position, default="0")
+
+    @property
+    def inside_call(self) -> bool:
+        """The furthest event received is a piece of a tool call's arguments, not its end."""
+        furthest = max(self.tool_events, key=lambda event: event_position(event[0]), default=None)
+        return furthest is not None and furthest[0] == self.last_id and furthest[1].get("end") is not True
+
+    def add_tool_event(self, event_id: str, data: dict[str, Any]) -> None:
+        """A ``tool_call`` event: its piece of arguments joins its call (by index), complete at its ``end``."""
+        self.tool_events.append((event_id, data))
+        calls: dict[int, ToolCall] = {}
+        for _, piece in self.tool_events:
+            index = int(piece["index"])
+            before = calls.get(index, ToolCall(str(piece["id"]), str(piece["name"]), "", complete=False))
+            calls[index] = replace(
+                before, arguments=before.arguments + str(piece["arguments"]), complete=piece.get("end") is True
+            )
+        self.tool_calls = [calls[index] for index in sorted(calls)]
 
     @property
     def finished(self) -> bool:
@@ -79,9 +106,12 @@ class StreamSeen:
         return "".join(text for _, text in self.tokens)
 
 
-def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int | None) -> bool:
-    """Read events into ``seen``; True when the connection was dropped on purpose after ``stop_after`` tokens (at
-    the first token from there that is a piece inside a record)."""
+def consume(
+    events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int | None, *, in_call: bool = False
+) -> bool:
+    """Read events into ``seen``; True when the connection was dropped on purpose after ``stop_after`` text or tool
+    call events (at the first from there that is a piece inside a record, or with ``in_call`` a piece of a call's
+    arguments before its end)."""
     tokens_here = 0
     for event in events:
         data = json.loads(event.data) if event.data else {}
@@ -89,6 +119,9 @@ def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int
             seen.session_id, seen.turn, seen.events_url = data["session_id"], int(data["turn"]), data["events_url"]
         elif event.event == "token":
             seen.tokens.append((event.id, data["text"]))
+            tokens_here += 1
+        elif event.event == "tool_call":
+            seen.add_tool_event(event.id, data)
             tokens_here += 1
         elif event.event == "done":
             seen.done = data
@@ -103,7 +136,8 @@ def consume(events: Iterator[ServerSentEvent], seen: StreamSeen, stop_after: int
             seen.events_url = data.get("events_url", seen.events_url)
             return False
         planned = stop_after is not None and tokens_here >= stop_after and bool(seen.events_url)
-        if planned and (stop_after == 0 or "." in seen.last_id):  # before any token, or inside a record
+        inside = seen.inside_call if in_call else "." in seen.last_id  # inside a call's arguments, or a record
+        if planned and (stop_after == 0 or inside):
             return True
     return False
 
@@ -118,15 +152,15 @@ class Patience:
     budget_s: float
     deadline: float  # a time.monotonic() value
     backoff: Backoff = CLIENT_BACKOFF
-    tokens: int = 0
+    tokens: int = 0  # the events (text and tool call) seen when it last saw a new one
     since: float = field(default_factory=time.monotonic)
     attempt: int = 0
 
     def retry(self, seen: StreamSeen) -> bool:
         """Before a retry: False when patience ran out; else wait the backoff and return True."""
         now = time.monotonic()
-        if len(seen.tokens) > self.tokens:
-            self.tokens, self.since, self.attempt = len(seen.tokens), now, 0
+        if len(seen.event_ids) > self.tokens:
+            self.tokens, self.since, self.attempt = len(seen.event_ids), now, 0
         if now - self.since >= self.budget_s or now >= self.deadline:
             return False
         time.sleep(self.backoff.delay(self.attempt))  # a client's backoff before it retries, not a wait for a condition
@@ -142,11 +176,15 @@ def _relay_error_is_retryable(seen: StreamSeen) -> bool:
 
 def _start(http: httpx.Client, plan: ChatPlan, seen: StreamSeen, patience: Patience) -> bool:
     """``POST /chat`` until it gives a stream (read up to the planned drop); False when the client gave up."""
+    body: dict[str, Any] = {"message": plan.message}
+    if plan.tools:
+        body["tools"] = [{"name": name, "parameters": {"type": "object"}} for name in plan.tools]
     while True:
         try:
-            with http.stream("POST", "/chat", json={"message": plan.message}, headers=HEADERS) as response:
+            with http.stream("POST", "/chat", json=body, headers=HEADERS) as response:
                 if response.status_code == 200:
-                    seen.drops += int(consume(EventSource(response).iter_sse(), seen, plan.drop_after))
+                    events = EventSource(response).iter_sse()
+                    seen.drops += int(consume(events, seen, plan.drop_after, in_call=bool(plan.tools)))
                     return True  # leaving the block closes the connection: a drop when the turn is not finished
                 response.read()
                 failure = f"POST /chat {response.status_code}: {response.text[:200]}"
@@ -175,6 +213,7 @@ def _resume(http: httpx.Client, seen: StreamSeen) -> Failed | None:
     """One ``GET`` of the events URL from the last id, read to its end; what went wrong, or None."""
     seen.resumes += 1
     seen.mid_record_resumes += int("." in seen.last_id)
+    seen.mid_call_resumes += int(seen.inside_call)
     try:
         with http.stream("GET", seen.events_url, headers={**HEADERS, "Last-Event-ID": seen.last_id}) as response:
             if response.status_code != 200:

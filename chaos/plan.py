@@ -29,6 +29,7 @@ class ChaosSettings:
     model_delay_ms: int = 2
     drop_rate: float = 0.25  # chats whose connection drops mid-stream and resumes
     model_error_rate: float = 0.1  # chats that end in a mid-stream model error
+    tool_rate: float = 0.4  # of the chats of plain text, those that declare tools and get tool calls
     poison_records: int = 5
     proxy_kills: int = 4
     consumer_kills: int = 8
@@ -66,25 +67,52 @@ class ChatPlan:
         return self.message.startswith("/error-after")
 
 
-def plan_chats(settings: ChaosSettings) -> list[ChatPlan]:
-    """The run's chats, from ``settings.seed``: mixed lengths, some model errors, some dropped connections.
+TOOLS = ("get_weather", "search", "get_time")  # what a tool chat declares
+# The length of a call's arguments' text: none ({}), short, a few records, many records (the local model streams 8
+# characters a delta; a record holds what came in one flush interval)
+ARGUMENT_LENGTHS = (0, 30, 600, 4000)
 
-    The first three are one of each kind (an ordinary message, a model error, a long reply that drops), so a
-    short run still exercises every path.
+
+def plan_chats(settings: ChaosSettings) -> list[ChatPlan]:
+    """The run's chats, from ``settings.seed``: mixed lengths, some model errors, some dropped connections, and
+    tool chats (``tool_rate`` of the plain text chats, drawn apart so the other chats stay what the seed made them):
+    one to three parallel calls, arguments from none to several thousand characters.
+
+    The first four are one of each kind (an ordinary message, a model error, a long reply that drops, tool calls
+    with long arguments that drop), so a short run still exercises every path.
     """
     rng = random.Random(settings.seed)
+    tool_rng = random.Random(f"{settings.seed}:tools")
     plans = []
     for index in range(settings.chats):
         roll = rng.random() if index > 2 else (0.99, 0.0, 0.5)[index]
+        roll = 0.99 if index == 3 else roll
+        tools: tuple[str, ...] = ()
         if roll < settings.model_error_rate:
             message = f"/error-after {rng.randint(0, 60)}"
         elif roll < 0.55:
             message = f"/long {rng.choice([1, 5, 40, 120, 300, 600])}"
         else:
             message = f"chaos chat {index}: héllo 🙂 wörld {'tokens ' * rng.randint(0, 30)}".strip()
-        drop_after = rng.randint(0, 6) if rng.random() < settings.drop_rate or index == 2 else None
-        plans.append(ChatPlan(index, message, drop_after))
+            if index == 3 or (index > 3 and tool_rng.random() < settings.tool_rate):
+                message, tools = _tool_message(index, tool_rng, long=index == 3), TOOLS
+        drop_after = rng.randint(0, 6) if rng.random() < settings.drop_rate or index in (2, 3) else None
+        plans.append(ChatPlan(index, message, drop_after, tools))
     return plans
+
+
+def _tool_message(index: int, rng: random.Random, *, long: bool) -> str:
+    """A message the local model answers with its first line as text, then a call for each ``/call`` line."""
+    lines = [f"chaos tools {index}: héllo 🙂"]
+    for call in range(1 if long else rng.randint(1, 3)):
+        length = ARGUMENT_LENGTHS[-1] if long else rng.choice(ARGUMENT_LENGTHS)
+        name = TOOLS[(index + call) % len(TOOLS)]
+        if length == 0:
+            lines.append(f"/call {name}")
+            continue
+        words = " ".join(f"wörd{n}" for n in range(length // 6 + 1))[:length]
+        lines.append(f"/call {name} {json.dumps({'q': words, 'n': call}, ensure_ascii=False)}")
+    return "\n".join(lines)
 
 
 def _wrong_types(session_id: str, n: int) -> bytes:

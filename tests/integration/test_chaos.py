@@ -58,3 +58,5 @@ def test_no_token_is_lost_or_duplicated_and_every_turn_ends_under_faults(aws_env
     assert result.duplicates.delivered > 0, line
     # AND a dropped stream resumed from a paced piece inside a record, exactly (the counts above)
     assert totals.mid_record_resumes > 0, line
+    # AND chats called tools, and every call streamed and stored exactly (ids, names, arguments)
+    assert totals.tool_chats > 0 and totals.wrong_tool_calls == 0, line

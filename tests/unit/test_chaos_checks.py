@@ -460,7 +460,9 @@ def result(
 ) -> ChaosResult:
     """A run of two chats (one exact, one killed generation) with the given changes to its added-up counts."""
     chats = [
-        ChatCounts(exact_streams=1, drops=1, resumes=2, mid_record_resumes=1, http_retries=5),
+        ChatCounts(
+            exact_streams=1, drops=1, resumes=2, mid_record_resumes=1, tool_chats=1, mid_call_resumes=1, http_retries=5
+        ),
         ChatCounts(killed_generations=1, relay_retries=3),
     ]
     faults = {"kinesis_throttle": 88, "dynamodb_read_throttle": 197} if faults is None else faults
@@ -480,8 +482,8 @@ def test_the_line_says_every_count_in_its_order() -> None:
     assert result().line() == (
         "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 wrong_tool_calls=0 unfinished_turns=0 failed_chats=0 "
         "exact_streams=1/1 "
-        "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 mid_record_resumes=1 relay_retries=3 "
-        "http_retries=5 "
+        "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 mid_record_resumes=1 tool_chats=1 "
+        "mid_call_resumes=1 relay_retries=3 http_retries=5 "
         "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 duplicates=3/3 "
         "faults=dynamodb_read_throttle:197,kinesis_throttle:88"
     )
@@ -656,7 +658,7 @@ def test_a_chat_that_calls_tools_expects_the_local_models_exact_calls() -> None:
     # WHEN the stream and the table hold exactly those calls THEN the chat is exact
     calls = list(CALLS.expected_calls)
     assert check_chat(CALLS, tool_stream(CALLS, calls), tool_turn(CALLS, calls), killed=False) == ChatCounts(
-        exact_streams=1
+        exact_streams=1, tool_chats=1
     )
 
 
@@ -702,7 +704,9 @@ def test_a_killed_generation_may_hold_a_start_of_the_calls_and_no_more() -> None
     seen = streamed(CALLS, end="generation_failed")
     seen.tool_calls = [calls[0]]
     # THEN it is a generation the run killed, not a problem
-    assert check_chat(CALLS, seen, StoredTurn(turn, tuple(records)), killed=True) == ChatCounts(killed_generations=1)
+    assert check_chat(CALLS, seen, StoredTurn(turn, tuple(records)), killed=True) == ChatCounts(
+        killed_generations=1, tool_chats=1
+    )
     # WHEN what it stored is no start of the calls (a call's arguments wrong) THEN that is a problem
     bad = tool_records(
         CALLS, [dataclasses.replace(calls[0], arguments='{"city": "Rome"}'), calls[1]], ended=False, cut=1

@@ -155,3 +155,29 @@ def test_a_drop_waits_for_a_piece_inside_a_record_and_resumes_from_its_id() -> N
     assert [request.headers.get("last-event-id") for request in requests] == [None, "2.3"]
     assert (seen.drops, seen.resumes, seen.mid_record_resumes) == (1, 1, 1)
     assert (seen.text, seen.last_id) == (" w0 w1 w2 w3", "3")
+
+
+def tool_call(event_id: str, arguments: str, *, end: bool = False, index: int = 0) -> Event:
+    data: dict[str, object] = {"index": index, "id": f"tooluse_{index}", "name": "get_weather", "arguments": arguments}
+    return ("tool_call", event_id, {**data, **({"end": True} if end else {})})
+
+
+def test_a_tool_chat_drops_inside_a_calls_arguments_and_assembles_the_call_once() -> None:
+    # GIVEN a tool chat planned to drop after one event, whose call's arguments come in three records
+    plan = ChatPlan(index=0, message="/call get_weather {}", drop_after=1, tools=("get_weather",))
+    first = sse(META, ("token", "1", {"text": "Sure"}), tool_call("2", '{"city"'), tool_call("3", ': "Oslo"'))
+    rest = sse(tool_call("3", ': "Oslo"'), tool_call("4", "}", end=True), tool_call("5", "{}", end=True, index=1), DONE)
+    run, requests = chat([first, rest], plan)
+
+    seen = run()
+
+    # THEN it declared the tools, dropped at the first piece of arguments (not at the text), resumed from its id as a
+    # resume inside a call, and assembled each call once, complete
+    assert json.loads(requests[0].content)["tools"] == [{"name": "get_weather", "parameters": {"type": "object"}}]
+    assert [request.headers.get("last-event-id") for request in requests] == [None, "2"]
+    assert (seen.drops, seen.resumes, seen.mid_call_resumes, seen.mid_record_resumes) == (1, 1, 1, 0)
+    assert [(call.id, call.arguments, call.complete) for call in seen.tool_calls] == [
+        ("tooluse_0", '{"city": "Oslo"}', True),
+        ("tooluse_1", "{}", True),
+    ]
+    assert seen.event_ids == ["1", "2", "3", "4", "5"] and seen.last_id == "5"
