@@ -192,6 +192,7 @@ def check_answer(
     # GIVEN a request schemathesis generated from the document, valid or not (under the JWT mode, with a valid token)
     REAL_SESSION.update(session, url=stack.url, auth=auth)
     if case.meta is not None and not case.meta.generation.mode.is_negative:
+        declare_what_is_chosen(case)
         start_and_end_with_the_user(case)
     # WHEN it is sent THEN every check holds: no 5xx, a documented status, content type, headers and body, valid
     # data accepted and invalid refused; and a stream's events carry the data the document gives them, in order
@@ -203,6 +204,41 @@ def check_answer(
 
 
 CONVERSATIONS = {"/v1/responses": ("input", "input_text"), "/v1/chat/completions": ("messages", "text")}
+
+
+def declare_what_is_chosen(case: schemathesis.Case) -> None:
+    """The rules about tools JSON Schema cannot state (the document states them in prose, and the relay answers 400):
+    tool names are unique, a chosen tool is one declared (``required`` needs tools), and results answer exactly the
+    calls before them, which a generated conversation cannot know. A valid case is made to follow them: duplicates
+    go, a choice of an undeclared tool goes, calls and results become plain messages (the native ``tool_results``
+    go, a message taking their place)."""
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    unique: dict[str, Any] = {}
+    for tool in tools:
+        name = (tool.get("function") or {}).get("name") if "function" in tool else tool.get("name")
+        unique.setdefault(name, tool)
+    if tools:
+        body["tools"] = list(unique.values())
+    choice = body.get("tool_choice")
+    chosen = choice.get("name", (choice.get("function") or {}).get("name")) if isinstance(choice, dict) else None
+    if (isinstance(choice, dict) and chosen not in unique) or (choice == "required" and not unique):
+        del body["tool_choice"]
+    if body.pop("tool_results", None) is not None and body.get("message") is None:
+        body["message"] = "hello"
+    for message in body.get("messages") or []:
+        message.pop("tool_calls", None)
+        if message.get("role") == "tool":
+            message.pop("tool_call_id", None)
+            message.update(role="user", content="a tool said")
+        if message.get("content") in (None, ""):
+            message["content"] = "hello"
+    if isinstance(body.get("input"), list):
+        body["input"] = [
+            item for item in body["input"] if item.get("type") not in ("function_call", "function_call_output")
+        ] or [{"role": "user", "content": "hello"}]
 
 
 def start_and_end_with_the_user(case: schemathesis.Case) -> None:

@@ -133,9 +133,9 @@ def test_the_sdks_stream_helper_accumulates_the_calls(client: openai.OpenAI) -> 
     calls = final.message.tool_calls or []
     assert [(call.id, call.function.name, call.function.arguments) for call in calls] == planned(TWO_CALLS, NAMES)
     assert final.finish_reason == "tool_calls"
-    # AND the accumulated message, sent back with both results, gets the final answer
+    # AND the accumulated message, sent back as it is with both results, gets the final answer
     results = [{"role": "tool", "tool_call_id": call.id, "content": f"{call.function.name} ok"} for call in calls]
-    history: list[Any] = [*messages, final.message.model_dump(exclude_none=True), *results]
+    history: list[Any] = [*messages, final.message, *results]
     answer = client.chat.completions.create(model=ALIAS, messages=history, tools=CHAT_TOOLS)
     assert answer.choices[0].message.content == "Tool get_weather said: get_weather ok\nTool get_time said: get_time ok"
 

@@ -19,7 +19,7 @@ from chatstream.records import TokenRecord, Usage, assistant_text, tool_calls
 from chatstream.relay.follow import Follower
 from chatstream.relay.http import HttpError
 from chatstream.relay.openai.chat import ChunkStream, completion_object
-from chatstream.relay.openai.requests import leading_results
+from chatstream.relay.openai.requests import leading_results, parse_responses_request
 from chatstream.relay.openai.responses import ResponseStream, output_of, parse_item_id, response_object
 from chatstream.relay.openai.status import ResponseStatus
 from chatstream.relay.openai.turn_events import turn_events
@@ -122,7 +122,7 @@ def test_tool_messages_after_the_calls_they_answer_make_a_turn_of_results() -> N
             "'call_9', which names no tool call of messages[1]",
         ),
         ([USER, ANSWERED[0]], "messages[1]", "must follow an assistant message with tool calls"),
-        ([USER, ASKED, *ANSWERED, ANSWERED[0]], "messages", "answers tool call 'call_1' twice"),
+        ([USER, ASKED, *ANSWERED, ANSWERED[0]], "messages[2]", "answers tool call 'call_1' twice"),
         (
             [USER, {**ASKED, "tool_calls": [{"id": "call 1", "function": {"name": "f", "arguments": "{}"}}]}],
             "messages[1].tool_calls[0].id",
@@ -549,3 +549,40 @@ def test_a_function_call_item_reference_is_that_call(service: RelayService, chat
         "input": [{"role": "user", "content": "q"}, {"type": "item_reference", "id": f"fc_{session_id}_1_5"}],
     }
     assert openai_error(call(service, "POST", "/v1/responses", missing), 404)["param"] == "input[1].id"
+
+
+def test_the_sdks_own_accumulated_message_is_taken_back_as_it_is() -> None:
+    # GIVEN the message openai-python's stream helper accumulates (its calls carry parsed_arguments), dumped as the
+    # SDK sends a model it is given
+    state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "tool_calls": [{"index": 0, **ASKED["tool_calls"][0]}]},  # type: ignore[index]
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    list(state.handle_chunk(ChatCompletionChunk.construct(**chunk)))
+    message = state.get_final_completion().choices[0].message.model_dump(exclude_unset=True, mode="json")
+    assert "parsed_arguments" in message["tool_calls"][0]["function"]
+    # WHEN it is sent back with its result THEN it is the history's call
+    request = chat({"model": "m", "messages": [USER, message, ANSWERED[0]]})
+    assert request.options.history[1].tool_calls == (CALLS[0],)
+
+
+def test_a_schema_no_json_can_hold_and_results_given_twice_are_400s() -> None:
+    # GIVEN a parameters schema with a number no float holds (it parses as infinity), and a continuation's results
+    # answering one call twice
+    schema = b'{"type": "object", "maximum": 1e400}'
+    huge = b'{"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": ' + schema + b"}]}"
+    with pytest.raises(HttpError) as caught:
+        parse_responses_request(huge, max_tokens_limit=100, valid_base64=True)
+    assert (caught.value.status, getattr(caught.value, "param", None)) == (400, "tools[0].parameters")
+    twice = {"model": "m", "previous_response_id": "resp_s_1", "input": [OUTPUT, OUTPUT]}
+    assert error_of(responses, twice) == (400, "invalid_request", "input[0]")

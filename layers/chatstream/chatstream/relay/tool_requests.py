@@ -116,7 +116,10 @@ def _tool(item: object, style: ToolStyle, param: str) -> ToolSpec:
             "Bedrock takes a tool's input only as an object",
             f"{param}.parameters",
         )
-    return ToolSpec(str(name), parameters, description or None)
+    try:
+        return ToolSpec(str(name), parameters, description or None)
+    except ValueError as err:  # a schema that is no JSON (a number too large for a float reads as infinity)
+        raise invalid(f"{param}.parameters: {err}", f"{param}.parameters") from None
 
 
 def _only(fields: dict[str, Any], allowed: Sequence[str], param: str, style: ToolStyle) -> None:

@@ -372,7 +372,7 @@ def _input_item(item: object, param: str, resolve_item: ItemResolver | None) -> 
     if item.get("type") == "reasoning":
         return None
     if item.get("type") == "function_call":
-        _only_keys(item, ("type", "call_id", "name", "arguments", "id", "status"), param)
+        _only_keys(item, ("type", "call_id", "name", "arguments", "id", "status", "parsed_arguments"), param)
         call = tool_call(
             item.get("call_id"),
             item.get("name"),
@@ -474,7 +474,8 @@ def _assistant_calls(value: object, param: str) -> tuple[ToolCall, ...]:
         function = entry.get("function")
         if not isinstance(function, dict):
             raise invalid(f"{where}.function must be an object with the call's name and arguments", f"{where}.function")
-        _only_keys(function, ("name", "arguments"), f"{where}.function")
+        # parsed_arguments: the SDKs' own (openai-python's stream helper and .parse() fill it), ignored
+        _only_keys(function, ("name", "arguments", "parsed_arguments"), f"{where}.function")
         calls.append(
             tool_call(
                 entry.get("id"),
@@ -495,6 +496,10 @@ def _check_pairs(messages: Sequence[Said], param: str, *, continued: bool) -> No
     calls, which the endpoint checks (:func:`leading_results`)."""
     before: Said | None = None
     for message in messages:
+        answered = [result.tool_call_id for result in message.results]
+        if len(set(answered)) != len(answered):
+            repeated = next(call for call in answered if answered.count(call) > 1)
+            raise invalid(f"{param} answers tool call {repeated!r} twice", message.results_param)
         if message.role == "user":
             asked = before.calls if before is not None else ()
             if message.results and not asked and not (continued and before is None):
