@@ -1,4 +1,6 @@
-"""Domain exceptions, all of them. Adapters translate service errors into these; callers decide what to do.
+"""Domain exceptions, all of them but two that carry a table part's own record and live beside it
+(:class:`~chatstream.table.budgets.LimitExceeded`, :class:`~chatstream.table.idempotency.KeyInUse`). Adapters translate
+service errors into these; callers decide what to do.
 
 The relay's :class:`~chatstream.relay.http.HttpError` is not one of them: it is an HTTP answer (status,
 code, message) that the relay's endpoints raise to stop early, made from these where they apply.

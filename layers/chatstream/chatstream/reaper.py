@@ -123,5 +123,6 @@ def end_abandoned_turn(table: ChatTable, failed: FailedGeneration, now_ms: Calla
     # Conditional: the terminal record may have been put just before the proxy died, and the consumer may end the
     # turn from it between the reads above and this write; then its outcome stands. Its texts are read from its
     # records, not stored now: records a lagging consumer (or a redrive) writes after this are part of its reply.
-    ended = table.turns.end_presumed_lost(terminal)
+    # A turn no delivery claimed never reached the model: its owner is charged nothing for it.
+    ended = table.turns.end_presumed_lost(terminal, claimed=turn.generator is not None)
     return Reaping.ENDED if ended else Reaping.NOTHING_TO_END

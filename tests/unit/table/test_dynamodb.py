@@ -19,6 +19,7 @@ ITEM_OF_EVERY_STORED_TYPE = {
     "usage": {"input_tokens": 12, "output_tokens": 0},
     "error": {"code": "throttled", "message": "é ✓", "retryable": True},
     "parts": ["a", 1, [True]],
+    "turns": {"0001#s#1", "0002#s#2"},
 }
 
 
@@ -32,15 +33,15 @@ def test_items_are_written_as_boto3s_codec_writes_them_and_read_back_as_it_reads
     assert isinstance(deser(written)["turn"], Decimal)
 
 
-@pytest.mark.parametrize("value", [0.5, b"bytes", {"a", "b"}])
+@pytest.mark.parametrize("value", [0.5, b"bytes", {1, 2}, set(), {"a", 1}])
 def test_a_value_of_a_type_the_table_does_not_store_is_refused(value: object) -> None:
     with pytest.raises(TypeError, match="ChatTable stores no"):
         ser({"x": value})
 
 
 def test_an_attribute_of_a_kind_the_table_does_not_store_is_refused() -> None:
-    with pytest.raises(TypeError, match="ChatTable stores no SS attributes"):
-        deser({"x": {"SS": ["a"]}})
+    with pytest.raises(TypeError, match="ChatTable stores no NS attributes"):
+        deser({"x": {"NS": ["1"]}})
 
 
 @pytest.mark.parametrize("number", [Decimal("1." + "1" * 38), Decimal("1E+999"), Decimal("Infinity"), Decimal("NaN")])

@@ -16,6 +16,13 @@ turn                        ``S#<id>`` / ``T#<turn:06d>``     user, status, canc
                                                             texts_in_records (a reply too large for the
                                                             item: its texts are read from its records)
 token record                ``S#<id>`` / ``R#<turn:06d>#<seq:08d>``  record (the record's JSON), ts
+reservation                 ``S#<id>`` / ``B#<turn:06d>``     the turn's hold on its owner's budget: owner, day,
+                                                            reserved, charged, held, entry, basis
+owner's limits              ``O#<owner>`` / ``LIMITS``        the operator's overrides of the deployment's limits
+owner's requests            ``O#<owner>`` / ``RPM#<minute>``  n: turns started in that minute
+owner's tokens              ``O#<owner>`` / ``TPD#<day>``     tokens charged and reserved that UTC day, held
+owner's turns at once       ``O#<owner>`` / ``ACTIVE``        turns: the set of its turns generating
+idempotency key             ``O#<owner>`` / ``K#<key>``       fingerprint, session_id, turn (the turn it started)
 ==========================  ==============================  =====================================
 
 Every read a function makes is a key lookup or a key-range Query in one partition: history is
@@ -38,11 +45,17 @@ A finished turn's item keeps its reply and reasoning, so history is one Query. D
 is more: such a turn's outcome is written without its texts, marked ``texts_in_records``, and its reads assemble
 them from its token records, which hold them anyway (:mod:`chatstream.table.turns`).
 
+The owner's items (:mod:`chatstream.table.budgets`, :mod:`chatstream.table.idempotency`) are written by a turn's
+start, in its own transaction (the owner's limits and the request's idempotency key admit it or refuse it, writing
+nothing), and by its ending, which settles its reservation; and by an operator's command (the overrides).
+
 The package, one concept a module: :mod:`~chatstream.table.dynamodb` (DynamoDB's wire: attribute values, errors),
 :mod:`~chatstream.table.store` (the table's handle: keys, expiry, paginated Query, batch writes),
 :mod:`~chatstream.table.sessions`, :mod:`~chatstream.table.turns` (a turn's lifecycle: its named transitions are the
-only writes of its status) and :mod:`~chatstream.table.token_records`. :class:`ChatTable` composes them on one
-handle: ``table.turns.<transition>(…)`` changes a turn; the reads every function makes are the table's own methods.
+only writes of its status), :mod:`~chatstream.table.token_records`, :mod:`~chatstream.table.budgets` (an owner's
+limits, counters and turns generating; a turn's admission and settlement) and :mod:`~chatstream.table.idempotency`.
+:class:`ChatTable` composes them on one handle: ``table.turns.<transition>(…)`` changes a turn; the reads every
+function makes are the table's own methods.
 """
 
 from __future__ import annotations
@@ -50,6 +63,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from chatstream.table.budgets import Budgets
+from chatstream.table.idempotency import IdempotencyKeys
 from chatstream.table.sessions import Session, Sessions
 from chatstream.table.store import Store
 from chatstream.table.token_records import TokenRecords
@@ -68,18 +83,23 @@ class ChatTable(Store):
     """ChatTable: its sessions, turns and token records on one handle (``client``: a boto3 DynamoDB client).
 
     A turn changes only through ``turns`` (:class:`~chatstream.table.turns.Turns`: ``start_first``, ``start_next``,
-    ``claim``, ``request_cancel``, the endings, ``free_session``); the methods below are the reads (and the token
-    records' writes) the functions make, each one of a part's.
+    ``claim``, ``request_cancel``, the endings, ``free_session``); an owner's budget through them (admission and
+    settlement) and ``budgets`` (the operator's overrides, the standing the relay reports); the methods below are
+    the reads (and the token records' writes) the functions make, each one of a part's.
     """
 
     sessions: Sessions = field(init=False, repr=False)
     records: TokenRecords = field(init=False, repr=False)
+    keys: IdempotencyKeys = field(init=False, repr=False)
+    budgets: Budgets = field(init=False, repr=False)
     turns: Turns = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self)
         self.records = TokenRecords(self)
-        self.turns = Turns(self, self.sessions, self.records)
+        self.keys = IdempotencyKeys(self)
+        self.budgets = Budgets(self, self.keys)
+        self.turns = Turns(self, self.sessions, self.records, self.budgets)
 
     def create_session(self, owner: str) -> str:
         return self.sessions.create(owner)

@@ -1,7 +1,8 @@
 """DynamoDB's wire, as ChatTable speaks it: attribute values in and out, and DynamoDB's errors out as ours.
 
 Attribute values cover the types the table stores (``boto3.dynamodb.types`` has the general codec; importing it
-imports boto3 and s3transfer, ~14 ms of every cold start, for these six types). As boto3's: numbers are ints or
+imports boto3 and s3transfer, ~14 ms of every cold start, for these seven types: a string set is a Python set of
+strings, never empty, as DynamoDB's). As boto3's: numbers are ints or
 Decimals (a float is refused; :func:`number` makes one of a float) and read back as Decimals.
 
 Errors: :func:`call` turns throttling and transient service errors into :class:`~chatstream.errors.Throttled`
@@ -90,6 +91,8 @@ def _attr(value: Any) -> dict[str, Any]:
         return {"M": {key: _attr(inner) for key, inner in value.items()}}
     if isinstance(value, list | tuple):
         return {"L": [_attr(inner) for inner in value]}
+    if isinstance(value, set | frozenset) and value and all(isinstance(inner, str) for inner in value):
+        return {"SS": list(value)}
     raise TypeError(f"ChatTable stores no {type(value).__name__} values")
 
 
@@ -107,4 +110,6 @@ def _value(attr: Mapping[str, Any]) -> Any:
         return {key: _value(inner) for key, inner in raw.items()}
     if kind == "L":
         return [_value(inner) for inner in raw]
+    if kind == "SS":
+        return set(raw)
     raise TypeError(f"ChatTable stores no {kind} attributes")

@@ -47,6 +47,16 @@ def record_sk(turn: int, seq: int) -> str:
     return f"R#{turn:06d}#{seq:08d}"
 
 
+def reservation_key(session_id: str, turn: int) -> dict[str, str]:
+    """A turn's reservation of its owner's budget (:mod:`chatstream.table.budgets`) lives beside the turn."""
+    return {"pk": pk(session_id), "sk": f"B#{turn:06d}"}
+
+
+def owner_pk(owner: str) -> str:
+    """An owner's items (limits, counters, turns generating, idempotency keys) share the owner's partition."""
+    return f"O#{owner}"
+
+
 @dataclass
 class Store:
     """The table's handle. ``client`` is a boto3 DynamoDB client."""

@@ -12,8 +12,9 @@ An ending from the stream is allowed from any status: the token log is what happ
 overrides an outcome a presumption wrote (the reaper's, a stale takeover's). Every other ending is allowed only
 from ``in_progress``, so what ended a turn first stands. Every ending but ``end_stale`` then frees the session
 (:meth:`Turns.free_session`: the session may take its next turn; idempotent), and all of them go through
-:meth:`Turns._end`, as both starts go through :meth:`Turns._start`: what a start or an ending must also check or
-settle in the same write (an owner's budget, say) joins there.
+:meth:`Turns._end`, which settles the turn's reservation of its owner's budget, as both starts go through
+:meth:`Turns._start`, whose one transaction also admits the turn (the owner's limits, the request's idempotency key:
+:mod:`chatstream.table.budgets`).
 
 Texts: a finished turn's item holds its reply and reasoning, unless they make it larger than DynamoDB's 400 KB
 item; then its outcome is written without them, marked ``texts_in_records``, and reads assemble them from its token
@@ -34,6 +35,7 @@ from chatstream.errors import Throttled, TurnClaimed, TurnFinished, TurnInProgre
 from chatstream.records import ErrorInfo, assistant_text, reasoning_text
 from chatstream.records import tool_calls as assembled_tool_calls
 from chatstream.status import StopReason, TurnStatus
+from chatstream.table.budgets import Charge, Verdict
 from chatstream.table.dynamodb import call, condition_failed, deser, number, ser, too_large
 from chatstream.table.store import pk, session_key, turn_key
 from chatstream.tools import ToolCall
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from chatstream.records import TokenRecord
+    from chatstream.table.budgets import Admission, Budgets
     from chatstream.table.sessions import Sessions
     from chatstream.table.store import Store
     from chatstream.table.token_records import TokenRecords
@@ -139,6 +142,7 @@ _UNEXPIRED = "(attribute_not_exists(expires_at) OR expires_at > :alive)"  # :ali
 _OUTCOME_FIELDS = ("stop_reason", "usage", "error")  # what a terminal record carries, one outcome's or the other's
 _TEXT_FIELDS = ("assistant", "reasoning", "tool_calls")
 TEXTS_IN_RECORDS = "texts_in_records"  # a finished turn whose texts are read from its records
+START_ATTEMPTS = 4  # a start made again after it learnt its owner's overrides, dropped stale turns, or conflicted
 STALE_ERROR = ErrorInfo("timeout", "the generation stopped without finishing", True)
 
 
@@ -198,6 +202,7 @@ class Turns:
     store: Store
     sessions: Sessions
     records: TokenRecords
+    budgets: Budgets
 
     # ------------------------------------------------------------------------------ reads
 
@@ -244,11 +249,13 @@ class Turns:
         temperature: float | None = None,
         session_id: str | None = None,
         options: TurnOptions | None = None,
+        admission: Admission | None = None,
     ) -> str:
         """A new session with its turn 1 in progress, in one transaction (a new chat's fast path); its id.
 
         ``session_id``: this id rather than a new random one (it must not exist yet: else the transaction is
-        cancelled, a ``ClientError`` ``TransactionCanceledException``).
+        cancelled, a ``ClientError`` ``TransactionCanceledException``). ``admission``: the owner's limits and the
+        request's idempotency key, checked in the same transaction (:meth:`_start`).
         """
         now = self.store.now_ms()
         session_id, session_item = self.sessions.new(owner, now, active_turn=1, session_id=session_id)
@@ -259,7 +266,8 @@ class Turns:
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
-        self._start(START_FIRST, session, self._item(session_id, 1, message, now, max_tokens, temperature, options))
+        item = self._item(session_id, 1, message, now, max_tokens, temperature, options)
+        self._start(START_FIRST, session, item, admission)
         return session_id
 
     def start_next(
@@ -273,8 +281,9 @@ class Turns:
         stale_after_ms: int | None = None,
         max_turns: int | None = None,
         options: TurnOptions | None = None,
+        admission: Admission | None = None,
     ) -> int:
-        """Allocate the session's next turn; one generating turn per session.
+        """Allocate the session's next turn; one generating turn per session (``admission``: as :meth:`start_first`).
 
         Raises :class:`SessionNotFound` (unknown or foreign session), :class:`TurnInProgress` (a turn is generating,
         or another request allocated one concurrently) or :class:`TurnLimitReached` (the session has ``max_turns``).
@@ -316,7 +325,7 @@ class Turns:
         }
         item = self._item(session_id, turn, message, now, max_tokens, temperature, options)
         try:
-            self._start(START_NEXT, allocation, item)
+            self._start(START_NEXT, allocation, item, admission)
         except ClientError as err:
             if err.response["Error"]["Code"] == "TransactionCanceledException":
                 raise TurnInProgress(f"another turn of session {session_id} was started concurrently") from err
@@ -385,16 +394,18 @@ class Turns:
         after its TTL; the session is freed all the same).
         """
         fields = _outcome(record, self.store.now_ms(), (assistant, reasoning, tuple(tool_calls)))
-        return self._end(END_FROM_STREAM, record.session_id, record.turn, fields)
+        return self._end(END_FROM_STREAM, record.session_id, record.turn, fields, Charge.from_record(record))
 
-    def end_presumed_lost(self, failure: TokenRecord) -> bool:
+    def end_presumed_lost(self, failure: TokenRecord, *, claimed: bool = True) -> bool:
         """End a turn whose generation is presumed lost without its terminal record (the reaper's
         ``generation_failed``), only if it is still in progress, in the same conditional write: a turn its terminal
         record ended meanwhile keeps that outcome. Its texts are not stored in its item but read from its records, so
         records that reach the table after this write (a lagging consumer's, a redrive's) are part of its reply.
-        Whether this ended it."""
+        Whether this ended it. ``claimed``: whether a generation had claimed it (its reservation is charged: the model
+        may have billed), or none had (nothing is: the model was not called)."""
         fields = _outcome(failure, self.store.now_ms(), None)
-        return self._end(END_PRESUMED_LOST, failure.session_id, failure.turn, fields)
+        charge = Charge.reservation() if claimed else Charge.nothing()
+        return self._end(END_PRESUMED_LOST, failure.session_id, failure.turn, fields, charge)
 
     def cancel_unclaimed(self, stop: TokenRecord) -> bool:
         """End a turn no generation has claimed as ``cancelled`` (``stop``: its ``cancelled`` stop record), in the
@@ -415,7 +426,7 @@ class Turns:
         that is gone or ended must never stop a session from going on, so a failure is logged, not raised."""
         fields = {"status": TurnStatus.ERROR, "error": STALE_ERROR.to_dict(), TEXTS_IN_RECORDS: True, "updated_at": now}
         try:
-            self._end(END_STALE, session_id, turn, fields)
+            self._end(END_STALE, session_id, turn, fields, Charge.reservation())
         except (ClientError, BotoCoreError, Throttled) as err:
             logger.warning(
                 "could not end the stale turn taken over",
@@ -440,35 +451,67 @@ class Turns:
 
     # ---------------------------------------------------------------------- internals
 
-    def _start(self, transition: Transition, session_write: dict[str, Any], item: Mapping[str, Any]) -> None:
+    def _start(
+        self,
+        transition: Transition,
+        session_write: dict[str, Any],
+        item: Mapping[str, Any],
+        admission: Admission | None = None,
+    ) -> None:
         """Every start of a turn: the session's write (its creation, or its next turn's allocation) and the new turn
-        item, in one transaction. What a start must also check or reserve in the same transaction (an owner's
-        budget, an idempotency key) joins this list."""
+        item, in one transaction, with what ``admission`` adds to it (:meth:`~chatstream.table.budgets.Budgets.plan`:
+        the owner's counters, the turn's reservation, the request's idempotency key). A refused start writes
+        nothing: :class:`~chatstream.table.budgets.LimitExceeded`, :class:`~chatstream.table.idempotency.KeyInUse`,
+        or the transaction's ``ClientError`` when the session's or the turn's own condition failed (the caller says
+        what that means). A start whose transaction learnt the owner's overrides, dropped stale turns or conflicted
+        with another is made again, a few times at most (then :class:`~chatstream.errors.Throttled`)."""
         expression, _names, _values = condition(transition, self.store.now_ms())
         if item["status"] not in transition.dests:
             raise ValueError(f"{transition.name} makes a turn {sorted(transition.dests)}, not {item['status']}")
-        call(
-            self.store.client.transact_write_items,
-            TransactItems=[
-                session_write,
-                {"Put": {"TableName": self.store.table_name, "Item": ser(item), "ConditionExpression": expression}},
-            ],
-        )
+        writes = [
+            session_write,
+            {"Put": {"TableName": self.store.table_name, "Item": ser(item), "ConditionExpression": expression}},
+        ]
+        if admission is None:
+            call(self.store.client.transact_write_items, TransactItems=writes)
+            return
+        session_id, turn, now = str(item["pk"])[2:], int(item["turn"]), int(item["created_at"])
+        cleaned = False
+        for attempt in range(START_ATTEMPTS):
+            plan = self.budgets.plan(admission, session_id, turn, now, cleaned=cleaned)
+            try:
+                call(self.store.client.transact_write_items, TransactItems=[*writes, *plan.items])
+                return
+            except ClientError as err:
+                if err.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                reasons = err.response.get("CancellationReasons") or []
+                own_failed = any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[: len(writes)])
+                verdict = self.budgets.judge(plan, admission, reasons[len(writes) :], own_failed)
+                if verdict is Verdict.NOT_OURS:
+                    raise
+                cleaned = cleaned or verdict is Verdict.CLEANED
+                if verdict is Verdict.CONFLICT:
+                    self.store.sleep(self.store.backoff.delay(attempt))
+        raise Throttled(f"the start of turn {turn} of session {session_id} kept conflicting with other writes")
 
     def _end_unclaimed(self, transition: Transition, terminal: TokenRecord) -> bool:
         fields = _outcome(terminal, self.store.now_ms(), ("", "", ()))
         fields["generator"] = RELAY_CLAIM
-        return self._end(transition, terminal.session_id, terminal.turn, fields)
+        return self._end(transition, terminal.session_id, terminal.turn, fields, Charge.nothing())
 
-    def _end(self, transition: Transition, session_id: str, turn: int, fields: dict[str, Any]) -> bool:
+    def _end(self, transition: Transition, session_id: str, turn: int, fields: dict[str, Any], charge: Charge) -> bool:
         """Every ending of a turn: its outcome (``fields``) written on ``transition``'s condition, then, if the
-        transition frees it, the session freed. Whether the turn item was written: not when the condition failed (no
-        such turn, or not in a state the transition starts from). An ending that any status allows fails only when
-        the turn item is gone, and then frees the session all the same (the generation is over); one with narrower
-        "from" states fails when the turn ended otherwise, and what ended it freed the session.
+        transition frees it, the session freed, and the turn's reservation of its owner's budget settled with
+        ``charge`` (:meth:`~chatstream.table.budgets.Budgets.settle`). Whether the turn item was written: not when the
+        condition failed (no such turn, or not in a state the transition starts from). An ending that any status
+        allows fails only when the turn item is gone, and then frees the session and settles all the same (the
+        generation is over); one with narrower "from" states fails when the turn ended otherwise, and what ended it
+        freed the session and settled.
 
-        What an ending must also settle (an owner's budget: the owner is the session's, :meth:`Sessions.get`) joins
-        here; an ending that must settle once can tell by this write's condition.
+        The stream's ending raises what its settlement raises, so its record is delivered again and the settlement
+        made (idempotent). A presumed ending's settlement that fails is logged: the reservation stays charged for the
+        day, and the turn's place among the owner's turns generating is dropped once it is stale.
         """
         # An outcome written over another (a terminal record after the reaper's error) leaves none of the other's:
         # a complete turn carries no error, an errored one no stop_reason.
@@ -480,8 +523,19 @@ class Turns:
             if not condition_failed(err):
                 raise
             written = False
-        if transition.frees_session and (written or transition.sources == ANY_STATUS):
+        ended = written or transition.sources == ANY_STATUS
+        if transition.frees_session and ended:
             self.free_session(session_id, turn)
+        if ended:
+            try:
+                self.budgets.settle(session_id, turn, charge)
+            except (ClientError, BotoCoreError, Throttled) as err:
+                if transition is END_FROM_STREAM:
+                    raise
+                logger.warning(
+                    "could not settle the turn's reservation; it stays charged",
+                    extra={"session_id": session_id, "turn": turn, "error": type(err).__name__, "detail": str(err)},
+                )
         return written
 
     def _write_outcome(
