@@ -89,6 +89,12 @@ READ_MODE_LINES = {
 }
 
 
+# Under the overrides a stack is given: a local stack runs without budgets per caller unless told (everyone is one
+# caller under NONE, and the tests, the benchmark and make chaos start more turns at once than a caller may);
+# `--parameter-overrides CallerTurnsAtOnce=2 …` sets them as a deploy does.
+LOCAL_PARAMETER_DEFAULTS = {"CallerRequestsPerMinute": "0", "CallerTokensPerDay": "0", "CallerTurnsAtOnce": "0"}
+
+
 class StackError(RuntimeError):
     """The stack cannot start: a port is taken, a dependency is missing, a component failed. One clear line."""
 
@@ -173,7 +179,9 @@ class LocalStack:
     def __init__(self, settings: StackSettings, log: Callable[[str, str], None] | None = None) -> None:
         self.settings = settings
         self._log = log or (lambda _component, _line: None)
-        self.template = Template.load(region=settings.region, parameter_overrides=dict(settings.parameter_overrides))
+        self.template = Template.load(
+            region=settings.region, parameter_overrides={**LOCAL_PARAMETER_DEFAULTS, **settings.parameter_overrides}
+        )
         self.functions = TemplateFunctions(self.template, code=settings.code, build_dir=settings.build_dir)
         self._moto: subprocess.Popen[bytes] | None = None
         self._moto_url = ""

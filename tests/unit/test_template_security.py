@@ -112,6 +112,7 @@ DASHBOARD_METRICS = {
     ("AWS/Bedrock", "InvocationThrottles"),
     ("AWS/Kinesis", "WriteProvisionedThroughputExceeded"),
     ("AWS/DynamoDB", "WriteThrottleEvents"),
+    ("Chatstream", "Refusals"),  # turns callers' budgets refused
 }
 # Lambda's metrics of an invocation, stamped with the time it started (a failure at the end of a long one lands back).
 STAMPED_AT_START = {"Errors", "AsyncEventsDropped", "DestinationDeliveryFailures"}

@@ -46,6 +46,10 @@ AUTH_TYPE = "AUTH_TYPE"
 MAX_TURNS_PER_SESSION = "MAX_TURNS_PER_SESSION"
 STALE_TURN_S = "STALE_TURN_S"
 PACE_TEXT = "PACE_TEXT"
+# Budgets per caller (chatstream.table.budgets): the deployment's defaults, 0 = no limit
+CALLER_REQUESTS_PER_MINUTE = "CALLER_REQUESTS_PER_MINUTE"
+CALLER_TOKENS_PER_DAY = "CALLER_TOKENS_PER_DAY"
+CALLER_TURNS_AT_ONCE = "CALLER_TURNS_AT_ONCE"
 # AUTH_TYPE=JWT (chatstream.relay.bearer; HTTP_API.md, "Identity")
 JWT_ISSUER = "JWT_ISSUER"
 JWT_AUDIENCES = "JWT_AUDIENCES"
@@ -185,6 +189,26 @@ class ConsumerConfig:
         return cls(table=TableConfig.from_env(environ), dlq_url=env.required(DLQ_URL))
 
 
+# ------------------------------------------------------------------------------------- budgets per caller
+
+MAX_LIMIT = 1_000_000_000  # the Caller* parameters' MaxValue
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A caller's limits (:mod:`chatstream.table.budgets` enforces them): the deployment's defaults
+    (``CallerRequestsPerMinute``, ``CallerTokensPerDay``, ``CallerTurnsAtOnce``), or an owner's own; 0: no limit.
+    The field names are :class:`~chatstream.table.budgets.LimitKind`'s values."""
+
+    requests_per_minute: int = 0
+    tokens_per_day: int = 0
+    turns_at_once: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.requests_per_minute or self.tokens_per_day or self.turns_at_once)
+
+
 @dataclass(frozen=True)
 class RelayConfig:
     table: TableConfig
@@ -203,6 +227,9 @@ class RelayConfig:
     pace_text: bool  # release text in word-sized pieces over the turn's cadence (chatstream.relay.pace)
     model_id: str = ""  # what /v1 serves (GET /v1/models); empty: no model
     jwt: JwtSettings | None = None  # AUTH_TYPE=JWT's settings; None under the other auth types
+    # each caller's limits unless an operator set its own (CallerRequestsPerMinute, CallerTokensPerDay,
+    # CallerTurnsAtOnce)
+    caller_limits: Limits = Limits()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RelayConfig:
@@ -236,6 +263,11 @@ class RelayConfig:
             pace_text=env.boolean(PACE_TEXT, True),
             model_id=env.optional(MODEL_ID, "").strip(),
             jwt=JwtSettings.from_env(environ) if auth_type == "JWT" else None,
+            caller_limits=Limits(
+                requests_per_minute=env.integer(CALLER_REQUESTS_PER_MINUTE, 60, maximum=MAX_LIMIT),
+                tokens_per_day=env.integer(CALLER_TOKENS_PER_DAY, 1_000_000, maximum=MAX_LIMIT),
+                turns_at_once=env.integer(CALLER_TURNS_AT_ONCE, 5, maximum=MAX_LIMIT),
+            ),
         )
 
 

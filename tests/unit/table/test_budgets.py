@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
+from chatstream.config import Limits
 from chatstream.errors import Throttled, TurnInProgress
 from chatstream.records import ErrorInfo, TokenRecord, Usage
 from chatstream.status import StopReason
@@ -22,7 +23,6 @@ from chatstream.table.budgets import (
     Charge,
     LimitExceeded,
     LimitKind,
-    Limits,
 )
 from chatstream.table.dynamodb import deser, ser
 from tests.builders import turn_records

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from chatstream.config import Limits
 from chatstream.errors import TurnInProgress
-from chatstream.table.budgets import Admission, LimitExceeded, Limits
+from chatstream.table.budgets import Admission, LimitExceeded
 from chatstream.table.dynamodb import deser
 from chatstream.table.idempotency import KEY_TTL_S, KeyClaim, KeyInUse
 from tests.builders import turn_records

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from chatstream.config import MAX_LIMIT, Limits
 from chatstream.errors import ChatstreamError, Throttled
 from chatstream.table.dynamodb import call, deser, ser
 from chatstream.table.idempotency import IdempotencyKeys, KeyClaim, KeyInUse, KeyRecord
@@ -78,7 +79,6 @@ DAY_MS = 86_400_000
 # How long a refusal asks to wait when a running turn must end first (turns at once, or tokens its reservation holds):
 # a reply takes seconds; OpenAI's SDKs wait this long between their two retries.
 TURN_WAIT_MS = 5_000
-MAX_LIMIT = 1_000_000_000
 OVERRIDES_CACHED = 4096  # owners whose overrides an execution environment remembers
 # Reasons a cancelled transaction gives for DynamoDB's capacity, not for a condition: try again later.
 _BUSY = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
@@ -93,22 +93,6 @@ class LimitKind(StrEnum):
     REQUESTS = "requests_per_minute"
     TOKENS = "tokens_per_day"
     TURNS = "turns_at_once"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """An owner's limits; 0: no limit."""
-
-    requests_per_minute: int = 0
-    tokens_per_day: int = 0
-    turns_at_once: int = 0
-
-    def of(self, kind: LimitKind) -> int:
-        return int(getattr(self, kind.value))
-
-    @property
-    def any(self) -> bool:
-        return any(self.of(kind) for kind in LimitKind)
 
 
 @dataclass(frozen=True)
