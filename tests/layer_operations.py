@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 FUNCTION_OPERATIONS = {
-    "dynamodb": {"BatchWriteItem", "GetItem", "PutItem", "Query", "TransactWriteItems", "UpdateItem"},
+    "dynamodb": {"BatchGetItem", "BatchWriteItem", "GetItem", "PutItem", "Query", "TransactWriteItems", "UpdateItem"},
     "kinesis": {"PutRecords"},
     "lambda": {"Invoke"},
     "bedrock-runtime": {"ConverseStream"},

@@ -5,7 +5,8 @@ returns a ``StreamingResponse`` whose body items reach the client as they are pr
 lives in ``chatstream.relay``; this module builds the clients once per execution environment, logs
 and measures. A stream's metrics are flushed when its body ends (the handler returns before that):
 ``StreamsOpened``, ``EventsSent``, ``ClientTimeToFirstToken`` (request to first token event, new
-turns only), ``Reconnects`` and ``StreamErrors``. Each request's log lines name its caller (``owner``) when its
+turns only), ``Reconnects`` and ``StreamErrors``; a request's ``Refusals`` (turns the caller's budget refused) and
+``InternalErrors`` when it has them. Each request's log lines name its caller (``owner``) when its
 route asked who it is; never a token.
 
 Under ``AUTH_TYPE=JWT`` one :class:`~chatstream.relay.bearer.BearerVerifier` serves the execution environment: it
@@ -85,7 +86,7 @@ with collector_paused():
 @handler_traced
 def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
     request = Request.from_event(event)
-    failed_invokes = SERVICE.proxy_invoke_failures
+    failed_invokes, refusals = SERVICE.proxy_invoke_failures, SERVICE.refusals
     response = SERVICE.handle(request, remaining_ms=context.get_remaining_time_in_millis)
     if response.owner:
         logger.append_keys(owner=response.owner)
@@ -97,11 +98,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> StreamingResponse:
     internal_errors = int(response.unexpected) + SERVICE.proxy_invoke_failures - failed_invokes
     if internal_errors:
         metrics.add_metric(name="InternalErrors", unit=MetricUnit.Count, value=internal_errors)
+    refused = SERVICE.refusals - refusals
+    if refused:  # turns the caller's budget refused (the 429 was logged with its owner: CallerRefusalsRule)
+        metrics.add_metric(name="Refusals", unit=MetricUnit.Count, value=refused)
     body: Iterable[str] = response.body
     if response.stream is not None:
         logger.append_keys(session_id=response.stream.session_id, turn=response.stream.turn)
         body = _measured(response.body, response.stream)
-    elif internal_errors:
+    elif internal_errors or refused:
         metrics.flush_metrics()
     return StreamingResponse(status_code=response.status_code, headers=dict(response.headers), body=body)
 

@@ -38,7 +38,9 @@ SERVICES = frozenset({"dynamodb", "kinesis", "lambda", "bedrock-runtime", "sqs",
 # The operations the functions call (functions/*/app.py, through the chatstream package's adapters): their models keep
 # these only. The credential chain's services keep their whole models.
 OPERATIONS: dict[str, frozenset[str]] = {
-    "dynamodb": frozenset({"BatchWriteItem", "GetItem", "PutItem", "Query", "TransactWriteItems", "UpdateItem"}),
+    "dynamodb": frozenset(
+        {"BatchGetItem", "BatchWriteItem", "GetItem", "PutItem", "Query", "TransactWriteItems", "UpdateItem"}
+    ),
     "kinesis": frozenset({"PutRecords"}),
     "lambda": frozenset({"Invoke"}),
     "bedrock-runtime": frozenset({"ConverseStream"}),

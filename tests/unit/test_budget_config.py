@@ -3,10 +3,13 @@ fallbacks are the template's defaults, and the local stack takes them as a deplo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from chatstream.config import Limits, RelayConfig
 from chatstream.errors import ConfigError
+from chatstream.relay.ratelimit import REFUSED
 from chatstream_local.stack import LOCAL_PARAMETER_DEFAULTS, LocalStack, StackSettings
 from chatstream_local.template import Template, TemplateError
 
@@ -60,3 +63,20 @@ def test_the_local_stack_runs_without_budgets_unless_given_and_takes_them_as_a_d
     assert set(LOCAL_PARAMETER_DEFAULTS) == set(PARAMETERS)
     assert RelayConfig.from_env(relay_environment(plain.template)).caller_limits == Limits()
     assert RelayConfig.from_env(relay_environment(given.template)).caller_limits == Limits(turns_at_once=3)
+
+
+def test_the_alarm_watches_the_most_refused_owner_of_the_line_the_relay_logs() -> None:
+    # GIVEN the template's Contributor Insights rule and its alarm, as the source writes them
+    resources = Template.load().raw["Resources"]
+    body_template, variables = resources["CallerRefusalsRule"]["Properties"]["RuleBody"]["Fn::Sub"]
+    rule = json.loads(body_template.replace("${LogGroup}", "relay-logs"))
+    # THEN the rule reads the relay's own log group, keyed by the owner its refusal line carries
+    assert variables == {"LogGroup": {"Ref": "RelayLogGroup"}}
+    assert rule["LogGroupNames"] == ["relay-logs"] and rule["LogFormat"] == "JSON"
+    assert rule["Contribution"]["Keys"] == ["$.owner"] and rule["AggregateOn"] == "Count"
+    assert rule["Contribution"]["Filters"] == [{"Match": "$.message", "In": [REFUSED]}]
+    # AND the alarm reads its most refused owner
+    (query,) = resources["CallerRefusedRepeatedlyAlarm"]["Properties"]["Metrics"]
+    assert query["Expression"] == {
+        "Fn::Sub": "INSIGHT_RULE_METRIC('${CallerRefusalsRule.RuleName}', 'MaxContributorValue')"
+    }

@@ -16,7 +16,9 @@ from botocore.stub import ANY, Stubber
 
 from chatstream.config import RelayConfig
 from chatstream.errors import ConfigError
+from chatstream.relay.ratelimit import REFUSED
 from chatstream.status import TurnStatus
+from chatstream.table.budgets import LimitKind
 from streaming_runtime import StreamingResponse
 from streaming_runtime.marshalling import is_function_url_event
 from tests.builders import turn_records
@@ -369,3 +371,22 @@ def test_a_pace_text_that_is_not_a_boolean_fails_the_cold_start(template: Templa
     variables["CHAT_TABLE_NAME"] = table_name
     with pytest.raises(ConfigError, match="PACE_TEXT must be true or false"):
         RelayConfig.from_env({**variables, "PACE_TEXT": "0"})
+
+
+def test_a_refused_turn_is_logged_with_its_owner_and_counted(
+    app: ModuleType,
+    proxy: Stubber,
+    chat_table: ChatTable,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN the samples' caller, whose own budget is one token a day (an operator's override, as make limits sets)
+    chat_table.budgets.set_overrides(SAMPLE_CALLER, {LimitKind.TOKENS: 1})
+    # WHEN it sends the chat sample
+    response = run(app, "relay-chat.json")
+    # THEN it is refused (no proxy invoked), logged with its owner for CallerRefusalsRule, and counted (Refusals)
+    assert response.status_code == 429 and body_json(response)["error"]["code"] == "insufficient_quota"
+    proxy.assert_no_pending_responses()
+    refused = [record for record in caplog.records if record.getMessage() == REFUSED]
+    assert [(r.owner, r.limits) for r in refused] == [(SAMPLE_CALLER, [LimitKind.TOKENS])]  # type: ignore[attr-defined]
+    assert emf_metrics(capsys.readouterr().out)["Refusals"] == [1.0]

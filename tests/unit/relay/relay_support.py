@@ -36,8 +36,13 @@ FAST = FollowSettings(
 )
 
 
+# The relay's tests share a table per module, and their callers start many turns: no budget per caller unless a test
+# sets one (tests/unit/relay/test_relay_budgets.py), as the local stack runs.
+NO_BUDGETS = {"CALLER_REQUESTS_PER_MINUTE": "0", "CALLER_TOKENS_PER_DAY": "0", "CALLER_TURNS_AT_ONCE": "0"}
+
+
 def relay_config(table_name: str, **overrides: str) -> RelayConfig:
-    env = {"CHAT_TABLE_NAME": table_name, "PROXY_FUNCTION_NAME": PROXY_FUNCTION, "AUTH_TYPE": "AWS_IAM"}
+    env = {"CHAT_TABLE_NAME": table_name, "PROXY_FUNCTION_NAME": PROXY_FUNCTION, "AUTH_TYPE": "AWS_IAM", **NO_BUDGETS}
     env.update(overrides)
     return RelayConfig.from_env(env)
 

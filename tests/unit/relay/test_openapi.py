@@ -16,7 +16,8 @@ from referencing.jsonschema import DRAFT202012
 
 from chatstream.records import ErrorInfo, TokenRecord, ToolCallRef, Usage
 from chatstream.relay.follow import error_event, render, render_text
-from chatstream.relay.http import Request
+from chatstream.relay.http import HttpError, Request
+from chatstream.relay.idempotency import parse_key
 from chatstream.relay.openai.endpoints import MODEL_ALIAS
 from chatstream.relay.openapi import DOCUMENT, DOCUMENT_PATH
 from chatstream.relay.pace import TextEvent
@@ -255,3 +256,35 @@ def test_the_documents_patterns_and_the_relays_checks_agree_on_whitespace(docume
     # U+001F and U+0085 Python's only, U+180E Java 8's (a space separator before Unicode 6.3)
     assert is_blank(" \t\u3000\ufeff\x1c\x1d\x1e\x1f\x85\u180e")
     assert not is_blank("\x00") and not is_blank("\u200b") and not is_blank("\x1bx")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"8e03978e-40d5-43e8-bc93-6894a57f9324"',
+        "stainless-python-retry-8e03978e",
+        '"a\\"b\\\\c"',
+        '"with space"',
+        '""',
+        '"a", "b"',
+        '"a";p=1',
+        "a b",
+        '"unterminated',
+        '"bad\\escape"',
+        '"é"',
+        "k" * 255,
+        "k" * 256,
+        '"' + "k" * 255 + '"',
+        '"' + "k" * 254 + '\\""',
+        '"' + "k" * 256 + '"',
+    ],
+)
+def test_the_documents_idempotency_key_is_the_relays(document: dict[str, Any], value: str) -> None:
+    # GIVEN the document's pattern for the header WHEN a value is checked by it and by the relay THEN they agree
+    pattern = document["components"]["parameters"]["IdempotencyKey"]["schema"]["pattern"]
+    try:
+        parse_key(value)
+        accepted = True
+    except HttpError:
+        accepted = False
+    assert bool(re.fullmatch(pattern, value)) == accepted

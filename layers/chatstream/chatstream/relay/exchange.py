@@ -10,7 +10,11 @@ the endpoints share:
   (:meth:`Exchange.owned`) before it reads anything; another caller's session reads as unknown,
   ``404 session_not_found``;
 - **beginning a turn** (:meth:`Exchange.begin_turn`): one generating turn per session, a conditional write; the turn
-  item holds the message and its options;
+  item holds the message and its options. The same transaction admits the turn against its owner's budget
+  (:mod:`chatstream.table.budgets`: refused, ``429`` and nothing written, :mod:`chatstream.relay.ratelimit`) and
+  records the request's ``Idempotency-Key``: a request sent again with its key joins the turn the first one started
+  (:class:`Begun` ``joined``; :mod:`chatstream.relay.idempotency`). The answer carries the caller's limits in
+  OpenAI's ``x-ratelimit-*`` headers (:meth:`Exchange.limit_headers`), read beside the proxy's invoke;
 - **invoking the proxy** (:meth:`Exchange.invoke_proxy`) asynchronously with the turn's key only
   (:class:`~chatstream.proxy_event.GenerateRequest`). When the invoke fails, the turn is ended in the table as an
   ``error`` (``proxy_unavailable``, retryable) so the session is free again; unless a proxy invocation has claimed
@@ -28,30 +32,37 @@ import contextlib
 import json
 import logging
 import math
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from chatstream.errors import SessionNotFound, Throttled, TurnInProgress, TurnLimitReached
+from chatstream.proxy_event import GenerateRequest
 from chatstream.records import MAX_TURN, SESSION_ID_PATTERN, ErrorInfo, TokenRecord, Usage
+from chatstream.relay import idempotency, ratelimit
 from chatstream.relay.follow import Clock, Follower, cancel_unclaimed_turn, end_unclaimed_turn
 from chatstream.relay.http import HttpError
-from chatstream.status import StopReason
+from chatstream.status import StopReason, TurnStatus
+from chatstream.table.budgets import Admission, LimitExceeded
+from chatstream.table.idempotency import KeyClaim, KeyInUse
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from concurrent.futures import Executor, Future
 
     from mypy_boto3_lambda import LambdaClient
 
     from chatstream.config import RelayConfig
-    from chatstream.proxy_event import GenerateRequest
     from chatstream.relay.bearer import BearerVerifier
     from chatstream.relay.follow import FollowSettings, FollowStats
     from chatstream.relay.http import Request
     from chatstream.relay.identity import Identity
     from chatstream.relay.pace import Position
     from chatstream.table import ChatTable
+    from chatstream.table.budgets import Standing
+    from chatstream.table.idempotency import KeyRecord
     from chatstream.turn_options import TurnOptions
 
 logger = logging.getLogger(__name__)
@@ -63,6 +74,11 @@ PROXY_UNAVAILABLE = "proxy_unavailable"
 # comes well before then, however long the turn takes: the reply, or ``503 still_generating`` (not retried) naming the
 # turn to follow. Within the invocation's own time too (``reconnect_margin_s`` before its end, as a stream's).
 NON_STREAMED_WAIT_S = 540.0
+# What the relay logs when a request joins a turn no generation has claimed yet, and invokes the proxy again.
+REINVOKED = "proxy invoked again for a joined turn no generation has claimed"
+# How long an answer waits for the caller's standing (its x-ratelimit-* headers), read beside the proxy's invoke: the
+# headers are left out rather than the answer held up.
+STANDING_WAIT_S = 1.0
 
 
 class Service(Protocol):
@@ -90,8 +106,25 @@ class Service(Protocol):
     @property
     def non_streamed_wait_s(self) -> float: ...
 
+    @property
+    def background(self) -> Executor:
+        """Runs a request's reads that need not hold up its answer (the caller's standing, beside the invoke)."""
+        ...
+
     # Proxy invocations that failed so far in this environment (the function counts each request's for its alarm).
     proxy_invoke_failures: int
+    # Turns the callers' budgets refused so far in this environment (counted as proxy_invoke_failures are).
+    refusals: int
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A turn a request begins: the one it started, or, ``joined``, the one its ``Idempotency-Key`` names, which an
+    earlier send of the same request started."""
+
+    session_id: str
+    turn: int
+    joined: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +150,8 @@ class Exchange:
     clock: Clock
     started_at: float  # the clock's monotonic() when the request arrived
     known_owner: str | None = field(default=None, init=False)  # the caller, once asked (logged with the request)
+    # the caller's standing, read after its turn began (limit_headers)
+    _standing: Future[Standing] | None = field(default=None, init=False, repr=False)
 
     @property
     def table(self) -> ChatTable:
@@ -135,19 +170,30 @@ class Exchange:
         temperature: float | None,
         options: TurnOptions | None = None,
         not_found_advice: str = "",
-    ) -> tuple[str, int]:
-        """Allocate the caller's next turn: turn 1 of a new session (``session_id`` None), or the session's next.
+    ) -> Begun:
+        """Begin the caller's next turn: turn 1 of a new session (``session_id`` None), or the session's next; or,
+        when the request's ``Idempotency-Key`` names a turn already, that one (``joined``).
 
-        ``not_found_advice`` ends the ``404 session_not_found`` of a session that is not the caller's: what the
-        request can change, when it has a field to (``POST /chat``'s ``session_id``).
+        In one transaction with the turn's start, the caller's budget admits it (``429``, and nothing written, when it
+        does not: :func:`~chatstream.relay.ratelimit.refused`) and the key is recorded; the same key with another
+        request is ``422``. ``not_found_advice`` ends the ``404 session_not_found`` of a session that is not the
+        caller's: what the request can change, when it has a field to (``POST /chat``'s ``session_id``).
         """
         owner = self.owner()
+        key = idempotency.parse_key(self.request.header(idempotency.HEADER))
+        admission = Admission(
+            owner,
+            self.config.caller_limits,
+            reserve=max_tokens or self.config.max_tokens_limit,
+            stale_after_ms=self.config.stale_turn_s * 1000,
+            key=None if key is None else KeyClaim(key, self._fingerprint()),
+        )
         try:
             if session_id is None:
                 session_id = self.table.turns.start_first(
-                    owner, message, max_tokens=max_tokens, temperature=temperature, options=options
+                    owner, message, max_tokens=max_tokens, temperature=temperature, options=options, admission=admission
                 )
-                return session_id, 1
+                return self._began(Begun(session_id, 1), owner)
             session_id = _session_param(session_id, not_found_advice)
             # The table checks ownership in the same read that allocates the turn.
             turn = self.table.turns.start_next(
@@ -159,16 +205,98 @@ class Exchange:
                 stale_after_ms=self.config.stale_turn_s * 1000,
                 max_turns=self.config.max_turns_per_session,
                 options=options,
+                admission=admission,
             )
+        except KeyInUse as used:
+            return self._began(self._join(used.record), owner)
         except SessionNotFound:
             raise _session_not_found(str(session_id), not_found_advice) from None
         except TurnInProgress as err:
+            # The session's turn may be the one this request started, sent before: the key names it.
+            if (keyed := self.keyed_turn()) is not None:
+                return keyed
             raise HttpError(
                 409, "turn_in_progress", f"{err}; wait for it to end (or cancel it), then send again"
             ) from None
         except TurnLimitReached as err:
+            if (keyed := self.keyed_turn()) is not None:
+                return keyed
             raise HttpError(409, "turn_limit", f"{err}; start a new session to go on") from None
-        return session_id, turn
+        except LimitExceeded as err:
+            raise self._refused(owner, err) from None
+        return self._began(Begun(session_id, turn), owner)
+
+    def keyed_turn(self) -> Begun | None:
+        """The turn the request's ``Idempotency-Key`` names (one read), when a check made before any write refused the
+        request (its session's turn in progress, say): a request sent again after its turn began finds it so.
+        ``None`` without a key, or when it names none; ``422`` when it names another request's."""
+        key = idempotency.parse_key(self.request.header(idempotency.HEADER))
+        if key is None:
+            return None
+        owner = self.owner()
+        record = self.table.keys.get(owner, key)
+        return None if record is None else self._began(self._join(record), owner)
+
+    def generate(self, begun: Begun) -> TokenRecord | None:
+        """Invoke the proxy for ``begun``'s turn (:meth:`invoke_proxy`): always for a turn this request started; for
+        one it joined only while no generation has claimed it (the send that started it may have failed before it
+        invoked the proxy; a second invocation of a claimed turn would generate nothing, its claim refused)."""
+        if begun.joined:
+            turn = self.table.get_turn(begun.session_id, begun.turn, texts=False)
+            if turn is None or turn.status is not TurnStatus.IN_PROGRESS or turn.generator is not None:
+                return None
+            # A warning, as the proxy's dropped duplicate is: most often the first invocation is on its way, and this
+            # one is dropped as a duplicate (DuplicateInvocations counts it).
+            logger.warning(REINVOKED, extra={"session_id": begun.session_id, "turn": begun.turn})
+        return self.invoke_proxy(GenerateRequest(begun.session_id, begun.turn))
+
+    def limit_headers(self) -> dict[str, str]:
+        """The caller's limits and what is left of them (``x-ratelimit-*``), as read beside the proxy's invoke; none
+        when its limits are all off, or the read failed or took longer than :data:`STANDING_WAIT_S`."""
+        if self._standing is None:
+            return {}
+        try:
+            return ratelimit.headers(self._standing.result(timeout=STANDING_WAIT_S))
+        except (FutureTimeout, ClientError, BotoCoreError, Throttled) as err:
+            logger.warning("could not read the caller's limits", extra={"error": type(err).__name__})
+            return {}
+
+    def _began(self, begun: Begun, owner: str) -> Begun:
+        """``begun``, with the caller's standing being read (for :meth:`limit_headers`) while the answer goes on."""
+        if self.table.budgets.limits_of(owner, self.config.caller_limits).any:
+            self._standing = self.service.background.submit(
+                self.table.budgets.standing, owner, self.config.caller_limits
+            )
+        if begun.joined:
+            logger.info(
+                "request joined the turn its Idempotency-Key names",
+                extra={"session_id": begun.session_id, "turn": begun.turn},
+            )
+        return begun
+
+    def _join(self, record: KeyRecord) -> Begun:
+        if record.fingerprint != self._fingerprint():
+            raise idempotency.reused(record.key)
+        return Begun(record.session_id, record.turn, joined=True)
+
+    def _fingerprint(self) -> str:
+        return idempotency.fingerprint(self.request.method, self.request.path, self.request.body)
+
+    def _refused(self, owner: str, err: LimitExceeded) -> HttpError:
+        """The ``429`` of a turn the caller's budget refused, with its standing's headers; logged with its owner
+        (``CallerRefusalsRule`` counts them by owner) and counted."""
+        refusal = err.refusal
+        self.service.refusals += 1
+        logger.info(
+            ratelimit.REFUSED,
+            extra={"owner": owner, "limits": sorted(refusal.kinds), "retry_after_ms": refusal.retry_after_ms},
+        )
+        answer = ratelimit.refused(refusal)
+        try:
+            standing = self.table.budgets.standing(owner, self.config.caller_limits)
+        except (ClientError, BotoCoreError, Throttled):
+            return answer
+        return HttpError(answer.status, answer.code, answer.message, {**ratelimit.headers(standing), **answer.headers})
 
     def owner(self) -> str:
         """Who is asking (:mod:`chatstream.relay.identity`), asked once per request; an :class:`HttpError` when the

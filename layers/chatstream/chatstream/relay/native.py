@@ -6,7 +6,10 @@ caller first (:mod:`chatstream.relay.identity`).
 ``POST /chat`` allocates the turn (:meth:`~chatstream.relay.exchange.Exchange.begin_turn`), invokes ProxyFunction
 (:meth:`~chatstream.relay.exchange.Exchange.invoke_proxy`), and answers a stream: ``retry: 1000``, ``meta`` at once,
 then the turn as :class:`~chatstream.relay.follow.Follower` emits it. When the invoke fails and the turn was ended as
-an ``error`` (``proxy_unavailable``), the stream's ``meta`` is followed by that error.
+an ``error`` (``proxy_unavailable``), the stream's ``meta`` is followed by that error. A request sent again with its
+``Idempotency-Key`` joins the turn the first send started: the same stream, from its start or from the request's
+``Last-Event-ID``; the proxy is invoked again only for a turn no generation has claimed (the first send may have
+failed before it invoked it; a second invocation of a claimed turn generates nothing).
 
 ``POST …/cancel`` ends at once a turn no proxy invocation has claimed yet, ``cancelled``; a turn a generation claimed
 gets its cancel flag (:meth:`~chatstream.relay.exchange.Exchange.cancel_turn`): ``202 cancelling`` either way.
@@ -17,10 +20,10 @@ their own requests need them (bench/README.md, "Where init goes").
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import TurnFinished, TurnNotFound
-from chatstream.proxy_event import GenerateRequest
 from chatstream.records import assistant_text, reasoning_text, tool_calls
 from chatstream.relay import sse
 from chatstream.relay.exchange import PROXY_UNAVAILABLE, Exchange
@@ -92,33 +95,49 @@ def vendor_asset(exchange: Exchange, params: Mapping[str, str]) -> Response:
 @router.post("/chat")
 def chat(exchange: Exchange, params: Mapping[str, str]) -> Response:
     pace = parse_pace(exchange.request.query.get("pace"))
+    after = parse_position(exchange.request.header("last-event-id"), "Last-Event-ID", header=True)
     chat = parse_chat_request(
         exchange.request.body,
         max_tokens_limit=exchange.config.max_tokens_limit,
         valid_base64=exchange.request.body_is_valid_base64,
     )
+    begun = None
     if chat.options is not None and chat.options.tool_results:
         assert chat.session_id is not None  # results come with one (parse_chat_request)
-        _check_tool_results(exchange, chat.session_id, chat.options)
-    session_id, turn = exchange.begin_turn(
-        chat.session_id,
-        chat.message,
-        max_tokens=chat.max_tokens,
-        temperature=chat.temperature,
-        options=chat.options,
-        not_found_advice=OMIT_SESSION_ID,
-    )
-    request = GenerateRequest(session_id, turn)
-    failure = exchange.invoke_proxy(request)
+        try:
+            _check_tool_results(exchange, chat.session_id, chat.options)
+        except HttpError:
+            # Sent again with its Idempotency-Key after its turn began: the results answered the turn before that one,
+            # which is no longer the latest. The key names the turn to join.
+            if (begun := exchange.keyed_turn()) is None:
+                raise
+    if begun is None:
+        begun = exchange.begin_turn(
+            chat.session_id,
+            chat.message,
+            max_tokens=chat.max_tokens,
+            temperature=chat.temperature,
+            options=chat.options,
+            not_found_advice=OMIT_SESSION_ID,
+        )
+    session_id, turn = begun.session_id, begun.turn
+    failure = exchange.generate(begun)
     stats = FollowStats()
     info = StreamInfo(StreamKind.CHAT, session_id, turn, stats, exchange.started_at)
     meta = sse.json_message(
         {"session_id": session_id, "turn": turn, "events_url": events_url(session_id, turn)}, event="meta"
     )
+    limits = exchange.limit_headers()
     if failure is not None:
-        return sse_response(_failed_stream(meta, failure, stats), info)
-    follower = exchange.follower(session_id, turn, None, stats, pace, new_turn=True, ends_unstarted=True)
-    return sse_response(_stream(meta, follower), info)
+        return _with_headers(sse_response(_failed_stream(meta, failure, stats), info), limits)
+    follower = exchange.follower(
+        session_id, turn, after if begun.joined else None, stats, pace, new_turn=not begun.joined, ends_unstarted=True
+    )
+    return _with_headers(sse_response(_stream(meta, follower), info), limits)
+
+
+def _with_headers(response: Response, headers: Mapping[str, str]) -> Response:
+    return replace(response, headers={**response.headers, **headers}) if headers else response
 
 
 @router.get("/sessions/{session_id}")

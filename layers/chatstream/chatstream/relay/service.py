@@ -17,6 +17,7 @@ Failures that are nobody's input (DynamoDB throttling before a stream starts) an
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,12 @@ class RelayService:
     # Proxy invocations that failed (the turn ended proxy_unavailable) so far in this environment: the function counts
     # each request's for its alarm, as a turn the relay could not start is its own failure, not a model's.
     proxy_invoke_failures: int = field(default=0, init=False)
+    # Turns the callers' budgets refused so far in this environment, counted for the Refusals metric as above.
+    refusals: int = field(default=0, init=False)
+    # A request's reads that need not hold up its answer (the caller's standing, read beside the proxy's invoke).
+    background: Executor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="relay-background")
+    )
     # Who owns a session, under the configuration's auth mode.
     identity: Identity = field(init=False)
 

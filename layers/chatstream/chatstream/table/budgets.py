@@ -305,7 +305,7 @@ class Budgets:
         """The writes ``admission`` adds to the start of ``session_id``'s ``turn`` at ``now_ms``."""
         owner = admission.owner
         known = self._known(owner)
-        limits = admission.defaults if known is None else known.over(admission.defaults)
+        limits = self.limits_of(owner, admission.defaults)
         if limits.tokens_per_day and admission.reserve > limits.tokens_per_day:
             # Refused before any write, so on limits read now, not on those this environment knew: they may have been
             # raised since (one read, on this refusal's path only)
@@ -316,7 +316,7 @@ class Budgets:
                 ConsistentRead=True,
             ).get("Item")
             known = self._learn(owner, deser(item) if item else None)
-            limits = admission.defaults if known is None else known.over(admission.defaults)
+            limits = self.limits_of(owner, admission.defaults)
         table = self.store.table_name
         parts: list[tuple[Part, dict[str, Any]]] = []
         check: dict[str, Any] = {
@@ -490,6 +490,12 @@ class Budgets:
         if spent:
             waits.append(_day_end_ms(now_ms) - now_ms)
         return Refusal(kinds, limits, max(waits), spent, reserve, **used)
+
+    def limits_of(self, owner: str, defaults: Limits) -> Limits:
+        """``owner``'s limits as this execution environment knows its overrides (as its last start, or read, found
+        them: a start checks them in its transaction), over ``defaults``. No read."""
+        known = self._known(owner)
+        return defaults if known is None else known.over(defaults)
 
     def _known(self, owner: str) -> Overrides | None:
         if owner in self._overrides:

@@ -15,7 +15,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import Throttled, TurnFinished, TurnNotFound
-from chatstream.proxy_event import GenerateRequest
 from chatstream.records import RecordType, ToolCallRef
 from chatstream.relay.follow import TOOL_CALL, FollowStats
 from chatstream.relay.http import SSE_HEADERS, HttpError, Response, StreamInfo, StreamKind, json_response
@@ -45,8 +44,8 @@ from chatstream.status import TurnStatus
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-    from chatstream.relay.exchange import Exchange
-    from chatstream.relay.openai.requests import ChatCompletionRequest
+    from chatstream.relay.exchange import Begun, Exchange
+    from chatstream.relay.openai.requests import ChatCompletionRequest, ResponsesRequest
     from chatstream.table import Turn
     from chatstream.tools import ToolResult
 
@@ -103,28 +102,18 @@ def create_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
         resolve_item=lambda item_id, param: _referenced_item(exchange, item_id, param),
     )
     model, pace = _check_model(exchange, request.model), _pace(exchange)
-    session_id = None
-    if request.previous_response_id is not None:
-        session_id = _previous(exchange, request.previous_response_id, leading_results(request))
-    try:
-        session_id, turn_number = exchange.begin_turn(
-            session_id,
-            request.message,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            options=request.options,
-        )
-    except HttpError as err:
-        if request.previous_response_id is None or err.code not in ("turn_in_progress", "turn_limit"):
-            raise
-        raise _conversation_conflict(exchange, err.code, request.previous_response_id) from None
+    begun = _begin_response(exchange, request)
+    session_id, turn_number = begun.session_id, begun.turn
     with _turn_started(session_id, turn_number) as headers:
-        exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
+        exchange.generate(begun)
+        headers.update(exchange.limit_headers())
         turn = _turn(exchange, session_id, turn_number)
         if request.stream:
             return _response_stream(
-                exchange, turn, -1, headers, pace, new_turn=True, ends_unstarted=not request.background
+                exchange, turn, -1, headers, pace, new_turn=not begun.joined, ends_unstarted=not request.background
             )
+        if request.background and begun.joined:  # the same response, as it is now
+            return json_response(200, _object(exchange, turn), headers)
         if request.background:
             queued = response_object(turn, model, Output(session_id, turn_number), status=ResponseStatus.QUEUED)
             return json_response(200, queued, headers)
@@ -138,6 +127,32 @@ def create_response(exchange: Exchange, params: Mapping[str, str]) -> Response:
         if not turn.finished:
             raise _still_generating(session_id, turn_number, headers)
         return json_response(200, _object(exchange, turn), headers)
+
+
+def _begin_response(exchange: Exchange, request: ResponsesRequest) -> Begun:
+    """The turn a new response begins (:meth:`~chatstream.relay.exchange.Exchange.begin_turn`), after its
+    ``previous_response_id``, which must be its conversation's latest response; a request sent again with its
+    ``Idempotency-Key`` after its turn began (its previous response no longer the latest) joins that turn."""
+    session_id = None
+    if request.previous_response_id is not None:
+        try:
+            session_id = _previous(exchange, request.previous_response_id, leading_results(request))
+        except OpenAIError:
+            if (keyed := exchange.keyed_turn()) is not None:
+                return keyed
+            raise
+    try:
+        return exchange.begin_turn(
+            session_id,
+            request.message,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            options=request.options,
+        )
+    except HttpError as err:
+        if request.previous_response_id is None or err.code not in ("turn_in_progress", "turn_limit"):
+            raise
+        raise _conversation_conflict(exchange, err.code, request.previous_response_id) from None
 
 
 @openai_api
@@ -328,12 +343,13 @@ def _response_not_found(value: str, param: str | None = None) -> OpenAIError:
 def create_chat_completion(exchange: Exchange, params: Mapping[str, str]) -> Response:
     request = parse_chat_completion_request(exchange.request.body, **_body_limits(exchange))
     model, pace = _check_model(exchange, request.model), _pace(exchange)
-    session_id, turn_number = exchange.begin_turn(
+    begun = exchange.begin_turn(
         None, request.message, max_tokens=request.max_tokens, temperature=request.temperature, options=request.options
     )
-    with _turn_started(session_id, turn_number) as headers:
-        exchange.invoke_proxy(GenerateRequest(session_id, turn_number))
-        return _chat_completion(exchange, request, model, pace, session_id, turn_number, headers)
+    with _turn_started(begun.session_id, begun.turn) as headers:
+        exchange.generate(begun)
+        headers.update(exchange.limit_headers())
+        return _chat_completion(exchange, request, model, pace, begun, headers)
 
 
 def _chat_completion(
@@ -341,15 +357,18 @@ def _chat_completion(
     request: ChatCompletionRequest,
     model: str,
     pace: bool | None,
-    session_id: str,
-    turn_number: int,
+    begun: Begun,
     headers: dict[str, str],
 ) -> Response:
-    created = exchange.clock.now_ms() // 1000
+    session_id, turn_number = begun.session_id, begun.turn
+    # A request that joined its turn answers what the first send did: the turn's own time (a new one's is now)
+    created = _turn(exchange, session_id, turn_number).created_at // 1000 if begun.joined else None
     if request.stream:
-        chunks = ChunkStream(session_id, model, created, request.include_usage)
+        chunks = ChunkStream(session_id, model, created or exchange.clock.now_ms() // 1000, request.include_usage)
         stats = FollowStats()
-        follower = exchange.follower(session_id, turn_number, None, stats, pace, new_turn=True, ends_unstarted=True)
+        follower = exchange.follower(
+            session_id, turn_number, None, stats, pace, new_turn=not begun.joined, ends_unstarted=True
+        )
         info = StreamInfo(StreamKind.CHAT, session_id, turn_number, stats, exchange.started_at)
         rest = kept_alive(
             chunks.chunks, turn_events(follower.events()), follower.clock.monotonic, follower.settings.keepalive_s
@@ -362,6 +381,8 @@ def _chat_completion(
         raise _turn_failed(turn, headers)
     if not turn.finished:
         raise _still_generating(session_id, turn_number, headers)
+    # Not streamed: the turn's own time, so a request sent again with its key gets the same completion
+    created = turn.created_at // 1000
     body = completion_object(
         session_id, model, created, turn.assistant or "", turn.stop_reason, turn.usage, turn.reasoning, turn.tool_calls
     )

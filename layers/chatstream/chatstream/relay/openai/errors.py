@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from chatstream.errors import Throttled
 from chatstream.relay.http import HttpError, Response, RouteError, clipped, json_response
+from chatstream.relay.ratelimit import INSUFFICIENT_QUOTA
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -89,7 +90,8 @@ def error_response(err: HttpError) -> Response:
     body = {
         "error": {
             "message": clipped(err.message),
-            "type": error_type(err.status),
+            # OpenAI's own type for a spent quota; any other error's by its status
+            "type": INSUFFICIENT_QUOTA if err.code == INSUFFICIENT_QUOTA else error_type(err.status),
             "param": clipped(err.param, 200) if isinstance(err, OpenAIError) and err.param is not None else None,
             "code": err.code,
         }
