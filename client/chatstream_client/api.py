@@ -2,7 +2,10 @@
 
 It speaks Server-Sent Events through httpx-sse, resumes a stream from the last event id when the relay asks
 (``reconnect``) or the stream drops, and sends a request again after ``429``/``5xx`` with backoff and jitter
-(:mod:`chatstream_client.retry`) where doing so cannot start a second turn (HTTP_API.md, "Retries"). For a
+(:mod:`chatstream_client.retry`; never after an answer that says ``x-should-retry: false``). Every ``POST /chat``
+carries an ``Idempotency-Key`` (one per message, the same in every send of it), so a message whose outcome is unknown
+(a ``500``, ``502`` or ``504``, a connection that broke before the turn's ``meta``) is simply sent again: the relay
+joins the turn the first send started, if it did, and starts it otherwise (HTTP_API.md, "Retries"). For a
 Function URL with ``AWS_IAM`` auth, pass ``auth=SigV4Auth()`` (:mod:`chatstream_client.auth`). The terminal
 client (:mod:`chatstream_client.cli`), the end-to-end tests and the benchmark use it.
 
@@ -14,16 +17,15 @@ ids"): the client only compares them (:func:`event_position`) and sends the last
 Errors: a JSON error response is an :class:`ApiError` with the relay's ``code``. The client raises one itself,
 with ``status`` 0 unless an answer's status says more, under these codes:
 
-- ``turn_outcome_unknown``: ``POST /chat`` failed (``500``, ``502``, ``504``, a connection that broke, a ``200``
-  without ``meta``) where the client cannot look for the turn it may have started (a new session), or the look
-  itself failed. ``session_id`` names the session when there is one; sending again is the caller's choice.
+- ``turn_outcome_unknown``: every send of a ``POST /chat`` failed where its turn may have started (``500``, ``502``,
+  ``504``, a connection that broke, a ``200`` without ``meta``). ``session_id`` names the session when there is one,
+  and ``result.idempotency_key`` the message's key: sending the message again with it (``chat(…,
+  idempotency_key=…)``) follows its turn if one started, and starts it otherwise, within the key's 24 hours.
 - ``resume_limit``: ``max_resumes`` resumes in a row that nobody planned brought nothing new.
 - ``resume_failed``: the relay could not be reached to resume a turn for ``outage_s`` (the resume's connection
   could not be made, broke before its answer, or was answered ``429``/``5xx``, round after round: httpx's error or
   the last answer's :class:`ApiError` is ``__cause__``); the turn goes on, and ``events_url`` names it. The first
   GET of :meth:`ChatClient.follow` is not patient: it fails as soon as the retry policy's attempts are spent.
-- ``no_meta``: a ``200`` stream began without its ``meta`` event, and no turn was found after it as often as the
-  sends allow (in a new session it is the cause of a ``turn_outcome_unknown`` instead).
 - ``bad_event``: an event whose data is not JSON (a relay of another protocol, or a line reader that splits where
   SSE does not); the turn so far is ``result``.
 - ``http_error``: an error answer without the relay's JSON error body (Lambda's own ``429`` or ``413``, a front
@@ -32,8 +34,7 @@ with ``status`` 0 unless an answer's status says more, under these codes:
 Once a turn is known, an error raised while following it carries it: ``session_id``, ``turn``, ``events_url``,
 ``last_event_id`` and the partial :class:`TurnResult` as ``result`` (follow it again with :meth:`ChatClient.follow`).
 httpx's own ``httpx.TransportError`` is raised, once the retries are spent, only where no turn can be left
-behind: a connection that could not be made, a ``history``, ``health`` or ``cancel`` that kept failing, or a
-``POST /chat`` whose last send broke and whose turn the session's history shows was never started. An answer
+behind: a connection that could not be made, a ``history``, ``health`` or ``cancel`` that kept failing. An answer
 that is not an event stream where one was asked for raises ``httpx_sse.SSEError`` at once (the URL is not the
 relay's; it is an ``httpx.TransportError`` too).
 """
@@ -45,13 +46,14 @@ import json
 import math
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy, retry_after_s
+from chatstream_client.retry import REFUSALS, RETRYABLE, RetryPolicy, retry_after_s
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping
@@ -60,8 +62,9 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "http://127.0.0.1:3000"
 SSE = {"Accept": "text/event-stream"}
+IDEMPOTENCY_KEY = "Idempotency-Key"  # the IETF httpapi draft's header; its value an sf-string (a quoted string)
 # After these, a POST /chat may have started its turn (the relay failed after allocating it, before its first
-# byte): the client looks for the turn before it sends anything again.
+# byte): only its key makes sending it again safe.
 OUTCOME_UNKNOWN = frozenset({500, 502, 504})
 # A turn's events URL, absolute or not: its session and turn.
 _EVENTS_PATH = re.compile(r"/sessions/(?P<session_id>[^/?#]+)/turns/(?P<turn>\d+)/events(?:[?#]|$)")
@@ -184,6 +187,7 @@ class TurnResult:
     incidents: list[str] = field(default_factory=list)  # one line for each unplanned resume and each retry
     first_token_at: float | None = None  # seconds from the call to the first reply token, by the client's ``clock``
     token_times: list[float] = field(default_factory=list)  # each new reply token's ``clock()`` reading (monotonic)
+    idempotency_key: str = ""  # the key every send of the message carried (``chat``)
 
     @property
     def finished(self) -> bool:
@@ -238,7 +242,8 @@ class ChatClient:
       their own);
     - ``pace``: ``?pace=`` on every stream (HTTP_API.md, "Pacing"); ``None`` leaves it to the relay.
 
-    To check an unknown outcome (HTTP_API.md, "Retries") it must know a session's newest turn, so the first
+    To find the turn a message started when its ``chat`` was interrupted before the turn's ``meta`` (the terminal
+    client's Ctrl-C, which cancels it: :meth:`find_turn`), it must know a session's newest turn, so the first
     ``chat`` into a session this client has not seen reads its history first: one ``GET /sessions/{id}`` per
     session per client.
     """
@@ -295,15 +300,17 @@ class ChatClient:
         tool_results: list[dict[str, str]] | None = None,
         parallel_tool_calls: bool | None = None,
         on_tool_call: Callable[[ToolCall], None] | None = None,
+        idempotency_key: str | None = None,
     ) -> TurnResult:
         """Start a turn and follow it to its end, resuming from the last event id if the stream drops.
 
         ``on_token`` gets each piece of the reply as it comes, ``on_reasoning`` each piece of the model's reasoning,
         ``on_tool_call`` each tool call once complete, ``on_meta`` the result once the turn is known. ``tools``,
         ``tool_choice``, ``parallel_tool_calls`` and ``tool_results`` (``[{"tool_call_id", "content"}]``, with
-        ``message`` ``""`` or more) are ``POST /chat``'s (HTTP_API.md, "Tool calls"). Into a session this client has
-        not seen, it reads the session's history first (once), so that an unknown outcome can be checked rather than
-        reported.
+        ``message`` ``""`` or more) are ``POST /chat``'s (HTTP_API.md, "Tool calls"). Every send of the message carries
+        ``idempotency_key`` (a new random one unless given: pass an earlier call's ``result.idempotency_key`` to join the
+        turn it may have started). Into a session this client has not seen, it reads the session's history first
+        (once), so that :meth:`find_turn` can tell the turn a message started.
         """
         body: dict[str, Any] = {"message": message} if message or not tool_results else {}
         for name, value in (
@@ -320,7 +327,7 @@ class ChatClient:
             body["max_tokens"] = max_tokens
         if temperature is not None:
             body["temperature"] = temperature
-        result = TurnResult(session_id=session_id or "")
+        result = TurnResult(session_id=session_id or "", idempotency_key=idempotency_key or uuid.uuid4().hex)
         started = self._clock()
         listener = _Listener(on_token, on_reasoning, on_tool_call)
         try:
@@ -412,81 +419,50 @@ class ChatClient:
     ) -> str:
         """POST /chat until a turn streams (HTTP_API.md, "Retries"); how its first stream ended.
 
-        Every send of the message, those after a ``429``/``503`` and those after looking, shares one budget of
-        ``retry.attempts``.
+        Every send carries the message's idempotency key, so each may be sent again, whatever happened to the one
+        before: a ``429``/``5xx``, a connection that failed, a stream that broke before its ``meta``. All of them
+        share one budget of ``retry.attempts``; when it is spent on an outcome that may have started the turn, the
+        failure is ``turn_outcome_unknown``.
         """
         budget = _Budget(self.retry.attempts)
-        looked = False  # an earlier send's outcome was unknown, and its turn was not found
+        headers = {**SSE, IDEMPOTENCY_KEY: sf_string(result.idempotency_key)}
         while True:
             failure: Exception
             try:
                 with self._open(
-                    "POST", "/chat", result, retry_on=NOT_STARTED, budget=budget, json=body, headers=SSE
+                    "POST",
+                    "/chat",
+                    result,
+                    retry_on=RETRYABLE,
+                    repeatable=True,
+                    budget=budget,
+                    json=body,
+                    headers=headers,
                 ) as response:
                     ending = self._read(response, result, started, listener, on_meta)
             except SSEError:
                 raise  # not an event stream: not the relay
             except httpx.TransportError as err:
                 if _not_sent(err):
-                    raise  # _open already sent it again as often as the policy allows
+                    raise  # no send ever reached the relay: nothing was started
                 failure = err
             except ApiError as err:
-                # 409 turn_in_progress after an unknown outcome: the earlier request's turn may be the one generating.
-                if err.status not in OUTCOME_UNKNOWN and not (looked and err.code == "turn_in_progress"):
-                    raise
+                if err.status not in OUTCOME_UNKNOWN:
+                    raise  # the relay answered: nothing was started (429, 503), or the request itself is wrong
                 failure = err
             else:
                 if result.events_url or result.finished:
                     return ending
                 failure = ApiError(200, "no_meta", f"the stream began without its meta event ({ending})")
-            # The turn may exist: find it before sending anything again.
-            if self._found_turn(body, result, failure):
-                return self._attach_found(result, started, listener, on_meta)
-            looked = True
             if budget.spent:
-                raise failure
-            self._note_retry(
-                result, budget.used, None, f"POST /chat: {_describe(failure)}; the session has no new turn"
-            )
-
-    def _found_turn(self, body: Mapping[str, Any], result: TurnResult, failure: Exception) -> bool:
-        """After a POST /chat whose outcome is unknown: whether it started a turn (then ``result`` names it).
-
-        Only a session whose newest turn this client knows can be checked: its history shows a newer turn with
-        this message, or none. A new session's id never reached the client, so nothing can be checked there.
-        """
-        session_id = body.get("session_id")
-        known = self._latest_turns.get(session_id) if isinstance(session_id, str) else None
-        if session_id is None or known is None:
-            raise _outcome_unknown(failure, session_id, "") from failure
-        try:
-            turn = self._newer_turn(session_id, known, body["message"])
-        except (ApiError, httpx.TransportError) as err:
-            raise _outcome_unknown(failure, session_id, f" (looking for it failed: {_describe(err)})") from err
-        if turn is None:
-            return False
-        result.session_id, result.turn = session_id, turn
-        result.events_url = f"/sessions/{session_id}/turns/{result.turn}/events"
-        result.retries += 1
-        result.incidents.append(f"POST /chat: {_describe(failure)}; its turn {result.turn} was found in the history")
-        return True
+                raise _outcome_unknown(failure, body.get("session_id"), result.idempotency_key) from failure
+            self._note_retry(result, budget.used, None, f"POST /chat: {_describe(failure)}; sent again with its key")
 
     def _newer_turn(self, session_id: str, known: int, message: str) -> int | None:
         """The first turn in the session's history after turn ``known`` whose user message is ``message``."""
         turns = self.history(session_id).get("turns", [])
         mine = [t for t in turns if t.get("turn", 0) > known and t.get("user") == message]
         return int(mine[0]["turn"]) if mine else None
-
-    def _attach_found(
-        self,
-        result: TurnResult,
-        started: float,
-        listener: _Listener,
-        on_meta: Callable[[TurnResult], None] | None,
-    ) -> str:
-        if on_meta is not None:
-            on_meta(result)
-        return self._resume(result, started, listener, SSE)
 
     # ---------------------------------------------------------------------------- streams
 
@@ -732,7 +708,9 @@ class ChatClient:
                     if status is not None and status >= 400:  # the status is known, its explanation is not
                         raise ApiError(status, "http_error", f"the answer broke off: {_describe(err)}") from err
                     raise
-                if response.status_code in retry_on and not last:
+                # Told not to, or the caller's budget refused it: reported (with its Retry-After), not waited out.
+                told_not_to = response.headers.get("x-should-retry") == "false" or _refused(response)
+                if response.status_code in retry_on and not last and not told_not_to:
                     wait = retry_after_s(response.headers.get("retry-after"))
                     if self.retry.honours(wait):
                         self._note_retry(result, budget.used, wait, f"{method} {url}: {response.status_code}")
@@ -753,19 +731,22 @@ def _not_sent(err: httpx.TransportError) -> bool:
     return isinstance(err, httpx.ConnectError | httpx.ConnectTimeout)
 
 
-def _outcome_unknown(failure: Exception, session_id: str | None, more: str) -> ApiError:
-    """``turn_outcome_unknown``: a POST /chat that may have started a turn the client could not look for."""
+def _outcome_unknown(failure: Exception, session_id: object, key: str) -> ApiError:
+    """``turn_outcome_unknown``: a POST /chat whose every send failed where its turn may have started."""
+    where = f"session {session_id}" if isinstance(session_id, str) else "a new session"
     return ApiError(
         getattr(failure, "status", 0),
         "turn_outcome_unknown",
-        f"{_describe(failure)} before the stream started; the turn may have started in "
-        + (
-            "a new session the client cannot name: send the message again (it may then be answered twice)"
-            if session_id is None
-            else f"session {session_id}{more}: look at the history, or send the message again"
-        ),
-        session_id=session_id,
+        f"{_describe(failure)} before the stream started, on every send; the turn may have started in {where}: send "
+        f"the message again with its Idempotency-Key {key} to follow it if it did (or start it if not)",
+        session_id=session_id if isinstance(session_id, str) else None,
     )
+
+
+def sf_string(text: str) -> str:
+    """``text`` as a Structured Field string (RFC 8941, 3.3.3: quoted, with ``"`` and the backslash escaped), as
+    the draft's ``Idempotency-Key`` takes it."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _describe(err: Exception) -> str:
@@ -782,6 +763,16 @@ def _relay_events_path(url: object, result: TurnResult) -> str:
     raise ApiError(
         0, "bad_event", f"the relay named an events URL that is not its own path ({shown}): not followed", result=result
     )
+
+
+def _refused(response: httpx.Response) -> bool:
+    """A ``429`` that is the caller's budget refusing the turn (its body read), not a busy service."""
+    if response.status_code != 429:
+        return False
+    try:
+        return str(response.json()["error"]["code"]) in REFUSALS
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def _raise_for_error(response: httpx.Response) -> None:

@@ -5,10 +5,12 @@ ends in a backslash goes on on the next line: the message is both lines, with a 
 Ctrl-C while a reply streams cancels that turn (the cancel endpoint), even before its first word: in a session it
 knows, the client finds the turn in the history (a new session's turn it cannot name, so that one goes on); Ctrl-C
 at the prompt, or twice, quits. A dropped connection resumes from the last event id, and keeps trying through an
-outage of up to 5 minutes; a busy relay (429, 503) is asked again after a short random wait. After a failure that
-may have started the turn (a 500, 502 or 504, a connection that broke), the client looks in the session's history:
-it follows the turn if it started and sends the message again if not; on a message that starts a session it cannot
-look, so it says so and leaves sending again to you. It never starts a second turn (docs/HTTP_API.md, "Retries").
+outage of up to 5 minutes; a busy relay (429, 503) is asked again after a short random wait. Every send of a
+message carries the message's Idempotency-Key, so after a failure that may have started the turn (a 500, 502 or 504,
+a connection that broke) the message is simply sent again: the relay follows the turn if it started and starts it if
+not. It never starts a second turn (docs/HTTP_API.md, "Retries"). A message your budget refused (too many turns
+this minute, or at once, or the day's tokens spent) is not sent: the client says so and when to try again, and at a
+terminal's prompt the message is typed for you again (press Enter to send it).
 
 ``--message TEXT`` is one-shot (``--message -`` reads the message from stdin, all of it): prints the reply and
 exits 0, or 1 on an ``error`` event, 2 when the relay answers with an error or cannot be reached. ``--follow
@@ -51,6 +53,7 @@ if __name__ == "__main__":  # Ctrl-C while the imports below load (~0.2 s) quits
     signal.signal(signal.SIGINT, _quit_quietly)
 
 import argparse
+import importlib.util
 import re
 import shlex
 from typing import TYPE_CHECKING, TextIO
@@ -61,6 +64,7 @@ from httpx_sse import SSEError
 
 from chatstream_client.api import DEFAULT_URL, ApiError, ChatClient, ToolCall, TurnResult
 from chatstream_client.auth import TOKEN_ENV, BearerAuth, SigV4Auth, is_function_url
+from chatstream_client.retry import REFUSALS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -184,6 +188,8 @@ def _explain_answer(error: ApiError, url: str, signed: bool, session: str | None
             # (a local stack's Host or Origin check, say)
             return f"{url} refused the request (403): {error.message}"
         return f"{url} refused the request (403): the URL needs signed requests; pass --iam"
+    if error.status == 429 and error.code in REFUSALS:
+        return f"not sent: {error.message}"  # the caller's budget: the relay says which, and when to try again
     if error.code == "http_error" and error.status == 429:
         return (
             f"{url} is busy (429, Lambda throttled the relay: its reserved concurrency, RelayReservedConcurrency, "
@@ -419,13 +425,15 @@ def _client(url: str, signed: bool, region: str | None, token: str | None = None
     return ChatClient(url, auth=SigV4Auth(region) if signed else None)
 
 
-def _messages(err: TextIO, prompted: bool) -> Iterator[str]:
+def _messages(err: TextIO, prompted: bool, drafts: list[str]) -> Iterator[str]:
     """The user's messages from the prompt (shown when ``prompted``), until end of input or Ctrl-C. A line that
-    ends in a backslash goes on on the next line: the message holds both, a line break where the backslash was."""
+    ends in a backslash goes on on the next line: the message holds both, a line break where the backslash was.
+    A message put in ``drafts`` (one that was refused) is typed at the next prompt, ready to send again."""
     while True:
         lines: list[str] = []
+        draft = drafts.pop() if drafts else ""
         try:
-            line = input("you> " if prompted else "")
+            line = _prompt("you> ", draft) if prompted else input("")
             while line.endswith("\\"):
                 lines.append(line[:-1])
                 line = input("...> " if prompted else "")
@@ -440,13 +448,28 @@ def _messages(err: TextIO, prompted: bool) -> Iterator[str]:
             yield message
 
 
+def _prompt(text: str, draft: str) -> str:
+    """``input(text)``, with ``draft`` (one line) typed in the line already where the terminal's line editing allows
+    it (GNU readline or libedit, which Python has on Linux and macOS)."""
+    if not draft or importlib.util.find_spec("readline") is None:
+        return input(text)
+    import readline  # only a prompt with a draft needs it: its import sets up line editing for every input()
+
+    readline.set_startup_hook(lambda: readline.insert_text(draft))
+    try:
+        return input(text)
+    finally:
+        readline.set_startup_hook()
+
+
 def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out: TextIO, err: TextIO) -> int:
     session_id = args.session
     # On a terminal, prompts and labels; piped (`printf 'hi\n' | make chat`), stdout holds the replies alone.
     prompted = sys.stdin.isatty() and out.isatty()
     if prompted:
         err.write(f"chatstream at {args.url} — Ctrl-C cancels a reply, Ctrl-C at the prompt quits.\n")
-    for message in _messages(err, prompted):
+    drafts: list[str] = []  # a refused message, typed again at the next prompt
+    for message in _messages(err, prompted, drafts):
         try:
             printer = _Printer(out, err, args.color, label="assistant> " if prompted else "")
             result = _stream_turn(client, message, session_id, args, printer)
@@ -463,6 +486,12 @@ def _interactive(client: ChatClient, args: argparse.Namespace, signed: bool, out
             if isinstance(error, ApiError) and error.code in ("turn_limit", "session_not_found"):
                 session_id = None
                 err.write("[the next message starts a new session]\n")
+            if isinstance(error, ApiError) and error.status == 429 and error.code in REFUSALS and prompted:
+                if "\n" in message:  # a prompt line holds one line of it
+                    err.write("[your message of several lines was not sent: send it again when it may be]\n")
+                else:
+                    drafts.append(message)
+                    err.write("[your message is typed below: press Enter to send it when it may be]\n")
             continue
         session_id = result.session_id or session_id
         _report_end(result, out, err)

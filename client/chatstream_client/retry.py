@@ -10,12 +10,16 @@ attempts. Which requests may be sent again after which answers is :mod:`chatstre
 
 This is the source of the numbers a user's retries follow. The formula has two more copies, which cannot import
 this package, nor this package them: the chat page's ``layers/chatstream/chatstream/relay/static/retry.js`` (it runs
-in the browser) copies these numbers (``ATTEMPTS``, ``BASE_MS``, ``CAP_MS``, ``MAX_RETRY_AFTER_MS``, the statuses;
-``api.py``'s ``OUTAGE_S`` and ``READ_TIMEOUT_S`` as ``RESUME_GIVE_UP_MS`` and ``IDLE_MS``), and the functions' layer
+in the browser) copies these numbers (``ATTEMPTS``, ``BASE_MS``, ``CAP_MS``, ``MAX_RETRY_AFTER_MS``, the statuses,
+the refusals' codes; ``api.py``'s ``OUTAGE_S`` and ``READ_TIMEOUT_S`` as ``RESUME_GIVE_UP_MS`` and ``IDLE_MS``), and
+the functions' layer
 has the same full jitter in ``layers/chatstream/chatstream/backoff.py`` (``Backoff``, for the AWS calls inside the
 functions, with each adapter's own numbers; this package is installable alone and never imports the layer).
 ``tests/unit/test_backoff_copies.py`` holds the three to one formula and the page to these numbers, so a number
 changed in one copy alone fails it.
+
+A ``429`` can also be the relay's refusal of the caller's budget (:data:`REFUSALS`): that one is reported, not
+retried, whatever its ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -29,12 +33,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-# Answered before the relay allocated a turn: Lambda's throttle (the relay never ran), the relay's `unavailable`
-# (the table throttled the write that allocates the turn, so nothing was written) or a front end too busy to invoke.
-NOT_STARTED = frozenset({429, 503})
 # Answers after which the request itself did not take effect, or may have: safe to send again when the request
-# is idempotent (GET, cancel).
+# is idempotent (GET, cancel, POST /chat with its Idempotency-Key), unless the answer says x-should-retry: false.
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+# A 429 with one of these codes is the caller's budget refusing a turn (requests per minute, turns at once, tokens
+# per day): reported, with when to try again (its Retry-After), not waited out.
+REFUSALS = frozenset({"rate_limit_exceeded", "insufficient_quota"})
 
 
 @dataclass(frozen=True)

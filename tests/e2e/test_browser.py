@@ -28,7 +28,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from chatstream_client.api import OUTAGE_S, READ_TIMEOUT_S, ChatClient
-from chatstream_client.retry import NOT_STARTED, RetryPolicy
+from chatstream_client.retry import REFUSALS, RETRYABLE, RetryPolicy
 from chatstream_local.stack import LocalStack, StackSettings
 from tests.support import isolate_aws, require_or_skip
 
@@ -898,9 +898,11 @@ def test_a_lost_answer_never_starts_a_second_turn(chat: ChatPage, answer: str, t
     chat.send("first")
     chat.wait_status("complete")
     posts: list[str] = []
+    keys: list[str | None] = []
 
     def fail_once(route: Route) -> None:
         posts.append(route.request.method)
+        keys.append(route.request.headers.get("idempotency-key"))
         if len(posts) > 1:
             route.continue_()
             return
@@ -914,30 +916,52 @@ def test_a_lost_answer_never_starts_a_second_turn(chat: ChatPage, answer: str, t
     chat.page.route("**/chat", fail_once)
     # WHEN the next message is sent
     chat.send("second")
-    # THEN the reply arrives once: the page found the turn in the history and followed it, or, finding none,
-    # sent the message again
+    # THEN the reply arrives once: the page sent the message again with the same Idempotency-Key, and the relay
+    # joined the turn the first send started, or started it
     assert chat.wait_status("complete") == "You said: second"
-    assert len(posts) == (1 if turn_started else 2)
+    assert len(posts) == 2 and keys[0] == keys[1] and keys[0] is not None and keys[0].startswith('"')
     assert [t["user"] for t in chat.history()["turns"]] == ["first", "second"]
     assert chat.counts("retries") == {"retries": 1}
     expect(chat.page.get_by_role("alert")).to_be_hidden()
 
 
-def test_a_502_on_a_new_session_gives_the_message_back(chat: ChatPage) -> None:
-    # GIVEN a relay that fails before its first byte, on a message that would start a session
+def test_a_502_on_a_new_session_is_sent_again_and_joins_the_turn_it_started(chat: ChatPage) -> None:
+    # GIVEN a relay that starts the turn of a message that starts a session, then fails before its first byte
     posts: list[str] = []
 
-    def bad_gateway(route: Route) -> None:
+    def bad_gateway_once(route: Route) -> None:
         posts.append(route.request.method)
+        if len(posts) > 1:
+            route.continue_()
+            return
+        route.fetch()
         json_answer(route, 502, BAD_GATEWAY)
 
-    chat.page.route("**/chat", bad_gateway)
+    chat.page.route("**/chat", bad_gateway_once)
     chat.open()
-    # WHEN it is sent THEN it is not sent again (a turn may exist in a session the page cannot name): the page
-    # says what failed and gives the text back
+    # WHEN it is sent THEN the page sends it again with its key, and follows the one turn the first send started, in
+    # the session it started
     chat.send("lost?")
-    expect(chat.page.get_by_role("alert")).to_contain_text("502")
-    assert posts == ["POST"] and chat.page.locator("#message").input_value() == "lost?"
+    assert chat.wait_status("complete") == "You said: lost?"
+    assert posts == ["POST", "POST"] and [t["user"] for t in chat.history()["turns"]] == ["lost?"]
+    expect(chat.page.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_message_the_callers_budget_refuses_is_shown_plainly_and_kept(chat: ChatPage) -> None:
+    # GIVEN a relay whose caller has started as many turns as it may this minute
+    posts: list[str] = []
+    why = "too many messages this minute (the limit is 60 a minute): try again in 12 s"
+
+    def refused(route: Route) -> None:
+        posts.append(route.request.method)
+        json_answer(route, 429, {"error": {"code": "rate_limit_exceeded", "message": why}}, retry_after="12")
+
+    chat.page.route("**/chat", refused)
+    chat.open()
+    # WHEN a message is sent THEN it is not sent again: the page says why and when to try again, and keeps the text
+    chat.send("hello later")
+    expect(chat.page.get_by_role("alert")).to_have_text(f"Not sent: {why}")
+    assert posts == ["POST"] and chat.page.locator("#message").input_value() == "hello later"
     expect(chat.turns()).to_have_count(0)
 
 
@@ -1357,7 +1381,8 @@ RETRY_CASES = r"""
     unreadable: [R.retryAfterMs(null), R.retryAfterMs(""), R.retryAfterMs("soon"), R.retryAfterMs("-1")],
     honours: [R.honours(null), R.honours(maxRetryAfterMs), R.honours(maxRetryAfterMs + 1)],
     attempts: R.ATTEMPTS,
-    notStarted: R.NOT_STARTED,
+    retryable: R.RETRYABLE,
+    refusals: R.REFUSALS,
   };
 }
 """
@@ -1377,12 +1402,14 @@ def test_the_pages_retry_rules_match_the_python_clients(chat: ChatPage) -> None:
     rules = chat.page.evaluate(RETRY_CASES, max_retry_after_ms)
     # THEN the wait is the client's: full jitter under a cap doubling from its base (250 ms) to its cap (4 s), a
     # Retry-After is its floor (seconds or an HTTP-date, unreadable ones ignored, more than the client's 30 s not
-    # honoured), as many attempts (five), POST only after 429/503
+    # honoured), as many attempts (five), after the same answers, and a refusal of the caller's budget reported, not
+    # waited out
     assert rules["caps"] == caps([1, 2, 3, 4, 5, 6], client.cap_s)
     assert (rules["floor"], rules["seconds"], rules["date"], rules["past"]) == (3000, 2000, 30000, 0)
     assert rules["unreadable"] == [None, None, None, None]
     assert rules["honours"] == [True, True, False]
-    assert (rules["attempts"], rules["notStarted"]) == (client.attempts, sorted(NOT_STARTED))
+    assert rules["attempts"] == client.attempts
+    assert (sorted(rules["retryable"]), sorted(rules["refusals"])) == (sorted(RETRYABLE), sorted(REFUSALS))
     # AND a resume after a drop (not a retry) waits the same way under the page's cap of 15 s, and is given up only
     # after as long as the client gives an outage (five minutes) that brought nothing
     assert rules["resumeCaps"] == caps([1, 5, 6, 7, 8, 100], RESUME_CAP_MS / 1000)
@@ -1418,13 +1445,13 @@ def test_a_rejected_message_shows_the_apis_reason_and_keeps_the_text(chat: ChatP
     assert chat.page.locator("#message").input_value() == too_long
 
 
-REFUSALS = {
+SESSION_REFUSALS = {
     "turn_limit": (409, "session reached its limit of 1 turns; start a new session to go on", "turn limit"),
     "session_not_found": (404, "session not found", "no longer stored"),
 }
 
 
-@pytest.mark.parametrize("code", list(REFUSALS))
+@pytest.mark.parametrize("code", list(SESSION_REFUSALS))
 def test_a_session_that_cannot_go_on_is_reported_and_the_next_message_starts_a_new_one(
     chat: ChatPage, code: str
 ) -> None:
@@ -1435,7 +1462,7 @@ def test_a_session_that_cannot_go_on_is_reported_and_the_next_message_starts_a_n
         chat.send(message)
         chat.wait_status("complete")
     full = chat.page.evaluate("location.hash")
-    status, message, why = REFUSALS[code]
+    status, message, why = SESSION_REFUSALS[code]
     chat.page.route(
         "**/chat", lambda route: json_answer(route, status, {"error": {"code": code, "message": message}}), times=1
     )
@@ -1448,12 +1475,12 @@ def test_a_session_that_cannot_go_on_is_reported_and_the_next_message_starts_a_n
     expect(divider).to_contain_text(f"{why}; the next message starts a new one")
     links = divider.locator("a")
     expect(links).to_have_count(1 if code == "turn_limit" else 0)
-    # AND the message after it starts a new session, found by its own turn numbers should its send need looking up
+    # AND the message after it starts a new session
     chat.send("third")
     assert chat.wait_status("complete") == "You said: third"
     assert chat.page.evaluate("location.hash") not in ("", full)
-    # (a send there whose answer is lost after its turn started is found in this session's history, by this
-    # session's turn numbers, not the earlier one's: never sent twice)
+    # (a send there whose answer is lost after its turn started is sent again with its key, and joins that turn:
+    # never a second turn)
     posts: list[str] = []
 
     def fail_after_start(route: Route) -> None:
@@ -1465,6 +1492,7 @@ def test_a_session_that_cannot_go_on_is_reported_and_the_next_message_starts_a_n
     chat.send("fourth")
     assert chat.wait_status("complete") == "You said: fourth"
     assert posts == ["POST"] and [t["user"] for t in chat.history()["turns"]] == ["third", "fourth"]
+    assert chat.counts("retries") == {"retries": 1}
     # AND a full conversation's link opens it again
     if code == "turn_limit":
         assert links.get_attribute("href") == full

@@ -371,49 +371,41 @@ def test_a_404_is_never_sent_again(relay: FakeRelay, client: ChatClient) -> None
     assert raised.value.code == "session_not_found" and len(relay.requests("POST /chat")) == 1
 
 
-def test_a_502_on_a_new_session_is_not_sent_again(relay: FakeRelay, client: ChatClient) -> None:
-    # GIVEN a relay that fails before its first byte on a message that starts a session
-    relay.script("POST /chat", error(502, "http_error"), stream(meta(), done(1)))
+def test_a_502_on_a_new_session_is_sent_again_with_its_key(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay that fails before its first byte on a message that starts a session, then streams its turn
+    relay.script("POST /chat", error(502, "http_error"), stream(meta(), token(1, "a"), done(2)))
 
-    # WHEN the client sends it THEN it does not send it again: a turn may exist in a session it cannot name
-    with pytest.raises(ApiError) as raised:
-        client.chat("hi")
-    assert raised.value.code == "turn_outcome_unknown" and "may have started" in raised.value.message
-    assert len(relay.requests("POST /chat")) == 1
+    # WHEN the client sends it
+    result = client.chat("hi")
 
-
-def test_a_502_after_the_turn_started_follows_that_turn(relay: FakeRelay, client: ChatClient) -> None:
-    # GIVEN a session whose turn 1 the client saw, and a relay that allocates turn 2 and then fails with 502
-    relay.script("POST /chat", stream(meta(1), token(1, "a"), done(2)), error(502, "http_error"))
-    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), (2, "second")))
-    relay.script(f"GET /sessions/{SESSION}/turns/2/events", stream(token(1, "b"), done(2)))
-    client.chat("first")
-
-    # WHEN the second message gets the 502
-    result = client.chat("second", SESSION)
-
-    # THEN the client finds turn 2 in the history and follows it: one POST for the message, no second turn
-    assert len(relay.requests("POST /chat")) == 2
-    assert (result.turn, result.text, result.retries, result.clean) == (2, "b", 1, True)
-    assert "found in the history" in result.incidents[0]
+    # THEN it sent it again with the same Idempotency-Key (the relay joins the turn the first send may have started)
+    keys = [seen.headers.get("idempotency-key") for seen in relay.requests("POST /chat")]
+    assert len(keys) == 2 and keys[0] == keys[1] == f'"{result.idempotency_key}"' and len(result.idempotency_key) == 32
+    assert (result.text, result.retries) == ("a", 1)
+    assert result.incidents == ["retry 1: POST /chat: 502"]
 
 
-def test_a_502_before_the_turn_started_sends_the_message_again(relay: FakeRelay, client: ChatClient) -> None:
-    # GIVEN a session at turn 1, and a relay that fails with 502 before allocating turn 2
-    relay.script(
-        "POST /chat",
-        stream(meta(1), done(1)),
-        error(502, "http_error"),
-        stream(meta(2), token(1, "b"), done(2)),
-    )
+def test_every_message_has_its_own_key_and_a_key_can_be_given(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script("POST /chat", stream(meta(1), done(1)))
+    first, second = client.chat("one"), client.chat("two")
+    third = client.chat("two", idempotency_key="given-key")
+    assert len({first.idempotency_key, second.idempotency_key, "given-key"}) == 3
+    assert third.idempotency_key == "given-key"
+    assert relay.requests("POST /chat")[-1].headers["idempotency-key"] == '"given-key"'
+
+
+def test_a_stream_that_breaks_before_its_meta_is_sent_again_with_its_key(relay: FakeRelay, client: ChatClient) -> None:
+    # GIVEN a relay whose first stream breaks before meta (a relay killed mid-answer), then answers whole
+    relay.script("POST /chat", stream(cut=True), stream(meta(2), token(1, "b"), done(2)))
+
+    # WHEN the client sends a message into a session it saw
     relay.script(f"GET /sessions/{SESSION}", history((1, "first")))
-    client.chat("first")
-
-    # WHEN the second message gets the 502
     result = client.chat("second", SESSION)
 
-    # THEN the history has no turn 2, so the message is sent again
-    assert len(relay.requests("POST /chat")) == 3 and len(relay.requests(f"GET /sessions/{SESSION}")) == 1
+    # THEN the same request went again with its key, and the turn streamed; the history was read once, before
+    sent = relay.requests("POST /chat")
+    assert len(sent) == 2 and sent[0].headers["idempotency-key"] == sent[1].headers["idempotency-key"]
+    assert sent[0].body == sent[1].body
     assert (result.turn, result.text, result.retries) == (2, "b", 1)
 
 
@@ -533,6 +525,39 @@ def test_the_interactive_cli_starts_a_new_session_after_the_turn_limit(
     assert "[the next message starts a new session]" in capsys.readouterr().err
     sent = [json.loads(seen.body) for seen in relay.requests("POST /chat")]
     assert [body.get("session_id") for body in sent] == [None, SESSION, None]
+
+
+def test_the_interactive_cli_says_a_refused_message_was_not_sent_and_types_it_again(
+    relay: FakeRelay, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relay whose caller may start no more turns this minute, then may again
+    relay.script("GET /health", Answer(body={"status": "ok"}))
+    why = "too many messages this minute (the limit is 60 a minute): try again in 12 s"
+    refused = Answer(
+        429, body={"error": {"code": "rate_limit_exceeded", "message": why}}, headers=(("Retry-After", "12"),)
+    )
+    relay.script("POST /chat", refused, stream(meta(), token(1, "ok"), done(2)))
+    # AND a person at a terminal who sends a message, then presses Enter on what the next prompt holds
+    prompts: list[tuple[str, str]] = []
+    typed = iter(["hello there", None])
+
+    def prompt(text: str, draft: str) -> str:
+        prompts.append((text, draft))
+        line = next(typed, None) if len(prompts) < 3 else None
+        if line is None and not draft:
+            raise EOFError
+        return line or draft
+
+    monkeypatch.setattr("chatstream_client.cli._prompt", prompt)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    err = io.StringIO()
+    # WHEN the client runs
+    status = main(["--url", relay.url, "--no-iam"], out=_Terminal(), err=err)
+    # THEN the refusal is said plainly, with when to try again, the message was sent once and typed at the next prompt,
+    # and Enter sent it
+    assert status == 0 and f"not sent: {why}" in err.getvalue()
+    assert [draft for _, draft in prompts[:2]] == ["", "hello there"]
+    assert [json.loads(seen.body)["message"] for seen in relay.requests("POST /chat")] == ["hello there"] * 2
 
 
 def test_the_interactive_cli_keeps_the_session_a_failed_message_started(
@@ -680,66 +705,44 @@ def test_a_cancel_whose_connection_breaks_is_sent_again(relay: FakeRelay, client
 
 
 def test_one_chat_sends_its_message_at_most_five_times(relay: FakeRelay, client: ChatClient) -> None:
-    # GIVEN a session at turn 1, and a relay that then answers 503 four times and 502 once, over and over
-    relay.script(f"GET /sessions/{SESSION}", history((1, "first")))
-    busy_then_failed = [error(503)] * 4 + [error(502, "http_error")]
-    relay.script("POST /chat", stream(meta(1), done(1)), *(busy_then_failed * 5))
-    client.chat("first")
+    # GIVEN a relay that answers 503 four times and 502 once, over and over
+    relay.script("POST /chat", *([error(503)] * 4 + [error(502, "http_error")]) * 5)
 
-    # WHEN the client sends a message THEN every send of it, after a 503 or after looking, comes from one budget of 5
+    # WHEN the client sends a message THEN every send of it comes from one budget of 5, and the last failure may
+    # have started the turn: the client says so, and names the key that would join it
     with pytest.raises(ApiError) as raised:
-        client.chat("second", SESSION)
-    assert raised.value.status == 502
-    assert len(relay.requests("POST /chat")) == 1 + 5
+        client.chat("hi")
+    assert (raised.value.status, raised.value.code) == (502, "turn_outcome_unknown")
+    assert raised.value.result is not None and raised.value.result.idempotency_key in raised.value.message
+    assert len(relay.requests("POST /chat")) == 5
 
 
-# ----------------------------------------------------------------------- looking before sending again
+# ----------------------------------------------------------------------- keys, refusals, and sending again
 
 
-def test_a_lookup_cut_short_is_read_again_and_finds_the_turn(relay: FakeRelay, client: ChatClient) -> None:
-    # GIVEN a session at turn 1, a relay that starts turn 2 and fails with 502, and a history read cut once
-    relay.script("POST /chat", stream(meta(1), done(1)), error(502, "http_error"))
-    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), (2, "second"), cut=True), history((2, "second")))
-    relay.script(f"GET /sessions/{SESSION}/turns/2/events", stream(token(1, "b"), done(2)))
-    client.chat("first")
-
-    # WHEN the second message gets the 502
-    result = client.chat("second", SESSION)
-
-    # THEN the look was read again, found turn 2 and followed it: no second send, no bare transport error
-    assert len(relay.requests("POST /chat")) == 2 and len(relay.requests(f"GET /sessions/{SESSION}")) == 2
-    assert (result.turn, result.text) == (2, "b")
-
-
-def test_a_lookup_that_keeps_failing_is_an_unknown_outcome_naming_the_session(
+def test_a_refusal_of_the_budget_is_reported_with_when_to_try_again_not_waited_out(
     relay: FakeRelay, client: ChatClient
 ) -> None:
-    # GIVEN a session at turn 1, a 502 on the next message, and a history that never arrives whole
-    relay.script("POST /chat", stream(meta(1), done(1)), error(502, "http_error"))
-    relay.script(f"GET /sessions/{SESSION}", history((1, "first"), cut=True))
-    client.chat("first")
+    # GIVEN a relay whose caller has started as many turns as it may this minute
+    answer = error(429, "rate_limit_exceeded", retry_after="12")
+    relay.script("POST /chat", answer, stream(meta(), done(1)))
 
-    # WHEN the second message gets the 502 THEN the client reports an unknown outcome in that session
+    # WHEN the client sends a message THEN it is refused at once, with the relay's words and its wait
     with pytest.raises(ApiError) as raised:
-        client.chat("second", SESSION)
-    assert (raised.value.code, raised.value.session_id) == ("turn_outcome_unknown", SESSION)
-    assert len(relay.requests("POST /chat")) == 2
-
-
-def test_a_new_client_in_a_stored_session_looks_after_a_502(relay: FakeRelay, client: ChatClient) -> None:
-    # GIVEN a session this client never saw (its id stored from an earlier run), at turn 1; the relay starts turn 2
-    # and fails with 502
-    relay.script(f"GET /sessions/{SESSION}", history((1, "first")), history((1, "first"), (2, "second")))
-    relay.script("POST /chat", error(502, "http_error"))
-    relay.script(f"GET /sessions/{SESSION}/turns/2/events", stream(token(1, "b"), done(2)))
-
-    # WHEN the client sends the message
-    result = client.chat("second", SESSION)
-
-    # THEN it read the session's newest turn before sending, so after the 502 it could look, and followed turn 2
-    assert [s.method for s in relay.seen] == ["GET", "POST", "GET", "GET"]
+        client.chat("hi")
+    assert (raised.value.status, raised.value.code, raised.value.retry_after_s) == (429, "rate_limit_exceeded", 12)
     assert len(relay.requests("POST /chat")) == 1
-    assert (result.session_id, result.turn, result.text) == (SESSION, 2, "b")
+
+
+def test_an_answer_that_says_not_to_retry_is_not_sent_again(relay: FakeRelay, client: ChatClient) -> None:
+    relay.script(
+        "POST /chat",
+        Answer(503, body={"error": {"code": "unavailable", "message": "no"}}, headers=(("x-should-retry", "false"),)),
+        stream(meta(), done(1)),
+    )
+    with pytest.raises(ApiError) as raised:
+        client.chat("hi")
+    assert raised.value.status == 503 and len(relay.requests("POST /chat")) == 1
 
 
 def test_a_session_is_read_once_per_client(relay: FakeRelay, client: ChatClient) -> None:

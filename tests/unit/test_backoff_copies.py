@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from chatstream.backoff import Backoff
-from chatstream_client.api import OUTAGE_S, OUTCOME_UNKNOWN, READ_TIMEOUT_S
-from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy
+from chatstream_client.api import OUTAGE_S, READ_TIMEOUT_S
+from chatstream_client.retry import REFUSALS, RETRYABLE, RetryPolicy
 from tests.support import REPO_ROOT, require_or_skip
 
 RETRY_JS = REPO_ROOT / "layers/chatstream/chatstream/relay/static/retry.js"
@@ -31,7 +31,7 @@ const window = {};
 vm.runInNewContext(fs.readFileSync(file, "utf8"), { window }, { filename: file });
 const R = window.ChatstreamRetry;
 const names = ["ATTEMPTS", "BASE_MS", "CAP_MS", "MAX_RETRY_AFTER_MS", "RESUME_CAP_MS", "RESUME_GIVE_UP_MS", "IDLE_MS",
-  "NOT_STARTED", "RETRYABLE", "OUTCOME_UNKNOWN"];
+  "RETRYABLE", "REFUSALS"];
 process.stdout.write(JSON.stringify({
   constants: Object.fromEntries(names.map((name) => [name, R[name]])),
   waits: draws.map((u) => retries.map((n) => R.delayMs(n, null, () => u))),
@@ -73,9 +73,8 @@ def test_the_page_retries_with_the_clients_numbers(page: dict[str, Any]) -> None
         "RESUME_CAP_MS": None,  # the page's own: the client resumes under the retry policy's cap
         "RESUME_GIVE_UP_MS": OUTAGE_S * 1000,
         "IDLE_MS": READ_TIMEOUT_S * 1000,
-        "NOT_STARTED": sorted(NOT_STARTED),
         "RETRYABLE": sorted(RETRYABLE),
-        "OUTCOME_UNKNOWN": sorted(OUTCOME_UNKNOWN),
+        "REFUSALS": sorted(REFUSALS),
     }
     # AND an answer asking for a longer wait than both honour ends the retries in both
     assert page["honours"] == [client.honours(None), True, False]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chatstream_client.api import ChatClient
-from chatstream_client.retry import NOT_STARTED, RETRYABLE, RetryPolicy, retry_after_s
+from chatstream_client.retry import REFUSALS, RETRYABLE, RetryPolicy, retry_after_s
 
 
 def test_the_wait_is_full_jitter_under_a_doubling_cap() -> None:
@@ -56,10 +56,12 @@ def test_retry_after_reads_seconds_or_an_http_date(header: str | None, seconds: 
     assert retry_after_s(header, now=lambda: now) == seconds
 
 
-def test_only_throttles_and_unavailable_are_answered_before_a_turn_exists() -> None:
-    # 502, 500 and 504 can come after the relay allocated the turn: they are retryable only for idempotent requests
-    assert {429, 503} == NOT_STARTED
-    assert {502, 500, 504} <= RETRYABLE and NOT_STARTED <= RETRYABLE and 409 not in RETRYABLE
+def test_what_is_sent_again_and_what_a_budget_refusal_says() -> None:
+    # 502, 500 and 504 can come after the relay allocated the turn: a request is sent again after them only when it
+    # changes nothing twice (a GET, a cancel, a POST /chat with its Idempotency-Key); never after a 409
+    assert {429, 500, 502, 503, 504} == RETRYABLE and 409 not in RETRYABLE
+    # and a 429 that is the caller's budget is reported, whatever it asks to wait (the relay's codes, as /v1's)
+    assert {"rate_limit_exceeded", "insufficient_quota"} == REFUSALS
 
 
 def test_a_silent_stream_is_taken_for_dropped_when_the_page_takes_it_so() -> None:

@@ -13,10 +13,11 @@
 // their issuer and subject), and a signed-out page neither loads a session nor sends.
 //
 // A busy or failing relay is asked again as the Python client does (retry.js; docs/HTTP_API.md,
-// "Retries"): POST /chat after 429/503 (no turn exists yet); after a 502/500/504 or a failed fetch the
-// turn may exist, so in a session whose turns the page shows it reads the history and follows the turn
-// if it is there, and sends the message again only if it is not; resumes after 429/5xx or a drop, for as long as
-// an outage may last (follow). A stream silent for Retry.IDLE_MS (no event, not even a keep-alive comment) is a
+// "Retries"): every send of a message carries the message's own Idempotency-Key, so POST /chat is sent again after
+// a 429/5xx, a failed fetch or a stream that broke before its meta (the relay joins the turn an earlier send
+// started, or starts it), but never after an answer that says x-should-retry: false; a refusal of the caller's
+// budget (429 rate_limit_exceeded or insufficient_quota) is shown as it is, saying when to try again, with the
+// message given back to the box; resumes after 429/5xx or a drop, for as long as an outage may last (follow). A stream silent for Retry.IDLE_MS (no event, not even a keep-alive comment) is a
 // drop the network did not report: its request is aborted and the turn resumed (watchdog). Each turn's element
 // counts what happened (data-retries, data-resumes, data-repeated).
 //
@@ -698,9 +699,9 @@
       body.session_id = sessionId;
       markKnown(sessionId); // the user's, and now the most recent
     }
-    const known = sessionId ? latestTurn(r) : null; // the session's newest turn the page shows
+    const key = newKey(); // every send of this message carries it: a send again joins the turn an earlier one started
     for (let attempt = 1; ; attempt++) {
-      let answer = await postChat(r, body);
+      let answer = await postChat(r, body, key);
       if (r.controller.signal.aborted) {
         if (answer.watch) answer.watch.release();
         return;
@@ -710,29 +711,16 @@
         if (r.controller.signal.aborted) return;
         // A 200 that broke before `meta`: the turn may exist, as after a connection that broke (status 0).
         const why = "The connection dropped before the reply started";
-        answer = { status: 0, error: { code: "no_meta", message: why }, retryAfter: null };
+        answer = { status: 0, error: new ApiError(0, "no_meta", why), retryAfter: null, shouldRetry: true };
       }
       const last = attempt >= Retry.ATTEMPTS;
-      if (Retry.NOT_STARTED.includes(answer.status) && !last && Retry.honours(answer.retryAfter)) {
-        await retryPause(r, attempt, answer.retryAfter, "The server is busy; trying again…");
+      // The caller's budget refused it: said as it is (the message says when to try again), not waited out here.
+      const refused = answer.status === 429 && Retry.REFUSALS.includes(answer.error.code);
+      const again = answer.status === 0 || Retry.RETRYABLE.includes(answer.status);
+      if (again && !refused && !last && answer.shouldRetry && Retry.honours(answer.retryAfter)) {
+        const why = answer.status === 0 ? "The connection dropped; sending again…" : "The server is busy; trying again…";
+        await retryPause(r, attempt, answer.retryAfter, why);
         continue;
-      }
-      // After these the turn may exist (after a 409 that follows one: it may be the turn generating).
-      const unknown =
-        answer.status === 0 ||
-        Retry.OUTCOME_UNKNOWN.includes(answer.status) ||
-        (attempt > 1 && answer.error.code === "turn_in_progress");
-      if (unknown && known !== null) {
-        const found = await findTurn(r, message, known);
-        if (r.controller.signal.aborted) return;
-        if (found === "found") {
-          await follow(r, null);
-          return;
-        }
-        if (found === "absent" && !last) {
-          await retryPause(r, attempt, null, "The server failed before the reply started; sending again…");
-          continue;
-        }
       }
       // Another window (or client) is replying in this conversation: this page is behind. It shows the conversation
       // as it is, following that reply live; the message waits in the box until the reply ends.
@@ -748,33 +736,41 @@
         dividerAfter(answer.error.code === "turn_limit" ? sessionId : null); // the next message starts a new one
         rememberSession(null, answer.error.code === "session_not_found");
       }
-      rejected(r, message, answer.error.message);
+      rejected(r, message, refused ? "Not sent: " + answer.error.message : answer.error.message);
       return;
     }
   }
 
-  // POST /chat: {response, watch} for a stream, else {status, error, retryAfter} (status 0: no answer came). Its
-  // watchdog is armed only once the stream is read: the relay sends its first byte after it has started the turn
-  // (a cold start included), and cutting the request short before then would leave its outcome unknown.
-  async function postChat(r, body) {
+  // A message's Idempotency-Key: 128 random bits, as an sf-string (the IETF draft's header is a quoted string).
+  function newKey() {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    return '"' + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("") + '"';
+  }
+
+  // POST /chat: {response, watch} for a stream, else {status, error, retryAfter, shouldRetry} (status 0: no answer
+  // came). Its watchdog is armed only once the stream is read: the relay sends its first byte after it has started
+  // the turn (a cold start included), and cutting the request short before then would only send it again.
+  async function postChat(r, body, key) {
     const watch = watchdog(r);
     let response;
     try {
       response = await authFetch("/chat", {
         method: "POST",
-        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream", "Idempotency-Key": key },
         body: JSON.stringify(body),
         signal: watch.signal,
       });
     } catch (err) {
       watch.release();
-      return { status: 0, error: new ApiError(0, "", "Could not reach the server: " + err.message), retryAfter: null };
+      const error = new ApiError(0, "", "Could not reach the server: " + err.message);
+      return { status: 0, error, retryAfter: null, shouldRetry: true };
     }
     if (response.ok) return { response, watch };
     const retryAfter = Retry.retryAfterMs(response.headers.get("Retry-After"));
+    const shouldRetry = response.headers.get("x-should-retry") !== "false";
     const error = await apiError(response);
     watch.release();
-    return { status: response.status, error, retryAfter };
+    return { status: response.status, error, retryAfter, shouldRetry };
   }
 
   async function retryPause(r, attempt, retryAfter, status) {
@@ -783,37 +779,8 @@
     await pause(Retry.delayMs(attempt, retryAfter), r.controller.signal);
   }
 
-  // The newest turn number among the turns on the page (the one being sent excluded); null if none shows one.
-  function latestTurn(r) {
-    const items = Array.from(el.transcript.children);
-    const current = items.slice(items.findLastIndex((li) => li.classList.contains("divider")) + 1); // this session's
-    const numbers = current.map((li) => (li === r.view.li ? NaN : Number(li.dataset.turn)));
-    const known = numbers.filter((n) => Number.isInteger(n) && n > 0);
-    return known.length ? Math.max(...known) : null;
-  }
-
-  // After a send whose outcome is unknown: "found" (the history has a newer turn with this message, which
-  // `r` now follows), "absent" (no such turn: nothing was started), or "unknown" (the history did not load).
-  async function findTurn(r, message, known) {
-    let history;
-    try {
-      history = await getJson(`/sessions/${encodeURIComponent(sessionId)}`, r.controller.signal);
-    } catch (err) {
-      return "unknown";
-    }
-    const turns = Array.isArray(history.turns) ? history.turns : [];
-    const mine = turns.find((turn) => turn.turn > known && turn.user === message);
-    if (!mine) return "absent";
-    r.view.count("retries");
-    r.turn = mine.turn;
-    r.eventsUrl = `/sessions/${encodeURIComponent(sessionId)}/turns/${mine.turn}/events`;
-    r.view.setTurn(mine.turn);
-    el.stop.disabled = false;
-    return "found";
-  }
-
   // A line between a conversation that cannot go on and the new one the next message starts: the model does not
-  // see the turns above it (and a send's lookup counts only the turns below: latestTurn). A conversation that took
+  // see the turns above it. A conversation that took
   // all its turns stays readable here and, after a reload, through the link; one no longer stored has none.
   function dividerAfter(fullSession) {
     const li = document.createElement("li");

@@ -1,10 +1,11 @@
 // When the chat page sends a request again, and how long it waits first: the numbers and the rule of the
 // Python client (client/chatstream_client/retry.py and api.py; docs/HTTP_API.md, "Retries"). The wait before
 // retry n is uniform in [0, min(4 s, 0.25 s * 2^(n-1))] ("full jitter"), never shorter than a Retry-After the
-// answer carried; five attempts in all; an answer asking for more than 30 s ends the retries instead.
+// answer carried; five attempts in all; an answer asking for more than 30 s, or saying x-should-retry: false, ends
+// the retries instead, and so does a refusal of the caller's budget (REFUSALS), which the page shows as it is.
 //
 // A copy: the page runs in the browser and cannot import the Python. The numbers' source is the client's
-// retry.py (RetryPolicy, NOT_STARTED, RETRYABLE) and api.py (OUTCOME_UNKNOWN, OUTAGE_S, READ_TIMEOUT_S); the
+// retry.py (RetryPolicy, RETRYABLE, REFUSALS) and api.py (OUTAGE_S, READ_TIMEOUT_S); the
 // functions' layer has the same formula in chatstream/backoff.py, with the AWS calls' own numbers.
 // tests/unit/test_backoff_copies.py runs this file in node and fails when a number here differs from the
 // client's, or the formula from either copy's; RESUME_CAP_MS alone is the page's own.
@@ -27,12 +28,12 @@
   const RESUME_CAP_MS = 15000;
   const RESUME_GIVE_UP_MS = 5 * 60 * 1000;
   const IDLE_MS = 3 * 10 * 1000; // three of the relay's keep-alive periods without a byte
-  // Answered before any turn was allocated: POST /chat may be sent again.
-  const NOT_STARTED = Object.freeze([429, 503]);
-  // The request did not take effect, or may have: an idempotent request (GET) may be sent again.
+  // The request did not take effect, or may have: a read (GET), a cancel, or POST /chat with its Idempotency-Key
+  // (sent again, it joins the turn the first send started) may be sent again.
   const RETRYABLE = Object.freeze([429, 500, 502, 503, 504]);
-  // After these, POST /chat may have started its turn: look for it before sending anything again.
-  const OUTCOME_UNKNOWN = Object.freeze([500, 502, 504]);
+  // A 429 of these codes is the caller's budget (requests per minute, turns at once, tokens per day): shown, with
+  // when to try again, not waited out.
+  const REFUSALS = Object.freeze(["insufficient_quota", "rate_limit_exceeded"]);
 
   // A Retry-After header in milliseconds (delay-seconds, or an HTTP-date: "Wed, 21 Oct 2015 07:28:00 GMT");
   // null when absent or unreadable.
@@ -69,9 +70,8 @@
     RESUME_CAP_MS,
     RESUME_GIVE_UP_MS,
     IDLE_MS,
-    NOT_STARTED,
     RETRYABLE,
-    OUTCOME_UNKNOWN,
+    REFUSALS,
     retryAfterMs,
     delayMs,
     resumeDelayMs,
