@@ -641,6 +641,7 @@ BROWSER_SDK_HEADERS = [
     "x-stainless-runtime-version",
     "x-stainless-timeout",
     "x-stainless-helper-method",
+    "idempotency-key",  # what chatstream_client.idempotency.send_keys has the SDK send
 ]
 
 
@@ -672,9 +673,17 @@ def test_a_browser_page_may_call_v1_with_the_sdks_headers_and_read_the_session_h
             json={"model": ALIAS, "messages": [{"role": "user", "content": "hello"}]},
         )
     assert response.status_code == 200 and response.headers["access-control-allow-origin"] == "*"
-    assert {"x-chatstream-session-id", "x-chatstream-turn", "x-should-retry", "retry-after"} <= listed(
-        response.headers["access-control-expose-headers"]
-    )
+    exposed = listed(response.headers["access-control-expose-headers"])
+    assert {
+        "x-chatstream-session-id",
+        "x-chatstream-turn",
+        "x-should-retry",
+        "retry-after",
+        "retry-after-ms",
+    } <= exposed
+    assert {
+        f"x-ratelimit-{what}-{of}" for what in ("limit", "remaining", "reset") for of in ("requests", "tokens")
+    } <= (exposed)
     assert response.headers["x-chatstream-session-id"] in response.json()["id"]
 
 
