@@ -18,6 +18,7 @@ help:
 	@echo "make chat      a terminal chat client (URL=... for a deployed Function URL)"
 	@echo "make redrive   re-process the consumer's dead-letter queue (STACK=... ARGS=--dry-run)"
 	@echo "make delete    delete a deployed stack: detach its caller policy, delete it, say what it kept (STACK=...)"
+	@echo "make limits    show, set or lift one caller's own limits (STACK=... OWNER=... ARGS=\"--turns-at-once 2\")"
 	@echo "make invoke    sam local invoke without Docker: FUNCTION=ProxyFunction EVENT=events/proxy-generate.json"
 	@echo "make smoke     check a deployment, one line per check (URL=https://<id>.lambda-url.<region>.on.aws)"
 	@echo "make token     an access token for the local stack in the JWT mode (SUB=alice LIFETIME=-60 AUDIENCE=other)"
@@ -151,6 +152,14 @@ clean:
 .PHONY: redrive
 redrive: $(STAMP)
 	$(AWS_ACCOUNT_ENV) PYTHONPATH=ops:layers/chatstream $(BIN)/python -m chatstream_ops.redrive $(if $(STACK),--stack-name $(STACK)) $(ARGS)
+
+# One caller's own limits (budgets per caller): shown, or set with ARGS="--turns-at-once 2 --tokens-per-day 50000"
+# (0: no limit; default: the deployment's), or all lifted with ARGS=--lift. OWNER is the owner the relay's
+# "turn refused" log lines name (anonymous under FunctionUrlAuthType NONE).
+.PHONY: limits
+limits: $(STAMP)
+	@test -n "$(OWNER)" || { echo "make limits needs OWNER=<owner>, as the relay's 'turn refused' log lines name it (anonymous under NONE)" >&2; exit 2; }
+	$(AWS_ACCOUNT_ENV) PYTHONPATH=ops:layers/chatstream $(BIN)/python -m chatstream_ops.limits $(if $(STACK),--stack-name $(STACK)) --owner '$(OWNER)' $(ARGS)
 
 # Delete a deployed stack (docs/DEPLOY.md, "Tear down"): detaches the caller policy from every user, role and group,
 # deletes the stack, reports what it kept (the table) and deletes data only once asked. ARGS=--yes-delete-data

@@ -1,5 +1,5 @@
-"""The commands a user runs (`make chat`, `make redrive`, `make local`, `make invoke`, `make smoke`, `make delete`) fail
-in one clear line, with a non-zero exit.
+"""The commands a user runs (`make chat`, `make redrive`, `make local`, `make invoke`, `make smoke`, `make delete`,
+`make limits`) fail in one clear line, with a non-zero exit.
 
 Each runs as its make target runs it: the module in a subprocess, with the Makefile's PYTHONPATH, and an AWS
 configuration that is empty (no variables, no files, no instance metadata) where credentials matter.
@@ -184,6 +184,26 @@ def test_delete_with_no_region() -> None:
     line = one_line(result.stderr)
     assert result.returncode == 2
     assert line.startswith("delete: no AWS region") and "--region" in line
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"AWS_DEFAULT_REGION": "us-east-1"}, "limits: no AWS credentials"),
+        ({"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret"}, "limits: no AWS region"),
+    ],
+    ids=["no credentials", "no region"],
+)
+def test_limits_without_credentials_or_region(env: dict[str, str], says: str) -> None:
+    # WHEN `make limits` runs where its AWS configuration lacks credentials, or a region
+    result = run(
+        "chatstream_ops.limits",
+        *("--stack-name", "chatstream", "--owner", "anonymous", "--turns-at-once", "2"),
+        pythonpath=OPS_PATH,
+        env=env,
+    )
+    # THEN it says so in one line, having set nothing
+    assert result.returncode == 2 and one_line(result.stderr).startswith(says) and result.stdout == ""
 
 
 def test_redrive_with_nothing_to_read() -> None:
