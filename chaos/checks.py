@@ -18,6 +18,7 @@ from chaos.faults import fault_summary
 from chatstream.dlq import DlqKind, DlqMessage, PoisonRecord
 from chatstream.errors import InvalidDeadLetter
 from chatstream.records import assistant_text, tool_calls
+from chatstream.relay.exchange import REINVOKED
 from chatstream.status import TurnStatus
 from chatstream_local.bedrock.model import split_deltas
 from chatstream_ops.redrive import RedriveStatus
@@ -154,6 +155,7 @@ class ChatCounts:
     mid_call_resumes: int = 0  # resumes from inside a tool call's arguments
     relay_retries: int = 0
     http_retries: int = 0
+    cut_posts: int = 0  # POSTs cut before their first byte, then sent again with their key
     problems: tuple[str, ...] = ()
 
     @property
@@ -256,6 +258,7 @@ def check_chat(plan: ChatPlan, seen: StreamSeen, stored: StoredTurn, *, killed: 
         mid_call_resumes=seen.mid_call_resumes,
         relay_retries=seen.relay_retries,
         http_retries=seen.http_retries,
+        cut_posts=seen.cut_posts,
     )
     if not seen.session_id:
         return activity + ChatCounts(failed_chats=1, problems=(f"{label}: no stream: {seen.failure}",))
@@ -329,12 +332,23 @@ def check_dlq(bodies: Iterable[str], poisoned: Sequence[bytes], redrive: Redrive
 def is_dropped_duplicate(line: str) -> bool:
     """Whether a function's log line is the proxy's JSON line saying it dropped a delivery of an event it had already
     claimed or ended (``DUPLICATE_DROPPED``)."""
+    return _message(line) == DUPLICATE_DROPPED
+
+
+def is_reinvoked(line: str) -> bool:
+    """Whether a function's log line is the relay's JSON line saying it invoked the proxy again for a turn a POST sent
+    again joined (:data:`~chatstream.relay.exchange.REINVOKED`); that second event is dropped as a duplicate when the
+    first claims the turn."""
+    return _message(line) == REINVOKED
+
+
+def _message(line: str) -> object:
     if not line.startswith("{"):
-        return False
+        return None
     try:
-        return json.loads(line).get("message") == DUPLICATE_DROPPED
+        return json.loads(line).get("message")
     except ValueError:
-        return False
+        return None
 
 
 @dataclass(frozen=True)
@@ -345,17 +359,22 @@ class DuplicateCounts:
     ``failed``: events delivered twice one of whose deliveries ended in an error (the run killed the environment, or
     an injected fault failed the claim past botocore's retries). A second delivery that failed may have been dropped
     before it failed or not, but cannot have generated; a first delivery that failed before it claimed the turn left
-    the turn to the second, which rightly generated. Either way such an event has at most one drop, maybe none, so
-    ``delivered - failed <= dropped <= delivered`` holds.
+    the turn to the second, which rightly generated. Either way such an event has at most one drop, maybe none.
+
+    ``reinvoked``: second events the relay sent itself, when a POST sent again with its key joined a turn no
+    generation had claimed yet (the first event was on its way, or lost with a relay that died before it invoked):
+    each is dropped when the first claims the turn, or generates when there was none. So
+    ``delivered - failed <= dropped <= delivered + reinvoked`` holds.
     """
 
     delivered: int = 0
     dropped: int = 0
     failed: int = 0
+    reinvoked: int = 0
 
     @property
     def problems(self) -> tuple[str, ...]:
-        if self.delivered - self.failed <= self.dropped <= self.delivered:
+        if self.delivered - self.failed <= self.dropped <= self.delivered + self.reinvoked:
             return ()
         why = "a duplicate was generated again" if self.dropped < self.delivered else "a delivery was no duplicate"
         failed = f" ({self.failed} of them failed)" if self.failed else ""
@@ -364,7 +383,8 @@ class DuplicateCounts:
     def summary(self) -> str:
         """``delivered/dropped``, and the failed second deliveries when there were any."""
         failed = f",failed:{self.failed}" if self.failed else ""
-        return f"{self.delivered}/{self.dropped}{failed}"
+        reinvoked = f",reinvoked:{self.reinvoked}" if self.reinvoked else ""
+        return f"{self.delivered}/{self.dropped}{failed}{reinvoked}"
 
 
 @dataclass(frozen=True)
@@ -379,6 +399,9 @@ class ChaosResult:
     faults: Mapping[str, int]  # injected by the fault proxy, by kind
     duplicates: DuplicateCounts = DuplicateCounts()
     run_problems: tuple[str, ...] = ()  # the run's own: the stack did not settle, a queue was not read in full
+    # sessions in the table that no chat streamed: a second generation of a request sent again (each chat's
+    # message starts one session; a send joins, by its key, the turn an earlier send of it started)
+    duplicated_generations: int = 0
 
     @classmethod
     def of(
@@ -391,9 +414,20 @@ class ChaosResult:
         faults: Mapping[str, int],
         duplicates: DuplicateCounts = DuplicateCounts(),
         run_problems: Sequence[str] = (),
+        duplicated_generations: int = 0,
     ) -> ChaosResult:
         total = sum(chats, ChatCounts())
-        return cls(len(chats), total, dlq, proxy_kills, consumer_kills, dict(faults), duplicates, tuple(run_problems))
+        return cls(
+            len(chats),
+            total,
+            dlq,
+            proxy_kills,
+            consumer_kills,
+            dict(faults),
+            duplicates,
+            tuple(run_problems),
+            duplicated_generations,
+        )
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -405,7 +439,19 @@ class ChaosResult:
             if lost > self.proxy_kills
             else ()
         )
-        return self.run_problems + self.dlq.problems + self.duplicates.problems + beyond_kills + self.totals.problems
+        again = (
+            (f"{self.duplicated_generations} sessions no chat streamed: a request sent again started a second turn",)
+            if self.duplicated_generations
+            else ()
+        )
+        return (
+            self.run_problems
+            + self.dlq.problems
+            + self.duplicates.problems
+            + beyond_kills
+            + again
+            + self.totals.problems
+        )
 
     @property
     def possible_exact(self) -> int:
@@ -426,6 +472,7 @@ class ChaosResult:
             and totals.exact_streams == self.possible_exact
             and dlq.poison_in_dlq == dlq.poison_expected
             and dlq.unexpected_dlq == 0
+            and self.duplicated_generations == 0
             and not self.problems
         )
 
@@ -441,7 +488,9 @@ class ChaosResult:
             f"model_errors={t.model_errors} drops={t.drops} resumes={t.resumes} "
             f"mid_record_resumes={t.mid_record_resumes} tool_chats={t.tool_chats} "
             f"mid_call_resumes={t.mid_call_resumes} relay_retries={t.relay_retries} "
-            f"http_retries={t.http_retries} poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
+            f"http_retries={t.http_retries} cut_posts={t.cut_posts} "
+            f"duplicated_generations={self.duplicated_generations} "
+            f"poison={dlq.poison_in_dlq}/{dlq.poison_expected} "
             f"unexpected_dlq={dlq.unexpected_dlq} redriven_onfailure={dlq.onfailure_redriven} "
             f"kills=proxy:{self.proxy_kills},consumer:{self.consumer_kills} "
             f"duplicates={self.duplicates.summary()} faults={fault_summary(self.faults)}"

@@ -1,19 +1,21 @@
 """The chaos run's client: one chat over SSE that drops its connection on purpose and resumes.
 
-It sends ``POST /chat`` (with the plan's tools, each with an open object schema), reads the stream, and, as its
-:class:`~chaos.plan.ChatPlan` says, closes the connection after a few text or tool call events; then it resumes from
-the events URL with ``Last-Event-ID`` until the turn's ``done`` or ``error``. The relay paces text in word-sized
-pieces: a planned drop waits for the first piece inside a record (an id ``<seq>.<offset>``) from the planned count
-on, so the resume starts mid-record and the checks prove it exact (:attr:`StreamSeen.mid_record_resumes` counts
-those; a reply with no such piece left is not dropped). A chat with tools waits instead for a ``tool_call`` event
-inside a call's arguments (one without ``end``), so the resume starts inside them
-(:attr:`StreamSeen.mid_call_resumes`). A plan to drop after 0 events drops right after ``meta``. The
-``tool_call`` events are assembled into :attr:`StreamSeen.tool_calls`, which the checks compare with the model's.
-It retries as a user's client would, with exponential backoff and full jitter (:class:`chatstream.backoff.Backoff`):
+It sends ``POST /chat`` (with the plan's tools, each with an open object schema) with the chat's ``Idempotency-Key``
+(every send of it carries the same one), reads the stream, and, as its :class:`~chaos.plan.ChatPlan` says, cuts its
+first send before the answer's first byte (then sends it again: the relay joins the turn the cut send started, if it
+did) or closes the connection after a few text or tool call events; then it resumes from the events URL with
+``Last-Event-ID`` until the turn's ``done`` or ``error``. The relay paces text in word-sized pieces: a planned drop
+waits for the first piece inside a record (an id ``<seq>.<offset>``) from the planned count on, so the resume starts
+mid-record and the checks prove it exact (:attr:`StreamSeen.mid_record_resumes` counts those; a reply with no such
+piece left is not dropped). A chat with tools waits instead for a ``tool_call`` event inside a call's arguments (one
+without ``end``), so the resume starts inside them (:attr:`StreamSeen.mid_call_resumes`). A plan to drop after 0
+events drops right after ``meta``. The ``tool_call`` events are assembled into :attr:`StreamSeen.tool_calls`, which the
+checks compare with the model's. It retries as a user's client would, with exponential backoff and full jitter
+(:class:`chatstream.backoff.Backoff`):
 
-- an answer ``429``, ``502`` or ``503`` (throttled, the function failed before its first byte, the service is
-  unavailable), or no answer at all: the same request again (``POST /chat`` only when it got no stream, so
-  no turn was started for it);
+- an answer ``429``, ``500``, ``502``, ``503`` or ``504`` (throttled, the function failed before its first byte, the
+  service is unavailable), no answer at all, or a stream that broke before its ``meta``: the same request again
+  (``POST /chat`` too: its key makes the relay join the turn it may have started);
 - an error the relay raised itself (no ``id``: not the turn's record) that says ``retryable``: a resume from
   the last id, as HTTP_API.md tells clients to;
 
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
     from chaos.plan import ChatPlan
 
 MAX_RESUMES = 200
-RETRY_STATUSES = frozenset({429, 502, 503})  # answers a client retries: throttled, bad gateway, unavailable
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers a client retries: throttled, failed, unavailable
+CUT_AFTER_S = 0.001  # a cut send waits this long for its answer's first byte, then drops the connection
 CLIENT_BACKOFF = Backoff(base_s=0.25, cap_s=8.0)
 HEADERS = {"Accept": "text/event-stream"}
 
@@ -65,7 +68,8 @@ class StreamSeen:
     mid_call_resumes: int = 0  # of those, the ones from inside a tool call's arguments
     drops: int = 0  # connections it closed on purpose mid-stream (as its plan says)
     relay_retries: int = 0  # resumes after a retryable error the relay raised itself (no id: not the turn's record)
-    http_retries: int = 0  # requests sent again after a 429/502/503 answer or no answer
+    http_retries: int = 0  # requests sent again after a 429/5xx answer or no answer
+    cut_posts: int = 0  # sends of POST /chat cut before the answer's first byte (as the plan says), then sent again
     error_from_record: bool = False
     failure: str = ""  # why the client gave up (no stream at all when ``session_id`` is empty)
 
@@ -174,14 +178,30 @@ def _relay_error_is_retryable(seen: StreamSeen) -> bool:
     return seen.error is not None and not seen.error_from_record and bool(seen.error.get("retryable"))
 
 
+def _cut(http: httpx.Client, body: dict[str, Any], headers: dict[str, str]) -> bool:
+    """Send ``POST /chat`` and drop the connection before the answer's first byte, as a phone going into a tunnel
+    does: whether it was cut so (an answer that came sooner is closed unread: the next send joins its turn)."""
+    try:
+        with http.stream("POST", "/chat", json=body, headers=headers, timeout=httpx.Timeout(30.0, read=CUT_AFTER_S)):
+            return False
+    except httpx.ReadTimeout:
+        return True
+    except httpx.TransportError:
+        return False  # it did not get through: the next send is the first
+
+
 def _start(http: httpx.Client, plan: ChatPlan, seen: StreamSeen, patience: Patience) -> bool:
-    """``POST /chat`` until it gives a stream (read up to the planned drop); False when the client gave up."""
+    """``POST /chat`` until it gives a stream (read up to the planned drop); False when the client gave up. Every
+    send carries the chat's key; a plan's cut send goes first."""
     body: dict[str, Any] = {"message": plan.message}
     if plan.tools:
         body["tools"] = [{"name": name, "parameters": {"type": "object"}} for name in plan.tools]
+    headers = {**HEADERS, "Idempotency-Key": f'"{plan.idempotency_key}"'}
+    if plan.cut_post:
+        seen.cut_posts += int(_cut(http, body, headers))
     while True:
         try:
-            with http.stream("POST", "/chat", json=body, headers=HEADERS) as response:
+            with http.stream("POST", "/chat", json=body, headers=headers) as response:
                 if response.status_code == 200:
                     events = EventSource(response).iter_sse()
                     seen.drops += int(consume(events, seen, plan.drop_after, in_call=bool(plan.tools)))
@@ -189,12 +209,11 @@ def _start(http: httpx.Client, plan: ChatPlan, seen: StreamSeen, patience: Patie
                 response.read()
                 failure = f"POST /chat {response.status_code}: {response.text[:200]}"
                 retryable = response.status_code in RETRY_STATUSES
-        except httpx.ConnectError as err:  # nothing was sent: no turn was started
-            failure, retryable = f"POST /chat failed: {type(err).__name__}", True
         except (httpx.TransportError, httpx.StreamError) as err:
             if seen.events_url:
                 return True  # the stream broke after its meta event: resume from the events URL
-            failure, retryable = f"POST /chat failed: {type(err).__name__}", False
+            # before its meta: sent again with its key, the request joins the turn it may have started
+            failure, retryable = f"POST /chat failed: {type(err).__name__}", True
         if not (retryable and patience.retry(seen)):
             seen.failure = failure
             return False

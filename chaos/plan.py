@@ -28,6 +28,9 @@ class ChaosSettings:
     rates: FaultRates = field(default_factory=FaultRates.chaos)
     model_delay_ms: int = 2
     drop_rate: float = 0.25  # chats whose connection drops mid-stream and resumes
+    # chats whose POST /chat is cut before its first byte (a phone in a tunnel), then sent again with its
+    # Idempotency-Key: the relay must join the turn the first send started, never start a second
+    cut_rate: float = 0.15
     model_error_rate: float = 0.1  # chats that end in a mid-stream model error
     tool_rate: float = 0.4  # of the chats of plain text, those that declare tools and get tool calls
     poison_records: int = 5
@@ -47,6 +50,12 @@ class ChatPlan:
     message: str
     drop_after: int | None  # close the connection after this many token events, then resume
     tools: tuple[str, ...] = ()  # the tools the chat declares (each with an open object schema)
+    cut_post: bool = False  # its first POST /chat is cut before its first byte, then sent again with its key
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key every send of this chat's POST /chat carries (one stack per run: unique in it)."""
+        return f"chaos-chat-{self.index}"
 
     @property
     def expected_text(self) -> str:
@@ -79,10 +88,13 @@ def plan_chats(settings: ChaosSettings) -> list[ChatPlan]:
     one to three parallel calls, arguments from none to several thousand characters.
 
     The first four are one of each kind (an ordinary message, a model error, a long reply that drops, tool calls
-    with long arguments that drop), so a short run still exercises every path.
+    with long arguments that drop), so a short run still exercises every path; the first's POST is cut before its
+    first byte, and so is about ``cut_rate`` of the others' (drawn apart, so the messages and drops of a seed stay what
+    they were).
     """
     rng = random.Random(settings.seed)
     tool_rng = random.Random(f"{settings.seed}:tools")
+    cuts = random.Random(f"{settings.seed}:cuts")
     plans = []
     for index in range(settings.chats):
         roll = rng.random() if index > 2 else (0.99, 0.0, 0.5)[index]
@@ -97,7 +109,8 @@ def plan_chats(settings: ChaosSettings) -> list[ChatPlan]:
             if index == 3 or (index > 3 and tool_rng.random() < settings.tool_rate):
                 message, tools = _tool_message(index, tool_rng, long=index == 3), TOOLS
         drop_after = rng.randint(0, 6) if rng.random() < settings.drop_rate or index in (2, 3) else None
-        plans.append(ChatPlan(index, message, drop_after, tools))
+        cut_post = cuts.random() < settings.cut_rate or index == 0
+        plans.append(ChatPlan(index, message, drop_after, tools, cut_post=cut_post))
     return plans
 
 

@@ -77,5 +77,21 @@ class Readback:
         turn = self.table.get_turn(seen.session_id, seen.turn)
         return turn is not None and turn.finished
 
+    def sessions(self) -> set[str]:
+        """Every session id the table holds (a Scan of the session items)."""
+        found: set[str] = set()
+        kwargs: dict[str, Any] = {
+            "TableName": self.table.table_name,
+            "FilterExpression": "sk = :session",
+            "ProjectionExpression": "pk",
+            "ExpressionAttributeValues": {":session": {"S": "SESSION"}},
+        }
+        while True:
+            page = self.table.client.scan(**kwargs)
+            found.update(str(item["pk"]["S"]).removeprefix("S#") for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return found
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def dlq_bodies(self) -> list[str]:
         return read_queue(self.sqs, self.dlq_url)

@@ -4,9 +4,10 @@ The run wires the parts: the plan (:mod:`chaos.plan`: which chats, seeded), the 
 between the functions and moto, :mod:`chaos.inject` on the stack), the clients (:mod:`chaos.client`), the
 read-back (:mod:`chaos.readback`) and the checks (:mod:`chaos.checks`). It prints every problem it counts, the
 local stack's reports of function errors (a 502, an asynchronous invocation that failed, an init that timed out),
-and one line, ``chaos: chats=N lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 … exact_streams=N/N …``; it
-exits 1 when anything is lost, duplicated, unfinished or inexact, a generation was lost that the run did not
-kill, or the proxy did not drop exactly the events the local Lambda delivered twice. docs/RELIABILITY.md says what
+and one line, ``chaos: chats=N lost_tokens=0 duplicated_tokens=0 unfinished_turns=0 … exact_streams=N/N …
+cut_posts=N duplicated_generations=0 …``; it exits 1 when anything is lost, duplicated, unfinished or inexact, a
+generation was lost that the run did not kill, a POST sent again started a second turn, or the proxy did not drop
+exactly the events the local Lambda delivered twice. docs/RELIABILITY.md says what
 is injected and checked.
 """
 
@@ -32,6 +33,7 @@ from chaos.checks import (
     check_chat,
     check_dlq,
     is_dropped_duplicate,
+    is_reinvoked,
     poison_payload_of,
 )
 from chaos.client import StreamSeen, run_chat
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 
     from chatstream_local.lambda_.invocation import KilledInvocation
 
+RELAY = "RelayFunction"
 FAULTY_ENDPOINTS = ("AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
 SETTLE_POLL_S = 0.5
 STACK_REPORTS = ("stack", "url")  # the local stack's own components: what they log is always shown
@@ -67,17 +70,22 @@ class ChatsRun:
 
 
 class DroppedDuplicates:
-    """Counts the deliveries the proxy dropped as duplicates, from its log lines saying so: warnings, which the stack
-    passes on at any verbosity."""
+    """Counts the deliveries the proxy dropped as duplicates, and the second events the relay sent for turns a retried
+    POST joined, from their log lines saying so: warnings, which the stack passes on at any verbosity."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.reinvoked = 0
         self._lock = threading.Lock()
 
     def see(self, component: str, line: str) -> None:
-        if component.split("#", 1)[0] == PROXY and is_dropped_duplicate(line):
+        function = component.split("#", 1)[0]
+        if function == PROXY and is_dropped_duplicate(line):
             with self._lock:
                 self.count += 1
+        elif function == RELAY and is_reinvoked(line):
+            with self._lock:
+                self.reinvoked += 1
 
 
 def stack_logger(
@@ -118,7 +126,7 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
         overrides = {
             PROXY: dict(faulty),
             CONSUMER: dict(faulty),
-            "RelayFunction": {**faulty, "STALE_TURN_S": str(settings.stale_turn_s)},
+            RELAY: {**faulty, "STALE_TURN_S": str(settings.stale_turn_s)},
         }
         proxy.enabled.clear()  # no faults while the stack starts
         stack = LocalStack(
@@ -137,7 +145,7 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
             proxy.enabled.set()
             chats = _run_chats(stack, settings, plans, rng, progress)
             proxy.enabled.clear()  # the checks and the redrive read the emulator without faults
-            counts, dlq, run_problems = _settle_and_check(stack, settings, plans, chats, progress)
+            counts, dlq, run_problems, again = _settle_and_check(stack, settings, plans, chats, progress)
             assert stack.invoke_endpoint is not None
             delivered = stack.invoke_endpoint.duplicates.get(stack.name(PROXY), 0)
             failed = stack.invoke_endpoint.failed_duplicates.get(stack.name(PROXY), 0)
@@ -149,8 +157,11 @@ def _run(settings: ChaosSettings, log: Callable[[str], None], *, verbose: bool) 
         proxy_kills=chats.proxy_kills,
         consumer_kills=chats.consumer_kills,
         faults=proxy.stats.counts,
-        duplicates=DuplicateCounts(delivered=delivered, dropped=dropped.count, failed=failed),
+        duplicates=DuplicateCounts(
+            delivered=delivered, dropped=dropped.count, failed=failed, reinvoked=dropped.reinvoked
+        ),
         run_problems=run_problems,
+        duplicated_generations=again,
     )
 
 
@@ -243,7 +254,8 @@ def _redrive(stack: LocalStack, readback: Readback) -> RedriveReport:
 
 def _settle_and_check(
     stack: LocalStack, settings: ChaosSettings, plans: Sequence[ChatPlan], chats: ChatsRun, log: Callable[[str], None]
-) -> tuple[list[ChatCounts], DlqCounts, list[str]]:
+) -> tuple[list[ChatCounts], DlqCounts, list[str], int]:
+    """Settle, redrive, then check every chat; also the sessions in the table that no chat streamed (the last)."""
     readback = Readback(stack)
     run_problems = _settle(stack, readback, settings, chats)
     report = _redrive(stack, readback)
@@ -259,7 +271,8 @@ def _settle_and_check(
         generator = stored.turn.generator if stored.turn is not None else None
         killed = killed_generation((seen.session_id, seen.turn), generator, chats.killed_proxies)
         counts.append(check_chat(plan, seen, stored, killed=killed))
-    return counts, dlq, run_problems
+    streamed = {seen.session_id for seen in chats.streams if seen.session_id}
+    return counts, dlq, run_problems, len(readback.sessions() - streamed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

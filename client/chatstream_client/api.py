@@ -307,10 +307,10 @@ class ChatClient:
         ``on_token`` gets each piece of the reply as it comes, ``on_reasoning`` each piece of the model's reasoning,
         ``on_tool_call`` each tool call once complete, ``on_meta`` the result once the turn is known. ``tools``,
         ``tool_choice``, ``parallel_tool_calls`` and ``tool_results`` (``[{"tool_call_id", "content"}]``, with
-        ``message`` ``""`` or more) are ``POST /chat``'s (HTTP_API.md, "Tool calls"). Every send of the message carries
-        ``idempotency_key`` (a new random one unless given: pass an earlier call's ``result.idempotency_key`` to join the
-        turn it may have started). Into a session this client has not seen, it reads the session's history first
-        (once), so that :meth:`find_turn` can tell the turn a message started.
+        ``message`` ``""`` or more) are ``POST /chat``'s (HTTP_API.md, "Tool calls"). Every send of the message
+        carries ``idempotency_key`` (a new random one unless given: pass an earlier call's ``result.idempotency_key``
+        to join the turn it may have started). Into a session this client has not seen, it reads the session's history
+        first (once), so that :meth:`find_turn` can tell the turn a message started.
         """
         body: dict[str, Any] = {"message": message} if message or not tool_results else {}
         for name, value in (

@@ -456,12 +456,20 @@ def result(
     run_problems: tuple[str, ...] = (),
     proxy_kills: int = 4,
     duplicates: DuplicateCounts | None = None,
+    duplicated_generations: int = 0,
     **changes: object,
 ) -> ChaosResult:
     """A run of two chats (one exact, one killed generation) with the given changes to its added-up counts."""
     chats = [
         ChatCounts(
-            exact_streams=1, drops=1, resumes=2, mid_record_resumes=1, tool_chats=1, mid_call_resumes=1, http_retries=5
+            exact_streams=1,
+            drops=1,
+            resumes=2,
+            mid_record_resumes=1,
+            tool_chats=1,
+            mid_call_resumes=1,
+            http_retries=5,
+            cut_posts=2,
         ),
         ChatCounts(killed_generations=1, relay_retries=3),
     ]
@@ -474,6 +482,7 @@ def result(
         faults=faults,
         duplicates=duplicates or DuplicateCounts(delivered=3, dropped=3),
         run_problems=run_problems,
+        duplicated_generations=duplicated_generations,
     )
     return dataclasses.replace(run, totals=dataclasses.replace(run.totals, **changes))
 
@@ -483,7 +492,7 @@ def test_the_line_says_every_count_in_its_order() -> None:
         "chaos: chats=2 lost_tokens=0 duplicated_tokens=0 wrong_tool_calls=0 unfinished_turns=0 failed_chats=0 "
         "exact_streams=1/1 "
         "generator_lost=killed:1,other:0 model_errors=0 drops=1 resumes=2 mid_record_resumes=1 tool_chats=1 "
-        "mid_call_resumes=1 relay_retries=3 http_retries=5 "
+        "mid_call_resumes=1 relay_retries=3 http_retries=5 cut_posts=2 duplicated_generations=0 "
         "poison=5/5 unexpected_dlq=0 redriven_onfailure=0 kills=proxy:4,consumer:8 duplicates=3/3 "
         "faults=dynamodb_read_throttle:197,kinesis_throttle:88"
     )
@@ -504,6 +513,9 @@ def test_a_run_holds_only_when_every_stream_is_exact_or_a_killed_generation_and_
     assert not result(DlqCounts(poison_expected=5, poison_in_dlq=5, problems=("redrive lost ranges: x",))).ok
     assert not result(problems=("chat 0: something",)).ok
     assert not result(run_problems=("the stack did not settle within 60 s: 1 turns not finished (chat 3)",)).ok
+    # AND a POST sent again that started a second turn fails it, with a problem that says so
+    twice = result(duplicated_generations=1)
+    assert not twice.ok and "a request sent again started a second turn" in twice.problems[0]
 
 
 @pytest.mark.parametrize(
@@ -535,6 +547,17 @@ def test_a_duplicate_delivery_that_failed_may_or_may_not_have_been_dropped(dropp
     # THEN it holds, and its line shows the failed delivery
     assert run.ok, run.problems
     assert f" duplicates=3/{dropped},failed:1 " in run.line()
+
+
+@pytest.mark.parametrize("dropped", [3, 5, 7])
+def test_the_relays_second_events_for_joined_turns_may_each_be_dropped_and_no_more(dropped: int) -> None:
+    # GIVEN three second deliveries, and four second events the relay sent for turns a retried POST joined
+    run = result(duplicates=DuplicateCounts(delivered=3, dropped=dropped, reinvoked=4))
+    # THEN up to seven drops hold, and the line shows the relay's
+    assert run.ok, run.problems
+    assert f" duplicates=3/{dropped},reinvoked:4 " in run.line()
+    # AND an eighth drop is a delivery that was no duplicate
+    assert not result(duplicates=DuplicateCounts(delivered=3, dropped=8, reinvoked=4)).ok
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,21 @@ def test_a_chat_answered_502_and_503_is_sent_again_and_counted() -> None:
     assert (seen.http_retries, seen.text, seen.done, seen.failure) == (2, " w1 w2 w3", DONE[2], "")
 
 
+def test_a_cut_post_is_sent_again_with_its_key_as_is_one_whose_stream_broke_before_meta() -> None:
+    # GIVEN a plan whose first POST is cut before its first byte, and a relay whose next answer breaks before meta
+    plan = ChatPlan(index=7, message="/long 3", drop_after=None, cut_post=True)
+    run, requests = chat(
+        [httpx.ReadTimeout("cut"), httpx.RemoteProtocolError("broke"), sse(META, token(1), DONE)], plan
+    )
+
+    seen = run()
+
+    # THEN every send carried the chat's one key, the cut and the retry are counted, and the reply came whole
+    assert [request.headers["idempotency-key"] for request in requests] == ['"chaos-chat-7"'] * 3
+    assert [request.content for request in requests] == [requests[0].content] * 3
+    assert (seen.cut_posts, seen.http_retries, seen.text, seen.failure) == (1, 1, " w1", "")
+
+
 def test_a_chat_refused_for_a_reason_a_client_does_not_retry_fails_at_once() -> None:
     run, requests = chat([httpx.Response(400, json={"error": {"code": "invalid_request"}})])
 

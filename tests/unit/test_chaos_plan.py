@@ -39,7 +39,7 @@ def test_seed_0_plans_what_make_chaos_sends() -> None:
 def test_even_four_chats_hold_one_of_each_kind_and_dropped_connections(seed: int) -> None:
     plans = plan_chats(ChaosSettings(chats=4, seed=seed))
 
-    assert plans[0].message.startswith("chaos chat 0")
+    assert plans[0].message.startswith("chaos chat 0") and plans[0].cut_post
     assert plans[1].model_fails
     assert plans[2].message.startswith("/long ") and plans[2].drop_after is not None
     # a tool chat whose call's arguments span many records, dropped inside them
@@ -69,8 +69,12 @@ def test_the_rates_shape_a_long_run() -> None:
     # THEN about that many chats fail in the model and drop their connection
     failing = sum(plan.model_fails for plan in plans) / len(plans)
     dropping = sum(plan.drop_after is not None for plan in plans) / len(plans)
+    cut = sum(plan.cut_post for plan in plans) / len(plans)
     assert 0.07 < failing < 0.13
     assert 0.21 < dropping < 0.29
+    assert 0.12 < cut < 0.18  # the default cut_rate, 0.15
+    # AND each chat's key is its own
+    assert len({plan.idempotency_key for plan in plans}) == len(plans)
     # AND with no model errors and no drops planned, none happen (but the first four's)
     calm = plan_chats(ChaosSettings(chats=200, seed=3, model_error_rate=0.0, drop_rate=0.0))
     assert sum(plan.model_fails for plan in calm[4:]) == 0

@@ -9,6 +9,7 @@ import pytest
 
 from chaos import run as chaos_run
 from chaos.checks import DUPLICATE_DROPPED, ChaosResult, DlqCounts
+from chatstream.relay.exchange import REINVOKED
 
 if TYPE_CHECKING:
     from chaos.plan import ChaosSettings
@@ -26,10 +27,12 @@ def test_the_proxys_dropped_duplicates_are_counted_without_verbose_and_not_shown
     stack_log("ProxyFunction#3", DROPPED)
     stack_log("ProxyFunction#12", DROPPED)
     stack_log("RelayFunction#1", DROPPED)
+    stack_log("RelayFunction#1", json.dumps({"level": "WARNING", "message": REINVOKED, "session_id": "s", "turn": 1}))
+    stack_log("ProxyFunction#3", json.dumps({"level": "WARNING", "message": REINVOKED}))
     stack_log("stack", "ProxyFunction: asynchronous invocation failed: Runtime.ExitError: killed")
 
-    # THEN the proxy's two drops are counted, and only the stack's report is shown
-    assert dropped.count == 2
+    # THEN the proxy's two drops are counted, and the relay's second event, and only the stack's report is shown
+    assert (dropped.count, dropped.reinvoked) == (2, 1)
     assert shown == ["[stack] ProxyFunction: asynchronous invocation failed: Runtime.ExitError: killed"]
 
 
