@@ -389,11 +389,12 @@ def latency(results: dict[str, Any], settings: Settings) -> Latency:
     relay_cpu, proxy_cpu = cpu.get("relay") or 0.0, cpu.get("proxy") or 0.0
     steps = [
         Step(
-            "relay: TransactWriteItems (the turn and the session)",
+            "relay: TransactWriteItems (the turn, the session, the caller's budget)",
             2 * DYNAMODB_ITEM_MS,
             "estimate",
             "two item writes' time: DynamoDB writes each item of a transaction twice, to prepare and to commit it "
-            f"([transactions]({DYNAMODB_TRANSACTIONS})), each within its single-digit milliseconds",
+            f"([transactions]({DYNAMODB_TRANSACTIONS})), each within its single-digit milliseconds; the caller's "
+            "budget and idempotency key are items of the same transaction, written beside the turn's",
         ),
         Step(
             "relay: Invoke, InvocationType Event (until Lambda has queued it)",

@@ -25,9 +25,10 @@ VARIANT_ORDER = (
     "chatstream-efo",
     "poll-fast",
     "flush-100",
+    "chatstream-budgets",
 )
 READ_MODE_VARIANTS = ("chatstream", "chatstream-polling", "chatstream-efo")  # the product, read one way or the other
-TUNING_VARIANTS = ("poll-fast", "flush-100")
+TUNING_VARIANTS = ("poll-fast", "flush-100", "chatstream-budgets")
 COLORS = {
     "direct": "#4c72b0",
     "naive": "#dd8452",
@@ -37,6 +38,7 @@ COLORS = {
     "chatstream-efo": "#64b5cd",
     "poll-fast": "#8172b3",
     "flush-100": "#937860",
+    "chatstream-budgets": "#da8bc3",
 }
 
 

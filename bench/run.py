@@ -83,7 +83,8 @@ class PipelineVariant:
 
 # naive turns coalescing off; chatstream-polling and chatstream-efo read the stream one way or the other (the one the
 # template does not default to runs by default); the others are candidate settings measured beside the defaults
-# (``--variants direct,naive,chatstream,poll-fast``), for tuning.
+# (``--variants direct,naive,chatstream,poll-fast``), for tuning; chatstream-budgets is chatstream with the budgets per
+# caller on (``--variants direct,chatstream,chatstream-budgets``: what the admission costs the first token).
 PIPELINE_VARIANTS: dict[str, PipelineVariant] = {
     "naive": PipelineVariant(functions={"ProxyFunction": NAIVE_PROXY}),
     "chatstream": PipelineVariant(),
@@ -91,6 +92,16 @@ PIPELINE_VARIANTS: dict[str, PipelineVariant] = {
     "chatstream-efo": PipelineVariant(parameters={"EnhancedFanOut": "true"}),
     "poll-fast": PipelineVariant(functions={"RelayFunction": {"POLL_MAX_MS": "20"}}),
     "flush-100": PipelineVariant(functions={"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}}),  # smoother text
+    # Budgets per caller on, as a deploy has them, but too high to refuse the bench's turns (everyone is one caller
+    # under NONE): each start writes the owner's counters, its place among the turns generating, its reservation, and
+    # the relay reads the x-ratelimit-* headers' standing beside its invoke. The local stack runs them off otherwise.
+    "chatstream-budgets": PipelineVariant(
+        parameters={
+            "CallerRequestsPerMinute": "1000000",
+            "CallerTokensPerDay": "1000000000",
+            "CallerTurnsAtOnce": "1000000",
+        }
+    ),
 }
 
 
