@@ -59,9 +59,9 @@ def change_function(
     monkeypatch.setattr(
         TemplateFunctions,
         "specs",
-        lambda functions, *args: [
+        lambda functions, *args, **kwargs: [
             change(spec) if spec.name == functions.template.physical_name(logical_id) else spec
-            for spec in specs(functions, *args)
+            for spec in specs(functions, *args, **kwargs)
         ],
     )
 
