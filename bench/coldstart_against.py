@@ -8,7 +8,7 @@ function is deployed on, ``repeat`` times interleaved with the smallest handler 
 :func:`bench.coldstart.time_to_first_next`, and this tree's over REV's. Both run in this environment's pinned
 packages: what changed is the functions' code and the layers' builds, not the packages.
 
-An absolute figure is the machine's (README, "Cold starts and SnapStart"); the ratio to an earlier commit, taken in
+An absolute figure is the machine's (bench/README.md, "Cold starts"); the ratio to an earlier commit, taken in
 one run, is the code's.
 """
 

@@ -1,6 +1,6 @@
 # Bytecode for Lambda's python3.13, shipped beside the sources: included by every layer's and function's Makefile
 # (sam build, BuildMethod makefile). /opt and /var/task are read-only on Lambda, so without it Python compiles every
-# module it imports (botocore, Powertools, the X-Ray SDK, ours) at every cold start (README, "Cold starts").
+# module it imports (botocore, Powertools, the X-Ray SDK, ours) at every cold start (docs/ARCHITECTURE.md, "Cold starts").
 #
 # PYTHON313: a Python 3.13 (bytecode is per minor version; 3.13.x share one magic number). Found as python3.13 on
 # PATH, else in pyenv's versions (a pyenv shim that cannot run it is skipped); PYTHON313=... chooses one, and
