@@ -8,7 +8,8 @@ model delay 0 and 20 ms, at 1, 10 and 50 concurrent chats (and, on chatstream's 
 the same streams with ``?pace=0``, each record one event, at 20 ms and 1 and 10 chats), it measures what clients
 see (exactness, time to first token, gaps between token events, throughput) and what the pipeline spends
 (Kinesis records and calls, DynamoDB units, Lambda requests and durations, CPU by function), then writes
-``bench/results.json``, ``bench/results.md`` and ``bench/results.png``. Beside chatstream's stack it also starts
+``bench/results.json``, ``bench/results.md`` and ``bench/results.png`` (and from them docs/CAPACITY.md and the
+figures the documents quote, ``bench/quote.py``). Beside chatstream's stack it also starts
 one in the JWT auth mode and compares the first token at one chat, and measures a token's verification CPU
 (``bench/jwt_mode.py``). See ``bench/README.md``.
 
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import coldstart, firsttoken, procstat
+from bench import capacity, coldstart, firsttoken, procstat, quote
 from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_tokens, fixed_monthly, price_table
 from bench.jwt_mode import JwtOverhead, alternate, verification_cpu
 from bench.load import ChatSample, LoadRunner
@@ -134,7 +135,7 @@ DIRECT_NAME = "bench-direct"
 
 @dataclass(frozen=True)
 class Workload:
-    deltas: int = 300  # "replies of a few hundred deltas" (issue 7)
+    deltas: int = 300  # a typical chat reply: a few hundred tokens
     delays_ms: tuple[int, ...] = (0, 20)
     concurrency: tuple[int, ...] = (1, 10, 50)
     repeat_at_1: int = 5
@@ -142,7 +143,7 @@ class Workload:
     coldstart_repeat: int = 15  # medians of 7 moved by ±3 ms from run to run, as much as the target's margin
     first_token_chats: int = 12  # chats one after another measured to their first token (bench/firsttoken.py)
     naive_max_concurrency: int = 10  # see bench/README.md: beyond this the local emulator falls behind for good
-    # Informative cells beside the issue's: the same numbers of chats, sent this far apart instead of at once (at
+    # Informative cells beside those sent at once: the same numbers of chats, sent this far apart instead (at
     # 20 ms a token a reply lasts 6 s, so all of them still stream at the same time once the last one is sent).
     spread_gap_ms: int = 100
     spread_concurrency: tuple[int, ...] = (10, 50)
@@ -556,10 +557,16 @@ def rerender(path: Path) -> None:
 
 
 def write(results: BenchResults, path: Path) -> None:
-    """results.json at ``path``, and beside it results.md and results.png."""
+    """results.json at ``path``, and beside it results.md and results.png. When ``path`` is the repository's own
+    results.json, also what is written from it: docs/CAPACITY.md, and the figures every document quotes
+    (bench/quote.py), so no document keeps a figure of an earlier run."""
     path.write_text(results.dumps())
     write_markdown(results, path.with_suffix(".md"))
     write_plot(results, path.with_suffix(".png"))
+    if path.resolve() == quote.RESULTS.resolve():
+        capacity.PAGE.write_text(capacity.build(path), encoding="utf-8")
+        for changed in quote.write(quote.figures(path), quote.documents()):
+            log(f"quoted figures rewritten: {changed.relative_to(ROOT)}")
 
 
 def measure_first_token(target: Target, workload: Workload) -> firsttoken.FirstTokenPath:
@@ -593,7 +600,7 @@ def measure_variants(
     first_token: list[firsttoken.FirstTokenPath] | None = None,
     jwt: list[JwtOverhead] | None = None,
 ) -> tuple[list[RunRecord], list[RunRecord]]:
-    """Every variant's cells, one variant's system at a time: the issue's cells, and the spread-arrival ones (and,
+    """Every variant's cells, one variant's system at a time: the chats sent at once, and the spread-arrival ones (and,
     into ``first_token``, each pipeline variant's first-token path; into ``jwt``, the JWT cell, beside chatstream's
     stack)."""
     expected = plan_reply(workload.message).text
