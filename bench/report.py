@@ -497,7 +497,7 @@ def write_markdown(results: BenchResults, path: Path) -> None:
         *targets(runs),
         "",
         *pacing_table(runs),
-        "## Arrivals spread out (informative, beside the issue's cells)",
+        "## Arrivals spread out (informative, beside the chats sent at once)",
         "",
         "The same numbers of chats, each sent a fixed gap after the previous one instead of all in the same "
         "millisecond. At 20 ms a token a reply lasts about 6 s, longer than the last chat is sent after the first, so "

@@ -146,7 +146,7 @@ def test_committed_results_follow_the_issue_schema() -> None:
     assert {"naive", "chatstream"} <= set(results["cost_per_million_output_tokens"])
     variants = {run["variant"] for run in results["runs"]}
     assert {"direct", "naive", "chatstream"} <= variants
-    # the pipeline ran in both ways of reading the stream (issue 14, item 3), each priced
+    # the pipeline ran in both ways of reading the stream, each priced
     read_modes = results["environment"]["settings"]["read_modes"]
     assert set(read_modes.values()) == {"polling", "enhanced-fan-out"}
     assert set(read_modes) <= variants and set(read_modes) <= set(results["cost_per_million_output_tokens"])
