@@ -85,7 +85,7 @@ LAMBDA_PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,streaming_
 	proxy.py) $(addprefix --ignore=tests/unit/test_,moto_fixes.py moto_patches.py chaos_checks.py chaos_client.py \
 	chaos_inject.py chaos_plan.py chaos_readback.py chaos_run.py bench_cost.py bench_procstat.py bench_records.py \
 	bench_jwt.py bench_coldstart_against.py local_model_replies.py local_resources.py iam.py ops_delete.py \
-	bench_capacity.py)
+	bench_capacity.py bench_quote.py docs_links.py docs_wording.py)
 $(VENV313)/.installed: requirements/dev.txt
 	test -x $(VENV313)/bin/python || "$(PYTHON313)" -m venv $(VENV313)
 	$(VENV313)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
@@ -124,7 +124,7 @@ browser-deps:
 		echo "warning: no Chromium at $(CHROMIUM): the browser test will be skipped" >&2; \
 	fi
 
-# Refresh docs/screenshot.png (the README's): the browser test's mid-stream screenshot.
+# Refresh docs/screenshot.png (docs/HTTP_API.md's, of the page): the browser test's mid-stream screenshot.
 screenshot: $(STAMP) browser-deps
 	CHATSTREAM_SCREENSHOT=docs/screenshot.png $(BIN)/pytest tests/e2e/test_browser.py -k grows $(PYTEST_ARGS)
 
@@ -187,24 +187,26 @@ scan: $(SCAN_STAMP)
 	$(SCAN_VENV)/bin/checkov --quiet --compact --skip-download --framework cloudformation --file template.yaml
 
 # The benchmark (bench/README.md): direct, naive and chatstream side by side on the local stack, in one run;
-# writes bench/results.json, results.md and results.png. Not part of `make test`. ARGS="--quick" checks the harness.
+# writes bench/results.json, results.md and results.png, and from them docs/CAPACITY.md and the documents' quoted
+# figures (bench/quote.py). Not part of `make test`. ARGS="--quick" checks the harness.
 .PHONY: bench
 bench: $(STAMP)
 	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.run $(ARGS)
 
-# Capacity and the first token's latency on AWS, on paper (docs/CAPACITY.md), from bench/results.json: run it after
-# `make bench`; `make test` fails while the page is not what results.json gives.
+# Capacity and the first token's latency on AWS, on paper (docs/CAPACITY.md), from bench/results.json: `make bench`
+# writes it too (and the figures every document quotes, bench/quote.py); `make test` fails while either is not what
+# results.json gives.
 .PHONY: capacity
 capacity: $(STAMP)
 	PYTHONPATH=local:client:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m bench.capacity $(ARGS)
 
-# `sam local invoke` without Docker (README, "sam local invoke"): FUNCTION=<logical id> EVENT=events/<file>.json runs that
+# `sam local invoke` without Docker (docs/LOCAL_STACK.md, "make invoke"): FUNCTION=<logical id> EVENT=events/<file>.json runs that
 # function on that event on the stack `make local` runs on CHATSTREAM_PORT, or on one it starts and stops itself.
 .PHONY: invoke
 invoke: $(STAMP)
 	@$(LOCAL_PATH) $(BIN)/python -m chatstream_local.sam.invoke $(FUNCTION) $(if $(EVENT),--event $(EVENT)) $(ARGS)
 
-# Check a deployment (README, "Deploy"): make smoke URL=https://<id>.lambda-url.<region>.on.aws, signed with SigV4 for a
+# Check a deployment (docs/DEPLOY.md, "Check it"): make smoke URL=https://<id>.lambda-url.<region>.on.aws, signed with SigV4 for a
 # Function URL; ARGS="--second-profile NAME" adds the check that another principal gets 404 on the session.
 .PHONY: smoke
 smoke: $(STAMP)
