@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from chatstream.errors import Throttled, TurnFinished
 from chatstream.records import ErrorInfo
-from chatstream.relay.follow import CADENCE_FRACTION, Follower, StreamOutcome
+from chatstream.relay.follow import CADENCE_FRACTION, FIRST_TOKEN_FLAT_S, Follower, StreamOutcome
 from chatstream.relay.pace import Position
 from chatstream.status import StopReason, TurnStatus
 from tests.builders import turn_records
@@ -124,27 +124,49 @@ def test_polling_follows_the_records_cadence_and_backs_off_when_idle(chat_table:
 
 
 def test_only_a_gentle_backoff_while_waiting_for_the_first_token(chat_table: ChatTable, session_id: str) -> None:
-    # GIVEN a turn that starts at once and whose first word comes two seconds later
+    # GIVEN a turn that starts at once and whose first word comes three seconds later
     records = turn_records(session_id, 1, ["Late"])
     chat_table.put_records(records[:1])
     clock = FakeClock()
-    clock.at(2.0, lambda: chat_table.put_records(records[1:]))
+    clock.at(3.0, lambda: chat_table.put_records(records[1:]))
     # WHEN a client follows it
     stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
     assert stream.text == "Late"
-    # THEN polls before the first token start at the minimum interval and grow by a quarter each, to 4×
+    # THEN polls before the first token come at the minimum interval for FIRST_TOKEN_FLAT_S, then at most 4× apart
     first_token_at = stream.events[0].at
     assert first_token_at is not None
-    waited, before_first_token = 0.0, []
+    waited, flat, later = 0.0, [], []
     for wait in clock.sleeps:
-        if waited >= 2.0:
+        if waited >= 3.0:
             break
-        before_first_token.append(wait)
+        (flat if waited < FIRST_TOKEN_FLAT_S else later).append(wait)
         waited += wait
-    assert before_first_token[:3] == pytest.approx([FAST.poll_min_s, FAST.poll_min_s, 1.25 * FAST.poll_min_s])
-    assert max(before_first_token) == pytest.approx(4 * FAST.poll_min_s)
+    assert flat and flat == pytest.approx([FAST.poll_min_s] * len(flat))
+    assert later and max(later) == pytest.approx(4 * FAST.poll_min_s)
     # AND the token went out within one of those waits of its arrival
-    assert 2.0 <= first_token_at <= 2.0 + 4 * FAST.poll_min_s + 1e-9
+    assert 3.0 <= first_token_at <= 3.0 + 4 * FAST.poll_min_s + 1e-9
+
+
+def test_a_first_token_that_comes_soon_is_found_within_the_quickest_poll(
+    chat_table: ChatTable, session_id: str
+) -> None:
+    # GIVEN a turn whose first word comes 0.7 s after its start (a model's first token on AWS, and the calls before)
+    records = turn_records(session_id, 1, ["Soon"])
+    chat_table.put_records(records[:1])
+    clock = FakeClock()
+    clock.at(0.7, lambda: chat_table.put_records(records[1:]))
+    # WHEN a client follows it
+    stream = read_stream(follow(chat_table, session_id, clock).events(), clock)
+    # THEN every poll before it came at the minimum interval, and the token went out within one of them
+    first_token_at = stream.events[0].at
+    assert first_token_at is not None and 0.7 <= first_token_at <= 0.7 + FAST.poll_min_s + 1e-9
+    waited, before = 0.0, []
+    for wait in clock.sleeps:
+        if waited >= 0.7:
+            break
+        before.append(wait)
+        waited += wait
+    assert before and before == pytest.approx([FAST.poll_min_s] * len(before))
 
 
 @pytest.mark.parametrize("jitter_s", [0.0, 0.03])

@@ -37,22 +37,23 @@ once before the stream's ending event. Besides the records, the follower ends a 
   (a client resuming past the end): the terminal record is sent again (with its ``id``); a terminal
   record that does not show up within ``gap_timeout_s`` is rebuilt from the turn item (without ``id``).
 
-Polling is adaptive. After a poll that brought records (no wait when the page was full) the follower
-waits ``CADENCE_FRACTION`` of the turn's cadence, the smoothed interval between records (the time
-between the polls that brought records, divided by the records each brought, counting only records after the
-first delta, which is written at once with the start record; the wait is at most ``poll_max_s``):
-the proxy flushes on a timer, so the next records are not due before then. Each idle poll after that
-doubles the wait from ``poll_min_s`` up to ``poll_max_s`` (ARCHITECTURE.md, "How the relay polls", says
-what this saves). Until the first token, and until the cadence is known (for at most
-``FIRST_TOKEN_FAST_S``), the wait grows only by a
-quarter per idle poll, up to ``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, since time to first token is
-what users feel most; a reply that is slow to start (a busy pipeline) is still not polled at the quickest
-rate for seconds. A turn the request itself started is not read at once (the proxy has only just been invoked):
-its first poll comes ``poll_min_s`` after the stream starts. A wait is never shorter than the last Query took:
-when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
+Polling is adaptive. After a poll that brought records (no wait when the page was full) the follower waits
+``CADENCE_FRACTION`` of the turn's cadence, the smoothed interval between records (the time between the polls that
+brought records, divided by the records each brought, counting only records after the first delta, which is written
+at once with the start record; the wait is at most ``poll_max_s``): the proxy flushes on a timer, so the next
+records are not due before then. Each idle poll after that doubles the wait from ``poll_min_s`` up to ``poll_max_s``
+(ARCHITECTURE.md, "How the relay polls", says what this saves). Until the first token the wait does not grow at all
+for ``FIRST_TOKEN_FLAT_S`` after the stream starts (every poll ``poll_min_s`` apart: time to first token is what
+users feel most, and on AWS a first token lands a model's own time to first token and ~0.1 s of calls after the
+stream starts, so a wait grown by then would add half of it to the first token); after that, and until the cadence
+is known (for at most ``FIRST_TOKEN_FAST_S``), the wait grows only by a quarter per idle poll, up to
+``FIRST_TOKEN_MAX_FACTOR`` × ``poll_min_s``, so a reply that is slow to start (a busy pipeline) is not polled at the
+quickest rate for seconds. A turn the request itself started is not read at once (the proxy has only just been
+invoked): its first poll comes ``poll_min_s`` after the stream starts. A wait is never shorter than the last Query
+took: when the table answers slowly, followers ask less often instead of queueing more work on it. The turn item is
 read only after ``status_check_s`` without records, and then at most every ``status_check_s`` while idle (a new
-follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A
-``: keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
+follower first reads it after ``status_check_s``: its first polls find the records of a turn that has ended). A ``:
+keep-alive`` comment goes out after ``keepalive_s`` without output. A throttled read counts as an idle poll; any
 other read failure ends the stream with ``error`` ``relay_error`` (retryable: resume from the last id), logged at
 ERROR and counted by the relay as its own failure (``InternalErrors``).
 
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
     from chatstream.table import ChatTable, Turn
 
 PAGE_SIZE = 500
+FIRST_TOKEN_FLAT_S = 2.0  # poll at poll_min_s, without growing, this long while waiting for the first token
 FIRST_TOKEN_FAST_S = 5.0  # poll near the quickest rate for this long while waiting for the first token
 FIRST_TOKEN_GROWTH = 1.25  # the interval's growth per idle poll before the first token
 FIRST_TOKEN_MAX_FACTOR = 4.0  # … up to this many times poll_min_s
@@ -444,8 +446,10 @@ class Follower:
         if now - cursor.last_output >= s.keepalive_s:
             yield sse.comment("keep-alive")
             cursor.last_output = now
-        gentle = (cursor.last < 1 or cursor.cadence is None) and now - cursor.begin < FIRST_TOKEN_FAST_S
-        wait = self._poll_wait(cursor.idle_polls, first_token_due=gentle, cadence=cursor.cadence)
+        waited = now - cursor.begin
+        gentle = (cursor.last < 1 or cursor.cadence is None) and waited < FIRST_TOKEN_FAST_S
+        flat = cursor.last < 1 and waited < FIRST_TOKEN_FLAT_S
+        wait = self._poll_wait(cursor.idle_polls, first_token_due=gentle, flat=flat, cadence=cursor.cadence)
         yield from self._release_during(cursor, max(wait, query_s))
 
     def _release(self, cursor: _Cursor) -> Iterator[str]:
@@ -567,10 +571,15 @@ class Follower:
 
     # ------------------------------------------------------------------------------ helpers
 
-    def _poll_wait(self, idle_polls: int, *, first_token_due: bool, cadence: float | None = None) -> float:
+    def _poll_wait(
+        self, idle_polls: int, *, first_token_due: bool, flat: bool = False, cadence: float | None = None
+    ) -> float:
         """The wait before the next poll, after ``idle_polls`` polls in a row found nothing new (0: the last
-        poll brought records, which have been coming every ``cadence`` seconds)."""
+        poll brought records, which have been coming every ``cadence`` seconds); ``flat``: the quickest rate, the
+        first token not yet here."""
         s, idle = self.settings, min(max(idle_polls - 1, 0), 30)
+        if flat:
+            return s.poll_min_s
         if first_token_due:
             return min(s.poll_min_s * FIRST_TOKEN_GROWTH**idle, s.poll_min_s * FIRST_TOKEN_MAX_FACTOR)
         if idle_polls == 0 and cadence is not None:
