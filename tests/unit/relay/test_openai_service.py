@@ -23,7 +23,7 @@ from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import HistoryMessage
 from tests.builders import turn_records
 from tests.support import load_event
-from tests.unit.relay.relay_support import FAST, FakeClock, relay_config, write_turn
+from tests.unit.relay.relay_support import FAST, RELAY_POLLING, FakeClock, relay_config, write_turn
 
 if TYPE_CHECKING:
     from chatstream.records import TokenRecord
@@ -490,8 +490,10 @@ def test_a_resume_while_the_turn_goes_on_is_exact(service: RelayService, chat_ta
 
 
 def test_a_resume_after_any_number_the_stream_sent_its_error_event_included_is_exactly_the_rest(
-    service: RelayService, chat_table: ChatTable
+    chat_table: ChatTable, proxy: RecordingLambda, table_name: str
 ) -> None:
+    config = relay_config(table_name, MODEL_ID=MODEL)
+    service = RelayService(chat_table, proxy, config, clock=FakeClock().as_clock(), settings=RELAY_POLLING)  # type: ignore[arg-type]
     # GIVEN a response whose first records are stored, then whose model falls silent: its stream ends with an error
     # event (the relay's idle reconnect), after the events it could send
     created, records = background_turn(service, ["One two", " three", " four five"])
@@ -559,7 +561,7 @@ def completion_in(
     def ask(session_id: str, clock: FakeClock) -> Response:
         monkeypatch.setattr("chatstream.table.sessions.new_session_id", lambda: session_id)
         config = relay_config(table_name, MODEL_ID=MODEL)
-        service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=FAST)  # type: ignore[arg-type]
+        service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=RELAY_POLLING)  # type: ignore[arg-type]
         return call(
             service, "POST", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
         )

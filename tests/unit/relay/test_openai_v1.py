@@ -48,7 +48,7 @@ from chatstream.relay.sse import json_message
 from chatstream.status import StopReason, TurnStatus
 from chatstream.turn_options import HistoryMessage
 from tests.builders import opening_records, turn_records
-from tests.unit.relay.relay_support import FAST, FakeClock, write_turn
+from tests.unit.relay.relay_support import FAST, RELAY_POLLING, FakeClock, write_turn
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -578,7 +578,7 @@ def followed_as_response(table: ChatTable, session_id: str, after: int) -> list[
     assert turn is not None
     stream = ResponseStream(table, turn, "model-x", after)
     had, position = stream.resume_point(table.query_records(session_id, 1)) if after > 1 else ([], None)
-    follower = Follower(table, session_id, 1, after=position, settings=FAST, clock=FakeClock().as_clock())
+    follower = Follower(table, session_id, 1, after=position, settings=RELAY_POLLING, clock=FakeClock().as_clock())
     source: list[Any] = [*had, *turn_events(follower.events())]
     chunks = [*stream.prelude(), *stream.events(source)]
     return validated([chunk for chunk in chunks if not chunk.startswith(":")])  # the keep-alive comments aside
@@ -613,7 +613,7 @@ def test_a_turn_the_reaper_ended_ends_its_v1_streams_as_its_error_record_would(c
         assert followed_as_response(chat_table, session_id, after) == whole[after + 1 :]
 
     # AND a chat completion of it ends with its error chunk, the turn's error
-    follower = Follower(chat_table, session_id, 1, settings=FAST, clock=FakeClock().as_clock())
+    follower = Follower(chat_table, session_id, 1, settings=RELAY_POLLING, clock=FakeClock().as_clock())
     chunks = list(ChunkStream(session_id, "model-x", 0, include_usage=False).chunks(turn_events(follower.events())))
     error = json.loads(chunks[-1].removeprefix("data: "))["error"]
     assert (error["code"], error["message"]) == ("generation_failed", reaped.error["message"])
@@ -693,7 +693,7 @@ def test_a_chat_completion_streams_while_the_model_reasons(chat_table: ChatTable
     clock = FakeClock()
     session_id = reasoning_for_a_while(chat_table, clock, 100)
     # WHEN a chat completion streams it
-    follower = Follower(chat_table, session_id, 1, settings=FAST, clock=clock.as_clock())
+    follower = Follower(chat_table, session_id, 1, settings=RELAY_POLLING, clock=clock.as_clock())
     stream = ChunkStream(session_id, "model-x", 0, include_usage=False)
     rest = kept_alive(stream.chunks, turn_events(follower.events()), clock.monotonic, FAST.keepalive_s)
     timed = timed_chunks(rest, clock)
@@ -721,7 +721,7 @@ def test_a_v1_stream_that_sends_nothing_for_the_events_it_gets_still_sends_keep_
                 return
 
     # WHEN it follows the turn
-    follower = Follower(chat_table, session_id, 1, settings=FAST, clock=clock.as_clock())
+    follower = Follower(chat_table, session_id, 1, settings=RELAY_POLLING, clock=clock.as_clock())
     timed = timed_chunks(kept_alive(silent_on_text, turn_events(follower.events()), clock.monotonic, 10), clock)
     # THEN a keep-alive comment goes out at least every 10 s and a piece's interval: the body is never idle longer
     assert [chunk for _, chunk in timed][-1] == "data: end\n\n"

@@ -14,7 +14,7 @@ from chatstream.relay.follow import CADENCE_FRACTION, FIRST_TOKEN_FLAT_S, Follow
 from chatstream.relay.pace import Position
 from chatstream.status import StopReason, TurnStatus
 from tests.builders import turn_records
-from tests.unit.relay.relay_support import FAST, FakeClock, calls_at, read_stream, write_turn
+from tests.unit.relay.relay_support import FAST, RELAY_POLLING, FakeClock, calls_at, read_stream, write_turn
 
 if TYPE_CHECKING:
     from chatstream.records import TokenRecord
@@ -353,7 +353,8 @@ def test_a_claimed_turn_slow_to_begin_is_followed_past_the_start_timeout(
     clock = FakeClock()
     clock.at(45.0, lambda: chat_table.put_records(records))
     # WHEN a client follows it (start timeout 30 s)
-    stream = read_stream(follow(chat_table, session_id, clock, ends_unstarted=True).events(), clock)
+    follower = follow(chat_table, session_id, clock, settings=RELAY_POLLING, ends_unstarted=True)
+    stream = read_stream(follower.events(), clock)
     # THEN no timeout: the reply, whole, and done
     assert stream.kinds[-1] == "done" and stream.text == "late but here"
     turn = chat_table.get_turn(session_id, 1)
@@ -366,7 +367,7 @@ def test_a_claimed_turn_that_stays_silent_ends_the_stream_with_reconnect_not_an_
     # GIVEN a turn a generation has claimed that writes nothing
     chat_table.turns.claim(session_id, 1, "request-1")
     clock = FakeClock()
-    settings = replace(FAST, idle_reconnect_s=60, start_timeout_s=30)
+    settings = replace(RELAY_POLLING, idle_reconnect_s=60, start_timeout_s=30)
     # WHEN a client follows it
     follower = follow(chat_table, session_id, clock, settings=settings, ends_unstarted=True)
     stream = read_stream(follower.events(), clock)
@@ -383,7 +384,7 @@ def test_a_follower_that_may_not_end_an_unstarted_turn_leaves_it_to_its_generati
 ) -> None:
     # GIVEN a turn no generation has claimed, followed by a follower that may not end it (a /v1 background response's)
     clock = FakeClock()
-    settings = replace(FAST, idle_reconnect_s=60, start_timeout_s=30)
+    settings = replace(RELAY_POLLING, idle_reconnect_s=60, start_timeout_s=30)
     follower = Follower(chat_table, session_id, 1, settings=settings, clock=clock.as_clock(), ends_unstarted=False)
     # WHEN it follows past the start timeout
     stream = read_stream(follower.events(), clock)
@@ -427,7 +428,7 @@ def test_a_turn_with_nothing_new_to_send_ends_with_reconnect_after_the_idle_boun
     # the follower is never told)
     chat_table.put_records(turn_records(session_id, 1, ["one"])[:2])
     clock = FakeClock()
-    settings = replace(FAST, idle_reconnect_s=60)
+    settings = replace(RELAY_POLLING, idle_reconnect_s=60)
     # WHEN a follower follows it
     follower = follow(chat_table, session_id, clock, settings=settings)
     stream = read_stream(follower.events(), clock)
@@ -461,7 +462,7 @@ def test_a_turn_that_has_not_started_ends_at_the_start_timeout_not_the_idle_boun
 ) -> None:
     # GIVEN a turn without any record, and an idle bound shorter than the start timeout
     clock = FakeClock()
-    settings = replace(FAST, idle_reconnect_s=5, start_timeout_s=30)
+    settings = replace(RELAY_POLLING, idle_reconnect_s=5, start_timeout_s=30)
     # WHEN a follower follows it THEN it waits for the start as long as the start timeout says, then ends in error
     stream = read_stream(follow(chat_table, session_id, clock, settings=settings, ends_unstarted=True).events(), clock)
     assert stream.kinds == ["error"]

@@ -27,6 +27,7 @@ from tests.support import load_event
 from tests.unit.relay.relay_support import (
     FAST,
     PROXY_FUNCTION,
+    RELAY_POLLING,
     FakeClock,
     Stream,
     calls_at,
@@ -506,8 +507,10 @@ def test_events_replays_a_finished_turn(service: RelayService, chat_table: ChatT
 
 
 def test_a_client_attaching_to_a_turn_that_waits_for_its_generation_does_not_end_it(
-    service: RelayService, chat_table: ChatTable, clock: FakeClock
+    chat_table: ChatTable, proxy: RecordingLambda, clock: FakeClock, table_name: str
 ) -> None:
+    config = relay_config(table_name)
+    service = RelayService(chat_table, proxy, config, clock=clock.as_clock(), settings=RELAY_POLLING)  # type: ignore[arg-type]
     # GIVEN a turn whose generation waits in Lambda's queue (nothing claims it), which a request started and left
     session_id = chat_table.create_session(ALICE["userArn"])
     assert chat_table.turns.start_next(session_id, ALICE["userArn"], "hello") == 1
