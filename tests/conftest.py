@@ -143,3 +143,24 @@ def start_stack(aws_env: None) -> Iterator[Callable[..., LocalStack]]:
     yield start
     for stack in stacks:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def start_module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., LocalStack]]:
+    """``start_stack`` for stacks a module's tests share (a stack takes seconds to start): the same defaults, under
+    ``isolate_aws`` for the module's tests, every stack stopped after the last of them. The tests that share one use
+    sessions of their own, so none sees another's; one that reads the whole table counts what it added."""
+    stacks: list[LocalStack] = []
+    with pytest.MonkeyPatch.context() as patch:
+        isolate_aws(patch, tmp_path_factory.mktemp("aws"))
+
+        def start(log: Callable[[str, str], None] | None = None, **settings: Any) -> LocalStack:
+            settings.setdefault("port", 0)
+            settings.setdefault("model_delay_ms", 0)
+            stack = LocalStack(StackSettings(**settings), log=log)
+            stacks.append(stack)
+            return stack.start()
+
+        yield start
+        for stack in stacks:
+            stack.stop()

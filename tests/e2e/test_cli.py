@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture(scope="module")
+def stack(start_module_stack: Callable[..., LocalStack]) -> LocalStack:
+    """The local stack as `make local` starts it, for the tests that need nothing else of it (one session each)."""
+    return start_module_stack()
+
+
 class Terminal:
     """The CLI in a subprocess on a pseudo-terminal (stdin and stdout; stderr a pipe): type lines, read what it
     printed so far (the terminal echoes what is typed)."""
@@ -110,9 +116,8 @@ def _cli(url: str, *args: str, stdout: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE)
 
 
-def test_piped_messages_get_the_replies_alone_on_stdout(start_stack: Callable[..., LocalStack]) -> None:
+def test_piped_messages_get_the_replies_alone_on_stdout(stack: LocalStack) -> None:
     # GIVEN the local stack WHEN the interactive client reads two messages from a pipe and writes to one
-    stack = start_stack()
     env = {**os.environ, "PYTHONPATH": "client:local:layers/chatstream:layers/streaming-runtime"}
     done = subprocess.run(  # noqa: S603 - this interpreter, our client
         [sys.executable, "-m", "chatstream_client.cli", "--url", stack.url],
@@ -130,9 +135,8 @@ def test_piped_messages_get_the_replies_alone_on_stdout(start_stack: Callable[..
     assert "you>" not in done.stderr and "r1 r2" in done.stderr
 
 
-def test_reasoning_is_dimmed_on_a_terminal_and_kept_off_a_piped_stdout(start_stack: Callable[..., LocalStack]) -> None:
+def test_reasoning_is_dimmed_on_a_terminal_and_kept_off_a_piped_stdout(stack: LocalStack) -> None:
     # GIVEN the local stack
-    stack = start_stack()
     # WHEN the one-shot client asks for reasoning with its stdout on a terminal (a pseudo-terminal)
     leader, follower = pty.openpty()
     process = _cli(stack.url, "--message", "/think 3 hello", stdout=follower)

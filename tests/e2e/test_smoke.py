@@ -18,7 +18,7 @@ from chatstream_local.stack import LocalStack, StackSettings
 from tests.support import REPO_ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.e2e
@@ -89,14 +89,12 @@ def test_every_check_passes_against_the_local_stack(aws_region: None) -> None:
     assert result.stdout.splitlines()[-1] == f"smoke: all {len(CHECKS)} checks passed against {stack.url}"
 
 
-@pytest.fixture
-def iam_stack(aws_region: None) -> Iterator[LocalStack]:
-    """The local stack with FunctionUrlAuthType AWS_IAM, two principals allowed to sign."""
-    settings = StackSettings(
-        port=0, parameter_overrides={"FunctionUrlAuthType": "AWS_IAM"}, principals=Principals([ALICE, BOB])
-    )
-    with LocalStack(settings) as stack:
-        yield stack
+@pytest.fixture(scope="module")
+def iam_stack(start_module_stack: Callable[..., LocalStack]) -> LocalStack:
+    """The local stack with FunctionUrlAuthType AWS_IAM, two principals allowed to sign (its model at its own pace, as
+    `make local` runs it); the tests that use it share it."""
+    overrides = {"FunctionUrlAuthType": "AWS_IAM"}
+    return start_module_stack(model_delay_ms=None, parameter_overrides=overrides, principals=Principals([ALICE, BOB]))
 
 
 def test_under_aws_iam_every_check_passes_and_another_principal_gets_404(iam_stack: LocalStack, tmp_path: Path) -> None:

@@ -29,9 +29,19 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 
-def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., LocalStack], template: Template) -> None:
+@pytest.fixture(scope="module")
+def stack(start_module_stack: Callable[..., LocalStack]) -> LocalStack:
+    """The local stack as `make local` starts it, for the tests that need nothing else of it."""
+    return start_module_stack()
+
+
+def stored_items(stack: LocalStack) -> int:
+    """How many items the stack's ChatTable holds."""
+    return int(stack.client("dynamodb").scan(TableName=stack.name("ChatTable"), Select="COUNT")["Count"])
+
+
+def test_chat_streams_the_exact_reply_with_history(stack: LocalStack, template: Template) -> None:
     # GIVEN the local stack, reading the stream as template.yaml's default EnhancedFanOut deploys it
-    stack = start_stack()
     assert stack.esm is not None
     default_mode = ReadMode.ENHANCED_FAN_OUT if template.parameter("EnhancedFanOut") == "true" else ReadMode.POLLING
     assert stack.esm.read_mode is default_mode
@@ -55,9 +65,8 @@ def test_chat_streams_the_exact_reply_with_history(start_stack: Callable[..., Lo
         ]
 
 
-def test_the_functions_run_on_the_layers_botocore_models(start_stack: Callable[..., LocalStack]) -> None:
+def test_the_functions_run_on_the_layers_botocore_models(stack: LocalStack) -> None:
     # GIVEN the local stack
-    stack = start_stack()
     assert stack.local_lambda is not None
     for logical_id in ("RelayFunction", "ProxyFunction", "ConsumerFunction", "TurnReaperFunction"):
         # THEN each function's botocore reads the models the layer ships before its own: a client of each service the
@@ -79,9 +88,8 @@ def joined(events: list[tuple[str, str, dict]], kind: str) -> str:
     return "".join(data["text"] for event, _, data in events if event == kind)
 
 
-def test_reasoning_streams_before_the_reply_and_resumes_from_inside_it(start_stack: Callable[..., LocalStack]) -> None:
+def test_reasoning_streams_before_the_reply_and_resumes_from_inside_it(stack: LocalStack) -> None:
     # GIVEN the local stack
-    stack = start_stack()
     with httpx.Client(base_url=stack.url, timeout=60) as http:
         # WHEN a user asks the model to reason in three words, over a plain SSE client
         with http.stream("POST", "/chat", json={"message": "/think 3 hello"}) as response:
@@ -111,8 +119,7 @@ def test_reasoning_streams_before_the_reply_and_resumes_from_inside_it(start_sta
         assert (turn["assistant"], turn["reasoning"]) == ("You said: hello", "r1 r2 r3")
 
 
-def test_model_errors_reach_the_client(start_stack: Callable[..., LocalStack]) -> None:
-    stack = start_stack()
+def test_model_errors_reach_the_client(stack: LocalStack) -> None:
     with ChatClient(stack.url) as client:
         failed = client.chat("/error-after 3")
         assert failed.text == "w1 w2 w3"
@@ -122,8 +129,7 @@ def test_model_errors_reach_the_client(start_stack: Callable[..., LocalStack]) -
         assert failed.clean and throttled.clean, failed.incidents + throttled.incidents
 
 
-def test_errors_before_the_stream_are_json(start_stack: Callable[..., LocalStack]) -> None:
-    stack = start_stack()
+def test_errors_before_the_stream_are_json(stack: LocalStack) -> None:
     response = httpx.post(f"{stack.url}/chat", content=b"{not json")
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
     with ChatClient(stack.url) as client, pytest.raises(ApiError) as raised:
@@ -132,13 +138,13 @@ def test_errors_before_the_stream_are_json(start_stack: Callable[..., LocalStack
 
 
 def test_no_page_of_another_origin_or_host_name_can_drive_or_read_the_stack(
-    start_stack: Callable[..., LocalStack],
+    stack: LocalStack,
 ) -> None:
     # GIVEN the local stack as `make local` starts it (AuthType NONE, no CorsAllowOrigins given)
-    stack = start_stack()
     port = stack.url.rsplit(":", 1)[1]
     chat, plain = b'{"message": "drive-by"}', {"Content-Type": "text/plain"}
     relay = stack.name("RelayFunction")
+    items_before = stored_items(stack)  # the module's other tests share the stack: their sessions are there
     with httpx.Client(base_url=stack.url, timeout=60) as http:
         # WHEN a page elsewhere posts a chat (text/plain: a "simple" request, sent without a preflight) or asks first
         from_page = http.post("/chat", content=chat, headers={**plain, "Origin": "https://evil.example"})
@@ -161,9 +167,8 @@ def test_no_page_of_another_origin_or_host_name_can_drive_or_read_the_stack(
             assert refused.status_code == 403, refused.text
         for refused in (from_page, preflight, rebound, rebound_api, invoked):
             assert not [name for name in refused.headers if name.lower().startswith("access-control-")]
-        # AND the relay never ran: the table holds no session
-        table = stack.client("dynamodb").scan(TableName=stack.name("ChatTable"))
-        assert table["Count"] == 0
+        # AND the relay never ran: the table holds no new session
+        assert stored_items(stack) == items_before
         # AND the relay's own page (same origin), localhost and tools without an Origin are answered as before
         own = http.post("/chat", content=chat, headers={**plain, "Origin": stack.url})
         by_name = http.get("/health", headers={"Host": f"localhost:{port}"})
@@ -178,19 +183,15 @@ def test_with_cors_allow_origins_given_only_the_origins_it_names_reach_the_stack
     # GIVEN the local stack started for a page of https://app.example
     stack = start_stack(parameter_overrides={"FunctionUrlAuthType": "NONE", "CorsAllowOrigins": "https://app.example"})
     chat, plain = b'{"message": "hi"}', {"Content-Type": "text/plain"}
-
-    def stored() -> int:
-        return int(stack.client("dynamodb").scan(TableName=stack.name("ChatTable"), Select="COUNT")["Count"])
-
     with httpx.Client(base_url=stack.url, timeout=60) as http:
         # WHEN that page posts a chat, and a page of another origin does (a simple request: no preflight)
         allowed = http.post("/chat", content=chat, headers={**plain, "Origin": "https://app.example"})
-        items = stored()
+        items = stored_items(stack)
         other = http.post("/chat", content=chat, headers={**plain, "Origin": "https://other.example"})
     # THEN the first is answered with the template's CORS, and the second refused before the relay runs
     assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "https://app.example"
     assert other.status_code == 403 and "CorsAllowOrigins" in other.json()["Message"]
-    assert stored() == items
+    assert stored_items(stack) == items
 
 
 def test_a_user_chooses_the_other_read_mode_and_chats_stream_exactly(
