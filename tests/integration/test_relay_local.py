@@ -334,21 +334,22 @@ def test_a_generation_past_the_proxys_reserved_concurrency_waits_and_runs(
     overrides = {"FunctionUrlAuthType": "NONE", "ProxyReservedConcurrency": "1"}
     stack = start_stack(model_delay_ms=25, parameter_overrides=overrides)
 
-    # WHEN two chats start at once
+    # WHEN two chats start at once (replies of 3 s each: they still overlap when a busy machine starts one relay seconds
+    # after the other)
     results: list[TurnResult] = []
 
     def chat(message: str) -> None:
         with ChatClient(stack.url) as client:
             results.append(client.chat(message))
 
-    threads = [threading.Thread(target=chat, args=(f"/long {n}",)) for n in (40, 41)]
+    threads = [threading.Thread(target=chat, args=(f"/long {n}",)) for n in (120, 121)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
 
     # THEN Lambda throttled one generation's event, which ran once the other was done: both replies are whole
-    assert sorted(len(result.text.split()) for result in results) == [40, 41]
+    assert sorted(len(result.text.split()) for result in results) == [120, 121]
     assert all(result.done is not None and result.clean for result in results), [r.incidents for r in results]
     assert stack.local_lambda is not None
     assert stack.local_lambda.stats()[stack.name("ProxyFunction")].throttles >= 1
@@ -358,7 +359,8 @@ def test_a_generation_still_queued_at_the_start_timeout_ends_its_turn_and_never_
     start_stack: Callable[..., LocalStack], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a stack with ProxyReservedConcurrency=1, the relay's start timeout 2 s (START_TIMEOUT_S; 30 s by default),
-    # and the one generation busy with a long reply
+    # and the one generation busy with a long reply (8 s: still busy at the timeout when a busy machine takes seconds to
+    # start the second chat's relay)
     change_function(
         monkeypatch,
         "RelayFunction",
@@ -371,7 +373,7 @@ def test_a_generation_still_queued_at_the_start_timeout_ends_its_turn_and_never_
     )
     with (
         ChatClient(stack.url) as client,
-        httpx.stream("POST", f"{stack.url}/chat", json={"message": "/long 200"}) as busy,
+        httpx.stream("POST", f"{stack.url}/chat", json={"message": "/long 400"}) as busy,
     ):
         busy_events = EventSource(busy).iter_sse()
         assert next(e for e in busy_events if e.event == "token")
