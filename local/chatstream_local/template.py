@@ -9,6 +9,7 @@ mapping settings. Nothing here repeats a value that the template holds.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "template.yaml"
 _SUB_VARIABLE = re.compile(r"\$\{([^}!]+)\}")
 _CONSUMER_CREATED = 1700000000  # a stream consumer's ARN ends with its creation time (epoch seconds); any fixed one
+
+
+_DOCUMENTS: dict[tuple[Path, str], dict[str, Any]] = {}
+
+
+def _document(path: Path) -> dict[str, Any]:
+    """The template at ``path``, parsed once for each text it has had: parsing it is 70 ms of pure-Python YAML, which
+    every stack, test and benchmark run that loads it paid again (hundreds of times in the unit tests). Each caller
+    gets a copy of its own to change."""
+    text = path.read_text(encoding="utf-8")
+    key = (path, text)
+    if key not in _DOCUMENTS:
+        _DOCUMENTS[key] = yaml_parse(text)
+    return copy.deepcopy(_DOCUMENTS[key])
 
 
 class TemplateError(ValueError):
@@ -74,7 +89,7 @@ class Template:
 
     @classmethod
     def load(cls, path: Path = TEMPLATE_PATH, **kwargs: Any) -> Template:
-        return cls(raw=yaml_parse(path.read_text(encoding="utf-8")), **kwargs)
+        return cls(raw=_document(path), **kwargs)
 
     # ---------------------------------------------------------------------------- lookups
 
