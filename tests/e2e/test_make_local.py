@@ -196,7 +196,9 @@ def test_multi_turn_resume_cancel_and_errors_with_the_python_client(make_local: 
 
 def test_twenty_concurrent_chats_are_each_exact(make_local: RunningStack) -> None:
     def chat(index: int) -> bool:
-        with ChatClient(make_local.url) as client:
+        # Twenty relays and generations start at once: on a busy machine a reply's first byte can take longer than
+        # the client's default 30 s
+        with ChatClient(make_local.url, read_timeout=120) as client:
             message = f"/long {20 + index * 7}"
             result = client.chat(message)
             return result.text == plan_reply(message).text and result.done is not None and result.clean
