@@ -10,8 +10,12 @@ export AWS_DEFAULT_REGION ?= us-east-1
 # profile), never from the local default above: without this, us-east-1 would override the profile's region.
 AWS_ACCOUNT_ENV := $(if $(filter file,$(origin AWS_DEFAULT_REGION)),env -u AWS_DEFAULT_REGION)
 
-.PHONY: help venv lint typecheck unit streams pytest lambda-python validate build test local chat deploy clean browser-deps screenshot
+.PHONY: help venv lint typecheck unit streams streams-spread streams-fuzz checks pytest lambda-python \
+	lambda-python-unit lambda-python-stack validate build test local chat deploy clean browser-deps screenshot
 LOCAL_PATH := PYTHONPATH=local:layers/chatstream:layers/streaming-runtime
+# The tests run make's commands (make local, make invoke...) as a user runs them: outside this make, whose flags and
+# jobserver (`make test` runs its parts side by side) are not theirs.
+TEST_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
 
 help:
 	@echo "make local     run the whole pipeline on this machine (http://127.0.0.1:3000)"
@@ -28,7 +32,7 @@ help:
 	@echo "make chaos     200 chats under injected faults; prints one chaos: line (ARGS=--cpu-stress: one core kept busy)"
 	@echo "make build     sam build"
 	@echo "make deploy    sam deploy --guided"
-	@echo "make lint, typecheck, scan, unit, streams, lambda-python, validate   the parts of make test (docs/DEVELOPING.md)"
+	@echo "make lint, typecheck, scan, unit, streams, lambda-python, validate, checks   the parts of make test (docs/DEVELOPING.md)"
 	@echo "make pytest    every test once, in the development environment (PYTEST_ARGS=... passes options)"
 	@echo "make screenshot  refresh docs/screenshot.png from the browser test; make clean  remove build and caches"
 	@echo "make venv, browser-deps   the development environment and the browser tests' Chromium (make test makes both)"
@@ -42,35 +46,54 @@ $(STAMP): requirements/dev.txt
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(NICE) $(BIN)/ruff check .
+	$(NICE) $(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(NICE) $(BIN)/mypy
 
 pytest: $(STAMP) browser-deps
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(NICE) $(TEST_ENV) $(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 validate: $(STAMP)
-	$(BIN)/sam validate --lint --region $(AWS_DEFAULT_REGION)
+	$(NICE) $(BIN)/sam validate --lint --region $(AWS_DEFAULT_REGION)
 
 build: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/sam build
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(NICE) $(BIN)/sam build
 
-# What CI runs: every test `make pytest` runs, and the rest. The steps that only install or check the code statically
-# run side by side; then the tests that stream against timers (integration, e2e) run alone; then the unit tests,
-# which keep fake time, beside their run on Python 3.13; then sam validate beside sam build.
+# What CI runs: every test `make pytest` runs, and the rest, in two steps. First the development environments
+# (Python 3.13's beside this one) and the browser. Then, side by side: the tests that stream against timers (`make
+# streams` and the local-stack part of `make lambda-python`) at normal priority, and everything that keeps no timer
+# (`make checks`) at the lowest, so that it runs on the CPU the streaming tests leave idle while they wait.
 test:
-	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck scan browser-deps $(LAMBDA_PYTHON_ENV)
-	$(MAKE) --no-print-directory streams
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit lambda-python
-	$(MAKE) --no-print-directory -j2 --output-sync=target validate build
+	$(MAKE) --no-print-directory -j3 --output-sync=target venv browser-deps $(LAMBDA_PYTHON_ENV)
+	$(MAKE) --no-print-directory -j5 --output-sync=target streams-spread streams-fuzz \
+		$(if $(PYTHON313),lambda-python-stack) checks
 
+# The unit tests (fake time) on both Pythons, mypy, sam build, checkov, sam validate and ruff, the longest first, at
+# niceness 19: each of their recipes runs under $(NICE).
+checks: NICE := nice -n 19
+checks: unit lambda-python-unit typecheck build scan validate lint
+
+# The integration and e2e tests: their files spread over STREAMS_WORKERS processes (pytest-xdist; a file's tests stay
+# in one process, in order, so a module's stack serves them all), and beside them the HTTP API's fuzzing in a process
+# of its own (its schemathesis cases are built when its file is collected: one process collects it, not every worker).
+STREAMS_WORKERS ?= 2
+STREAMS_FUZZ := tests/integration/test_fuzz_http.py
 streams: $(STAMP) browser-deps
-	$(BIN)/pytest tests/integration tests/e2e $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory -j2 --output-sync=target streams-spread streams-fuzz
+
+# browser-deps comes before (make test's first step, make streams' prerequisite): with a phony prerequisite of its own,
+# make -j would start the later goals' jobs before this one.
+streams-spread: $(STAMP)
+	$(TEST_ENV) $(BIN)/pytest -n $(STREAMS_WORKERS) --dist loadfile --ignore=$(STREAMS_FUZZ) tests/integration tests/e2e \
+		$(PYTEST_ARGS)
+
+streams-fuzz: $(STAMP)
+	$(TEST_ENV) $(BIN)/pytest $(STREAMS_FUZZ) $(PYTEST_ARGS)
 
 # Lambda runs the functions on Python 3.13; the suite above runs on $(PYTHON). Where a Python 3.13 exists (found as
 # the builds find it, make/bytecode.mk), the unit tests of what Lambda runs (the layers, the functions, the client),
@@ -81,27 +104,37 @@ streams: $(STAMP) browser-deps
 include make/bytecode.mk
 VENV313 := .venv-3.13
 LAMBDA_PYTHON_ENV = $(if $(PYTHON313),$(VENV313)/.installed)
-LAMBDA_PYTHON_TESTS := tests/unit $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py \
-	proxy.py) $(addprefix --ignore=tests/unit/test_,moto_fixes.py moto_patches.py chaos_checks.py chaos_client.py \
-	chaos_inject.py chaos_plan.py chaos_readback.py chaos_run.py bench_cost.py bench_procstat.py bench_records.py \
-	bench_jwt.py bench_coldstart_against.py local_model_replies.py local_resources.py iam.py ops_delete.py \
-	bench_capacity.py bench_quote.py docs_links.py docs_wording.py)
+LAMBDA_PYTHON_UNIT := tests/unit $(addprefix --ignore=tests/unit/test_,moto_fixes.py moto_patches.py chaos_checks.py \
+	chaos_client.py chaos_inject.py chaos_plan.py chaos_readback.py chaos_run.py bench_cost.py bench_procstat.py \
+	bench_records.py bench_jwt.py bench_coldstart_against.py local_model_replies.py local_resources.py iam.py \
+	ops_delete.py bench_capacity.py bench_quote.py docs_links.py docs_wording.py)
+LAMBDA_PYTHON_STACK := $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py proxy.py)
 $(VENV313)/.installed: requirements/dev.txt
 	test -x $(VENV313)/bin/python || "$(PYTHON313)" -m venv $(VENV313)
 	$(VENV313)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	touch $@
 
+# Its two parts: the unit tests (fake time), and the tests that stream through the local stack (`make test` runs each
+# beside the tests of its kind).
 ifeq ($(PYTHON313),)
 ifeq ($(CI),true)
-lambda-python:
+lambda-python lambda-python-unit lambda-python-stack:
 	@echo "error: no Python 3.13 found (set PYTHON313 to one): under CI=true the tests must run again on Lambda's Python" >&2; exit 1
 else
-lambda-python:
+lambda-python lambda-python-unit lambda-python-stack:
 	@echo "warning: no Python 3.13 found (set PYTHON313 to one): the tests ran on $$($(PYTHON) -V 2>&1) only" >&2
 endif
 else
 lambda-python: $(VENV313)/.installed
-	PATH="$(CURDIR)/$(VENV313)/bin:$$PATH" $(VENV313)/bin/pytest -q $(LAMBDA_PYTHON_TESTS) $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV313)/bin:$$PATH" $(TEST_ENV) $(VENV313)/bin/pytest -q $(LAMBDA_PYTHON_UNIT) \
+		$(LAMBDA_PYTHON_STACK) $(PYTEST_ARGS)
+
+lambda-python-unit: $(VENV313)/.installed
+	PATH="$(CURDIR)/$(VENV313)/bin:$$PATH" $(NICE) $(TEST_ENV) $(VENV313)/bin/pytest -q $(LAMBDA_PYTHON_UNIT) \
+		$(PYTEST_ARGS)
+
+lambda-python-stack: $(VENV313)/.installed
+	PATH="$(CURDIR)/$(VENV313)/bin:$$PATH" $(TEST_ENV) $(VENV313)/bin/pytest -q $(LAMBDA_PYTHON_STACK) $(PYTEST_ARGS)
 endif
 
 # Debian's Chromium for the browser test (tests/e2e/test_browser.py drives it with Playwright, which never
@@ -126,7 +159,7 @@ browser-deps:
 
 # Refresh docs/screenshot.png (docs/HTTP_API.md's, of the page): the browser test's mid-stream screenshot.
 screenshot: $(STAMP) browser-deps
-	CHATSTREAM_SCREENSHOT=docs/screenshot.png $(BIN)/pytest tests/e2e/test_browser.py -k grows $(PYTEST_ARGS)
+	CHATSTREAM_SCREENSHOT=docs/screenshot.png $(TEST_ENV) $(BIN)/pytest tests/e2e/test_browser.py -k grows $(PYTEST_ARGS)
 
 # The whole pipeline on this machine (LOCAL_STACK.md). ARGS=--verbose shows every component's logs.
 local: $(STAMP)
@@ -180,11 +213,11 @@ SCAN_VENV := .venv-scan
 SCAN_STAMP := $(SCAN_VENV)/.installed
 $(SCAN_STAMP): requirements/scan.txt
 	test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
-	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/scan.txt
+	$(NICE) $(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/scan.txt
 	touch $(SCAN_STAMP)
 
 scan: $(SCAN_STAMP)
-	$(SCAN_VENV)/bin/checkov --quiet --compact --skip-download --framework cloudformation --file template.yaml
+	$(NICE) $(SCAN_VENV)/bin/checkov --quiet --compact --skip-download --framework cloudformation --file template.yaml
 
 # The benchmark (bench/README.md): direct, naive and chatstream side by side on the local stack, in one run;
 # writes bench/results.json, results.md and results.png, and from them docs/CAPACITY.md and the documents' quoted
