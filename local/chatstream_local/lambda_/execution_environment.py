@@ -339,6 +339,10 @@ class ExecutionEnvironment:
             return True
 
     def next_invocation(self) -> Invocation | None:
+        # What the runtime wrote before asking for its next event (its init's output, the last invocation's lines) is
+        # read now, for the invocation it belongs to: a pump's thread could read it after the next START.
+        for pump in self._pumps:
+            pump.catch_up()
         with self._cond:
             first = not self._initialized
             self._initialized = True
