@@ -106,7 +106,7 @@ VENV313 := .venv-3.13
 LAMBDA_PYTHON_ENV = $(if $(PYTHON313),$(VENV313)/.installed)
 LAMBDA_PYTHON_UNIT := tests/unit $(addprefix --ignore=tests/unit/test_,moto_fixes.py moto_patches.py chaos_checks.py \
 	chaos_client.py chaos_inject.py chaos_plan.py chaos_readback.py chaos_run.py bench_cost.py bench_procstat.py \
-	bench_records.py bench_jwt.py bench_coldstart_against.py local_model_replies.py local_resources.py iam.py \
+	bench_records.py bench_jwt.py bench_budgets.py bench_coldstart_against.py local_model_replies.py local_resources.py iam.py \
 	ops_delete.py bench_capacity.py bench_quote.py docs_links.py docs_wording.py)
 LAMBDA_PYTHON_STACK := $(addprefix tests/integration/test_,streaming_runtime_protocol.py local_stack.py proxy.py)
 $(VENV313)/.installed: requirements/dev.txt

@@ -18,22 +18,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench.records import TtftMs, percentile
+from bench.pairs import cell_fields, cell_json, failures, overhead_ms, ttft_of
+from bench.pairs import exact as pairs_exact
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from bench.load import ChatSample
+    from bench.pairs import Pair
+    from bench.records import TtftMs
 
 OVERHEAD_TARGET_MS = 5.0  # the most the JWT check may add to the first token at one chat
 TOKEN_ALGORITHM = "RS256"  # what the local issuer signs with (Cognito's, Auth0's, Entra ID's default too)
-
-
-def _r(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 @dataclass(frozen=True)
@@ -63,67 +61,33 @@ class JwtOverhead:
         cls,
         message: str,
         model_delay_ms: int,
-        pairs: Sequence[tuple[ChatSample, ChatSample]],
+        pairs: Sequence[Pair],
         expected: str,
         verify_cpu_s: Sequence[float],
         verifications: int,
     ) -> JwtOverhead:
         """From the pairs' samples (NONE's, JWT's) and each batch's CPU per verification, in seconds."""
-        none = [p[0] for p in pairs]
-        jwt = [p[1] for p in pairs]
-        differences = [b.ttft_ms - a.ttft_ms for a, b in pairs if a.ttft_ms is not None and b.ttft_ms is not None]
-        samples = [*none, *jwt]
         return cls(
             message=message,
             model_delay_ms=model_delay_ms,
             pairs=len(pairs),
-            exact=all(s.ok and s.text == expected and s.error is None for s in samples),
-            ttft_ms_none=_ttft(none),
-            ttft_ms_jwt=_ttft(jwt),
-            overhead_ms_p50=_r(statistics.median(differences) if differences else None, 2),
+            exact=pairs_exact(pairs, expected),
+            ttft_ms_none=ttft_of([p[0] for p in pairs]),
+            ttft_ms_jwt=ttft_of([p[1] for p in pairs]),
+            overhead_ms_p50=overhead_ms(pairs),
             overhead_target_ms=OVERHEAD_TARGET_MS,
             verifications=verifications,
             verify_cpu_us_p50=round(statistics.median(verify_cpu_s) * 1e6, 1),
             verify_cpu_us_min=round(min(verify_cpu_s) * 1e6, 1),
-            failures=tuple(s.error for s in samples if not s.ok or s.error is not None)[:3],
+            failures=failures(pairs),
         )
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["failures"] = list(self.failures)
-        return out
+        return cell_json(self)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> JwtOverhead:
-        return cls(
-            **{
-                **raw,
-                "ttft_ms_none": TtftMs(**raw["ttft_ms_none"]),
-                "ttft_ms_jwt": TtftMs(**raw["ttft_ms_jwt"]),
-                "failures": tuple(raw.get("failures", ())),
-            }
-        )
-
-
-def _ttft(samples: Sequence[ChatSample]) -> TtftMs:
-    ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
-    return TtftMs(_r(percentile(ttfts, 50)), _r(percentile(ttfts, 95)), _r(percentile(ttfts, 99)))
-
-
-def alternate(
-    pairs: int, none: Callable[[], ChatSample], jwt: Callable[[], ChatSample]
-) -> list[tuple[ChatSample, ChatSample]]:
-    """``pairs`` chats in each mode, one at a time, alternately; the first of each pair alternates too."""
-    out = []
-    for index in range(pairs):
-        if index % 2 == 0:
-            a = none()
-            b = jwt()
-        else:
-            b = jwt()
-            a = none()
-        out.append((a, b))
-    return out
+        return cls(**cell_fields(raw, ("ttft_ms_none", "ttft_ms_jwt")))
 
 
 def verification_cpu(verify: Callable[[], object], verifications: int, batches: int = 20) -> list[float]:

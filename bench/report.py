@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
+    from bench.budgets_mode import BudgetsOverhead
     from bench.coldstart import ColdStart
     from bench.firsttoken import FirstTokenPath
     from bench.jwt_mode import JwtOverhead
@@ -434,6 +435,34 @@ def jwt_table(jwt: JwtOverhead | None) -> list[str]:
     return lines
 
 
+def budgets_table(budgets: BudgetsOverhead | None) -> list[str]:
+    """The budgets per caller beside a stack without them (bench/budgets_mode.py): the first token at one chat."""
+    if budgets is None:
+        return []
+    within = {True: "yes", False: "**no**", None: "n/m"}[budgets.within_target]
+    exact = "yes" if budgets.exact else "**no**"
+    lines = [
+        "## The budgets per caller beside none",
+        "",
+        "chatstream's stack and a twin with the budgets per caller on (set too high to refuse a turn), side by side: "
+        f"`{budgets.message}` at model delay {budgets.model_delay_ms} ms, one chat at a time, {budgets.pairs} on "
+        "each, alternately. The overhead is the median of the pairs' differences (budgets − none), against the "
+        f"{budgets.overhead_target_ms:g} ms the first token may lose.",
+        "",
+        "| budgets | chats | exact | TTFT p50 | TTFT p95 |",
+        "|---|---:|---|---:|---:|",
+        f"| off | {budgets.pairs} | {exact} | {_ms(budgets.ttft_ms_off.p50)} | {_ms(budgets.ttft_ms_off.p95)} |",
+        f"| on | {budgets.pairs} | {exact} | {_ms(budgets.ttft_ms_on.p50)} | {_ms(budgets.ttft_ms_on.p95)} |",
+        "",
+        f"First token's overhead: **{_ms(budgets.overhead_ms_p50, 2)}** (within {budgets.overhead_target_ms:g} ms: "
+        f"{within}).",
+        "",
+    ]
+    if budgets.failures:
+        lines += [f"Failed chats: {'; '.join(str(f) for f in budgets.failures)}", ""]
+    return lines
+
+
 def cold_start_table(cold: ColdStart | None) -> list[str]:
     """Init per function (process start → first ``/next``), on its runtime and on awslambdaric, in the packages the
     deployed function has and in the development environment (bench/coldstart.py)."""
@@ -524,6 +553,7 @@ def write_markdown(results: BenchResults, path: Path) -> None:
     lines += cold_start_table(results.cold_start)
     lines += first_token_table(results.first_token_path, runs)
     lines += jwt_table(results.jwt_mode)
+    lines += budgets_table(results.budgets_mode)
     lines += candidates_table(runs)
     lines += ["## Where the time goes", "", *time_goes(runs), ""]
     path.write_text("\n".join(lines))

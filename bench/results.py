@@ -3,7 +3,8 @@ report.
 
 ``bench/run.py`` builds one from its cells (:class:`~bench.records.RunRecord`), each pipeline variant's first-token
 path (:class:`~bench.firsttoken.FirstTokenPath`), the cold starts (:class:`~bench.coldstart.ColdStart`), the JWT
-cell (:class:`~bench.jwt_mode.JwtOverhead`), the costs (:class:`Costs`) and the run's :class:`Environment`;
+cell (:class:`~bench.jwt_mode.JwtOverhead`), the budgets cell (:class:`~bench.budgets_mode.BudgetsOverhead`), the
+costs (:class:`Costs`) and the run's :class:`Environment`;
 :meth:`BenchResults.to_json` is the file's document and :meth:`BenchResults.load` reads a file back (the committed
 ``bench/results.json`` among them), so ``bench/report.py`` writes results.md and results.png from records, never
 from the document's keys.
@@ -15,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bench.budgets_mode import BudgetsOverhead
 from bench.coldstart import ColdStart
 from bench.firsttoken import FirstTokenPath
 from bench.jwt_mode import JwtOverhead
@@ -256,6 +258,7 @@ class BenchResults:
     cold_start: ColdStart | None = None
     costs: Costs = field(default_factory=lambda: Costs({}, "", {}))
     jwt_mode: JwtOverhead | None = None  # the JWT auth mode beside NONE (runs before it had none)
+    budgets_mode: BudgetsOverhead | None = None  # the budgets per caller beside none (runs before it had none)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -268,6 +271,8 @@ class BenchResults:
             out["cold_start"] = self.cold_start.to_json()
         if self.jwt_mode is not None:
             out["jwt_mode"] = self.jwt_mode.to_json()
+        if self.budgets_mode is not None:
+            out["budgets_mode"] = self.budgets_mode.to_json()
         return out | self.costs.to_json()
 
     def dumps(self) -> str:
@@ -285,6 +290,7 @@ class BenchResults:
             cold_start=None if not cold_start else ColdStart.from_json(cold_start),
             costs=Costs.from_json(raw),
             jwt_mode=JwtOverhead.from_json(raw["jwt_mode"]) if raw.get("jwt_mode") else None,
+            budgets_mode=BudgetsOverhead.from_json(raw["budgets_mode"]) if raw.get("budgets_mode") else None,
         )
 
     @classmethod

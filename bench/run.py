@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import capacity, coldstart, firsttoken, procstat, quote
+from bench import budgets_mode, capacity, coldstart, firsttoken, procstat, quote
+from bench.budgets_mode import BudgetsOverhead
 from bench.cost import ON_DEMAND, PROVISIONED, UnitCounts, cost_per_million_tokens, fixed_monthly, price_table
-from bench.jwt_mode import JwtOverhead, alternate, verification_cpu
+from bench.jwt_mode import JwtOverhead, verification_cpu
 from bench.load import ChatSample, LoadRunner
+from bench.pairs import alternate
 from bench.records import AwsUsage, Cell, ClientMeasures, CpuUse, MotoCounts, RunRecord, op_sum, tokens_of
 from bench.report import write_markdown, write_plot
 from bench.results import (
@@ -93,16 +95,9 @@ PIPELINE_VARIANTS: dict[str, PipelineVariant] = {
     "chatstream-efo": PipelineVariant(parameters={"EnhancedFanOut": "true"}),
     "poll-fast": PipelineVariant(functions={"RelayFunction": {"POLL_MAX_MS": "20"}}),
     "flush-100": PipelineVariant(functions={"ProxyFunction": {"FLUSH_INTERVAL_MS": "100"}}),  # smoother text
-    # Budgets per caller on, as a deploy has them, but too high to refuse the bench's turns (everyone is one caller
-    # under NONE): each start writes the owner's counters, its place among the turns generating, its reservation, and
-    # the relay reads the x-ratelimit-* headers' standing beside its invoke. The local stack runs them off otherwise.
-    "chatstream-budgets": PipelineVariant(
-        parameters={
-            "CallerRequestsPerMinute": "1000000",
-            "CallerTokensPerDay": "1000000000",
-            "CallerTurnsAtOnce": "1000000",
-        }
-    ),
+    # Budgets per caller on, as a deploy has them, but too high to refuse the bench's turns (bench/budgets_mode.py):
+    # also the budgets cell's twin, which make bench runs beside chatstream's stack.
+    "chatstream-budgets": PipelineVariant(parameters=budgets_mode.PARAMETERS),
 }
 
 
@@ -156,6 +151,9 @@ class Workload:
     jwt_pairs: int = 40
     jwt_delay_ms: int = 0
     jwt_verifications: int = 2000
+    # The budgets cell (bench/budgets_mode.py): chats at one chat on chatstream's stack and its twin with the budgets
+    # per caller on, alternately, at the JWT cell's model delay
+    budgets_pairs: int = 40
 
     @property
     def message(self) -> str:
@@ -182,6 +180,7 @@ QUICK = Workload(
     naive_max_concurrency=4,
     jwt_pairs=3,
     jwt_verifications=200,
+    budgets_pairs=3,
 )
 
 
@@ -599,10 +598,11 @@ def measure_variants(
     workload: Workload,
     first_token: list[firsttoken.FirstTokenPath] | None = None,
     jwt: list[JwtOverhead] | None = None,
+    budgets: list[BudgetsOverhead] | None = None,
 ) -> tuple[list[RunRecord], list[RunRecord]]:
     """Every variant's cells, one variant's system at a time: the chats sent at once, and the spread-arrival ones (and,
-    into ``first_token``, each pipeline variant's first-token path; into ``jwt``, the JWT cell, beside chatstream's
-    stack)."""
+    into ``first_token``, each pipeline variant's first-token path; into ``jwt`` and ``budgets``, the JWT cell and the
+    budgets cell, beside chatstream's stack)."""
     expected = plan_reply(workload.message).text
     runs: list[RunRecord] = []
     spread: list[RunRecord] = []
@@ -622,6 +622,8 @@ def measure_variants(
                     first_token.append(measure_first_token(target, workload))
                 if jwt is not None and variant == "chatstream":
                     jwt.append(measure_jwt(target, load, workload, expected))
+                if budgets is not None and variant == "chatstream":
+                    budgets.append(measure_budgets(target, load, workload, expected))
     finally:
         load.close()
     return runs, spread
@@ -642,8 +644,8 @@ def measure_jwt(none: Target, load: LoadRunner, workload: Workload, expected: st
         settle(jwt)
         pairs = alternate(
             workload.jwt_pairs,
-            none=lambda: load.run(none.url, workload.message, 1)[0],
-            jwt=lambda: load.run(jwt.url, workload.message, 1, token=token)[0],
+            base=lambda: load.run(none.url, workload.message, 1)[0],
+            twin=lambda: load.run(jwt.url, workload.message, 1, token=token)[0],
         )
         verifier = BearerVerifier(JwtSettings.from_env(jwt.issuer.relay_environment()))
         authorization = f"Bearer {token}"
@@ -654,6 +656,34 @@ def measure_jwt(none: Target, load: LoadRunner, workload: Workload, expected: st
         f"{record.ttft_ms_none.p50} ms, JWT {record.ttft_ms_jwt.p50} ms, overhead (median of pairs) "
         f"{record.overhead_ms_p50} ms (target {record.overhead_target_ms:g} ms); verification "
         f"{record.verify_cpu_us_p50} µs CPU per request ({record.algorithm})"
+    )
+    return record
+
+
+BUDGETS_VARIANT = "chatstream-budgets"
+
+
+def measure_budgets(off: Target, load: LoadRunner, workload: Workload, expected: str) -> BudgetsOverhead:
+    """The budgets cell (bench/budgets_mode.py): chatstream's stack, without budgets, and a twin with them started
+    beside it: the first token at one chat on each, alternately."""
+    log(f"{BUDGETS_VARIANT}: starting beside chatstream")
+    with running(BUDGETS_VARIANT) as on:
+        for target in (off, on):
+            target.model.delay_ms = workload.jwt_delay_ms
+        for concurrency in (2, 2, 1):  # warm relay and proxy environments, as chatstream's are
+            load.run(on.url, workload.message, concurrency)
+        settle(off)
+        settle(on)
+        pairs = alternate(
+            workload.budgets_pairs,
+            base=lambda: load.run(off.url, workload.message, 1)[0],
+            twin=lambda: load.run(on.url, workload.message, 1)[0],
+        )
+    record = BudgetsOverhead.of(workload.message, workload.jwt_delay_ms, pairs, expected)
+    log(
+        f"{BUDGETS_VARIANT}: {record.pairs} chats per stack, exact={record.exact}: TTFT p50 without "
+        f"{record.ttft_ms_off.p50} ms, with budgets {record.ttft_ms_on.p50} ms, overhead (median of pairs) "
+        f"{record.overhead_ms_p50} ms (target {record.overhead_target_ms:g} ms)"
     )
     return record
 
@@ -747,7 +777,8 @@ def main(argv: list[str] | None = None) -> int:
         cold_start = coldstart.measure(workload.coldstart_repeat)
     first_token: list[firsttoken.FirstTokenPath] = []
     jwt: list[JwtOverhead] = []
-    runs, spread = measure_variants(variants, workload, first_token, jwt)
+    budgets: list[BudgetsOverhead] = []
+    runs, spread = measure_variants(variants, workload, first_token, jwt, budgets)
     duration_s = round(time.monotonic() - began, 1)
     results = BenchResults(
         environment=dataclasses.replace(env, duration_s=duration_s),
@@ -757,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
         cold_start=cold_start,
         costs=costs(runs, workload, env.settings.read_modes),
         jwt_mode=jwt[0] if jwt else None,
+        budgets_mode=budgets[0] if budgets else None,
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write(results, args.out_dir / "results.json")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from bench.jwt_mode import JwtOverhead, alternate, verification_cpu
+from bench.jwt_mode import JwtOverhead, verification_cpu
 from bench.load import ChatSample
+from bench.pairs import alternate
 from bench.report import write_markdown
 from bench.results import BenchResults
 from bench.run import QUICK, environment
@@ -39,7 +40,7 @@ def test_the_overhead_is_the_median_of_the_pairs_differences() -> None:
 def test_the_modes_alternate_which_goes_first() -> None:
     sent: list[str] = []
     pairs = alternate(
-        3, none=lambda: (sent.append("none"), chat(1.0))[1], jwt=lambda: (sent.append("jwt"), chat(2.0))[1]
+        3, base=lambda: (sent.append("none"), chat(1.0))[1], twin=lambda: (sent.append("jwt"), chat(2.0))[1]
     )
     assert sent == ["none", "jwt", "jwt", "none", "none", "jwt"]
     assert all((a.ttft_ms, b.ttft_ms) == (1.0, 2.0) for a, b in pairs)
