@@ -33,6 +33,8 @@ from chatstream_local.template import Template
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from bench.budgets_mode import BudgetsOverhead
+    from bench.jwt_mode import JwtOverhead
     from bench.records import RunRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +116,16 @@ class Figures:
         if cold is None:
             raise QuoteError("results.json has no cold start")
         return cold.median_ms["deployed"][case][runtime or cold.deployed_runtime[case]]
+
+    def jwt_mode(self) -> JwtOverhead:
+        if self.results.jwt_mode is None or self.results.jwt_mode.overhead_ms_p50 is None:
+            raise QuoteError("results.json has no JWT cell")
+        return self.results.jwt_mode
+
+    def budgets_mode(self) -> BudgetsOverhead:
+        if self.results.budgets_mode is None or self.results.budgets_mode.overhead_ms_p50 is None:
+            raise QuoteError("results.json has no budgets cell")
+        return self.results.budgets_mode
 
     def first_token_cpu(self) -> dict[str, float]:
         for path in self.results.first_token_path:
@@ -232,6 +244,26 @@ def first_token_cpu(f: Figures) -> str:
     )
 
 
+def jwt_mode(f: Figures) -> str:
+    """What the JWT mode adds: to the first token at one chat (the JWT cell), and the relay's CPU per request."""
+    jwt = f.jwt_mode()
+    assert jwt.overhead_ms_p50 is not None  # Figures.jwt_mode
+    return (
+        f"{jwt.overhead_ms_p50:+.1f} ms on the first token at one chat (median of {jwt.pairs} pairs of chats beside "
+        f"NONE) and {jwt.verify_cpu_us_p50 / 1000:.2f} ms of CPU per request ({jwt.algorithm})"
+    )
+
+
+def budgets_mode(f: Figures) -> str:
+    """What the budgets per caller add to the first token at one chat (the budgets cell)."""
+    budgets = f.budgets_mode()
+    assert budgets.overhead_ms_p50 is not None  # Figures.budgets_mode
+    return (
+        f"{budgets.overhead_ms_p50:+.1f} ms on the first token at one chat (median of {budgets.pairs} pairs of chats "
+        "beside a stack without budgets)"
+    )
+
+
 def cold_starts(f: Figures) -> str:
     return (
         f"relay {f.cold_start('relay'):.0f} ms, proxy {f.cold_start('proxy'):.0f} ms, consumer "
@@ -270,6 +302,8 @@ QUOTES = {
         Quote("read-modes", read_modes),
         Quote("concurrency", concurrency),
         Quote("first-token-cpu", first_token_cpu),
+        Quote("jwt-mode", jwt_mode),
+        Quote("budgets-mode", budgets_mode),
         Quote("cold-starts", cold_starts),
         Quote("runtime-start", runtime_start),
     )
