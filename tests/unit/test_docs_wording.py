@@ -86,7 +86,9 @@ def _js_prose(source: str) -> list[tuple[int, str]]:
 
 
 def _whole(source: str) -> list[tuple[int, str]]:
-    return list(enumerate(source.splitlines(), 1))
+    """(line, text) of each line together with the next, so a phrase wrapped over two lines is read whole."""
+    lines = source.splitlines()
+    return [(number, " ".join(lines[number - 1 : number + 1])) for number in range(1, len(lines) + 1)]
 
 
 def prose_of_the_repository() -> list[tuple[Path, int, str]]:
@@ -132,6 +134,7 @@ def test_the_patterns_find_what_they_are_for_and_leave_a_chat_session_alone() ->
         "this session changed no import",
         "the session before last read 148 ms",
         "beside the issue's cells",
+        _whole("the code of this\nround's work")[0][1],  # a phrase wrapped over two lines
         '"a few hundred" as issue 7 asks',
         "(chat 7 of issue 14)",
         "fixed in #12",

@@ -302,6 +302,37 @@ def test_the_standing_counts_what_the_owner_used(chat_table: ChatTable, clock: d
     assert standing.minute_reset_ms == 40_000
 
 
+def test_the_headline_reads_only_the_counters_its_headers_show(chat_table: ChatTable, clock: dict[str, int]) -> None:
+    # GIVEN two turns started and one finished under every limit
+    limits = Limits(requests_per_minute=10, tokens_per_day=100_000, turns_at_once=4)
+    session_id = chat_table.turns.start_first(OWNER, "hello", admission=admit(limits, 2000))
+    chat_table.turns.start_first(OWNER, "hello", admission=admit(limits, 2000))
+    finish(chat_table, session_id, input_tokens=10, words=3)
+    budgets = chat_table.budgets
+    asked: list[list[dict[str, Any]]] = []
+    batch_get = budgets.store.client.batch_get_item
+
+    def counting(**kwargs: Any) -> Any:
+        asked.append([deser(key) for key in kwargs["RequestItems"][budgets.store.table_name]["Keys"]])
+        return batch_get(**kwargs)
+
+    budgets.store.client.batch_get_item = counting  # type: ignore[method-assign]
+    # WHEN the headline is read THEN it counts as the standing does, from the two counters only
+    headline = budgets.headline(OWNER, limits)
+    assert headline is not None
+    assert (headline.requests_used, headline.tokens_used, headline.requests_left, headline.tokens_left) == (
+        2,
+        2013,
+        8,
+        97_987,
+    )
+    assert [sorted(str(key["sk"]).split("#")[0] for key in keys) for keys in asked] == [["RPM", "TPD"]]
+    # AND with only the requests limit on, one counter; with only turns at once, whose count no header shows, none
+    assert budgets.headline(OWNER, Limits(requests_per_minute=10)) is not None
+    assert budgets.headline(OWNER, Limits(turns_at_once=4)) is None
+    assert [len(keys) for keys in asked] == [2, 1]
+
+
 # ------------------------------------------------------------------------------------------ settlement
 
 

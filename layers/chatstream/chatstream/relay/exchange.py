@@ -151,7 +151,7 @@ class Exchange:
     started_at: float  # the clock's monotonic() when the request arrived
     known_owner: str | None = field(default=None, init=False)  # the caller, once asked (logged with the request)
     # the caller's standing, read after its turn began (limit_headers)
-    _standing: Future[Standing] | None = field(default=None, init=False, repr=False)
+    _standing: Future[Standing | None] | None = field(default=None, init=False, repr=False)
 
     @property
     def table(self) -> ChatTable:
@@ -256,16 +256,18 @@ class Exchange:
         if self._standing is None:
             return {}
         try:
-            return ratelimit.headers(self._standing.result(timeout=STANDING_WAIT_S))
+            standing = self._standing.result(timeout=STANDING_WAIT_S)
+            return {} if standing is None else ratelimit.headers(standing)
         except (FutureTimeout, ClientError, BotoCoreError, Throttled) as err:
             logger.warning("could not read the caller's limits", extra={"error": type(err).__name__})
             return {}
 
     def _began(self, begun: Begun, owner: str) -> Begun:
-        """``begun``, with the caller's standing being read (for :meth:`limit_headers`) while the answer goes on."""
+        """``begun``, with the caller's standing being read (for :meth:`limit_headers`) while the answer goes on: the
+        counters its headers show (:meth:`~chatstream.table.budgets.Budgets.headline`), no more."""
         if self.table.budgets.limits_of(owner, self.config.caller_limits).any:
             self._standing = self.service.background.submit(
-                self.table.budgets.standing, owner, self.config.caller_limits
+                self.table.budgets.headline, owner, self.config.caller_limits
             )
         if begun.joined:
             logger.info(

@@ -627,11 +627,36 @@ class Budgets:
         found = self._batch_get(keys.values())
         items = {name: found.get((key["pk"], key["sk"])) for name, key in keys.items()}
         overrides = self._learn(owner, items[LIMITS_SK])
+        limits = defaults if overrides is None else overrides.over(defaults)
+        return self._standing(limits, items, now_ms, turns_running=len((items[ACTIVE_SK] or {}).get("turns") or ()))
+
+    def headline(self, owner: str, defaults: Limits) -> Standing | None:
+        """What ``owner``'s ``x-ratelimit-*`` headers say once a turn of its began: the counters of its request and
+        token limits only (a BatchGetItem of one or two items; no read when neither limit is on), under the limits
+        this environment knows (each start's transaction checks them, so after an admitted start they are current).
+        Its ``turns_running`` is not read: 0."""
+        limits = self.limits_of(owner, defaults)
+        now_ms = self.store.now_ms()
+        keys = {}
+        if limits.requests_per_minute:
+            keys["requests"] = _key(owner, f"RPM#{minute_of(now_ms)}")
+        if limits.tokens_per_day:
+            keys["tokens"] = _key(owner, f"TPD#{day_of(now_ms)}")
+        if not keys:
+            return None
+        found = self._batch_get(keys.values())
+        items = {name: found.get((key["pk"], key["sk"])) for name, key in keys.items()}
+        return self._standing(limits, items, now_ms, turns_running=0)
+
+    @staticmethod
+    def _standing(
+        limits: Limits, items: Mapping[str, Mapping[str, Any] | None], now_ms: int, *, turns_running: int
+    ) -> Standing:
         return Standing(
-            limits=defaults if overrides is None else overrides.over(defaults),
-            requests_used=int((items["requests"] or {}).get("n", 0)),
-            tokens_used=int((items["tokens"] or {}).get("tokens", 0)),
-            turns_running=len((items[ACTIVE_SK] or {}).get("turns") or ()),
+            limits=limits,
+            requests_used=int((items.get("requests") or {}).get("n", 0)),
+            tokens_used=int((items.get("tokens") or {}).get("tokens", 0)),
+            turns_running=turns_running,
             minute_reset_ms=(minute_of(now_ms) + 1) * MINUTE_MS - now_ms,
             day_reset_ms=_day_end_ms(now_ms) - now_ms,
         )
