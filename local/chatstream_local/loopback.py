@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -27,6 +28,29 @@ def is_loopback_host(host: str | None, port: int) -> bool:
     """Whether a request's ``Host`` names the loopback address on ``port``: ``127.0.0.1``, ``localhost`` or
     ``[::1]``, with the port (what every HTTP client sends for a URL on that port)."""
     return host is not None and host.strip().lower() in {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+
+
+class ServingThread:
+    """A server's ``serve_forever`` on a daemon thread of its own: :meth:`start` once (again, nothing), :meth:`stop`
+    stops serving, waits for the thread and closes the socket (never started: it only closes)."""
+
+    def __init__(self, server: ThreadingHTTPServer, name: str) -> None:
+        self._server = server
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=lambda: self._server.serve_forever(poll_interval=0.05), name=self._name, daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
 
 
 class LoopbackServer(ThreadingHTTPServer, Generic[OwnerT]):

@@ -54,7 +54,7 @@ from chatstream_local.account import ACCOUNT_ID, current_region
 from chatstream_local.lambda_.cors import FunctionUrlCors
 from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError
 from chatstream_local.lambda_.invocation import FunctionError
-from chatstream_local.loopback import LoopbackServer, QuietHandler
+from chatstream_local.loopback import LoopbackServer, QuietHandler, ServingThread
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -153,7 +153,7 @@ class FunctionUrlServer:
         self.on_error = on_error
         self.errors: collections.deque[RecordedError] = collections.deque(maxlen=1000)
         self._server = LoopbackServer((host, port), _UrlHandler, self, listener)
-        self._thread: threading.Thread | None = None
+        self._serving = ServingThread(self._server, f"function-url-{self.function_name}")
 
     @property
     def port(self) -> int:
@@ -164,20 +164,11 @@ class FunctionUrlServer:
         return f"http://{self._server.server_address[0]!s}:{self.port}"
 
     def start(self) -> FunctionUrlServer:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=lambda: self._server.serve_forever(poll_interval=0.05),
-                name=f"function-url-{self.function_name}",
-                daemon=True,
-            )
-            self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        self._serving.stop()
 
     def __enter__(self) -> FunctionUrlServer:
         return self.start()

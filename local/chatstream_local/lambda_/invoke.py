@@ -56,7 +56,7 @@ from chatstream_local.eventstream import encode_blob_event, encode_event
 from chatstream_local.lambda_.destinations import EVENT_AGE_EXCEEDED, RETRIES_EXHAUSTED, FailedEvent
 from chatstream_local.lambda_.exceptions import FunctionThrottled, LocalLambdaError, UnknownFunction
 from chatstream_local.lambda_.invocation import FunctionError
-from chatstream_local.loopback import LoopbackServer, QuietHandler
+from chatstream_local.loopback import LoopbackServer, QuietHandler, ServingThread
 
 if TYPE_CHECKING:
     import socket
@@ -138,7 +138,7 @@ class InvokeEndpoint:
         self._failed_deliveries: set[tuple[str, str]] = set()  # (function, request id) of deliveries that failed
         self._server = LoopbackServer((host, port), _InvokeHandler, self, listener)
         self._executor = ThreadPoolExecutor(max_workers=max_async_workers, thread_name_prefix="lambda-event")
-        self._thread: threading.Thread | None = None
+        self._serving = ServingThread(self._server, "invoke-endpoint")
         self._stopping = threading.Event()
         self._pending = 0
         self._idle = threading.Condition()
@@ -149,20 +149,13 @@ class InvokeEndpoint:
         return f"http://{host!s}:{port}"
 
     def start(self) -> InvokeEndpoint:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=lambda: self._server.serve_forever(poll_interval=0.05), name="invoke-endpoint", daemon=True
-            )
-            self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
         """Stop serving and drop queued Event invocations (those running end with the local Lambda)."""
         self._stopping.set()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        self._serving.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> InvokeEndpoint:

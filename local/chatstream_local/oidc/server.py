@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import html
 import json
-import threading
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
-from chatstream_local.loopback import LoopbackServer, QuietHandler
+from chatstream_local.loopback import LoopbackServer, QuietHandler, ServingThread
 from chatstream_local.oidc.issuer import DEFAULT_AUDIENCE, DEFAULT_CLIENT_ID, LocalIssuer, OAuthError
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ class IssuerServer:
             f"http://{bound_host!s}:{bound_port}", audience=audience, client_id=client_id, lifetime_s=lifetime_s
         )
         self._server.owner = self.issuer
-        self._thread: threading.Thread | None = None
+        self._serving = ServingThread(self._server, "oidc-issuer")
 
     @property
     def url(self) -> str:
@@ -68,18 +67,11 @@ class IssuerServer:
         }
 
     def start(self) -> IssuerServer:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=lambda: self._server.serve_forever(poll_interval=0.05), name="oidc-issuer", daemon=True
-            )
-            self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        self._serving.stop()
 
     def __enter__(self) -> IssuerServer:
         return self.start()
