@@ -209,11 +209,13 @@ chaos: $(STAMP)
 	PYTHONPATH=local:client:ops:layers/chatstream:layers/streaming-runtime:. $(BIN)/python -m chaos.run $(ARGS)
 
 # The IaC security scanner (checkov), in its own virtualenv: its dependencies conflict with the pinned SAM CLI set.
+# Installed without compiling its modules: checkov runs once a test run and compiles the ones it imports (31 s of
+# CPU to install and 3 s more to run, against 37 s to install compiled).
 SCAN_VENV := .venv-scan
 SCAN_STAMP := $(SCAN_VENV)/.installed
 $(SCAN_STAMP): requirements/scan.txt
 	test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
-	$(NICE) $(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/scan.txt
+	$(NICE) $(SCAN_VENV)/bin/python -m pip install --quiet --no-compile --disable-pip-version-check -r requirements/scan.txt
 	touch $(SCAN_STAMP)
 
 scan: $(SCAN_STAMP)
