@@ -390,7 +390,9 @@ def latency(results: dict[str, Any], settings: Settings) -> Latency:
             "relay: Invoke, InvocationType Event (until Lambda has queued it)",
             INVOKE_MS,
             "estimate",
-            "AWS publishes no figure for Lambda's API; a request in the region, as a synchronous invoke's overhead",
+            "AWS publishes no figure for Lambda's API; a request in the region, as a synchronous invoke's overhead. "
+            "With budgets on, the read of the caller's x-ratelimit-* counters (a BatchGetItem of two items, "
+            "single-digit milliseconds) runs beside it and ends first",
         ),
         Step(
             "Lambda's asynchronous queue, until the proxy's handler runs (warm)",
