@@ -65,7 +65,7 @@ from chatstream.table.idempotency import IdempotencyKeys, KeyClaim, KeyInUse, Ke
 from chatstream.table.store import owner_pk, reservation_key
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from chatstream.records import TokenRecord
     from chatstream.table.store import Store
@@ -309,13 +309,7 @@ class Budgets:
         if limits.tokens_per_day and admission.reserve > limits.tokens_per_day:
             # Refused before any write, so on limits read now, not on those this environment knew: they may have been
             # raised since (one read, on this refusal's path only)
-            item = call(
-                self.store.client.get_item,
-                TableName=self.store.table_name,
-                Key=ser(_key(owner, LIMITS_SK)),
-                ConsistentRead=True,
-            ).get("Item")
-            known = self._learn(owner, deser(item) if item else None)
+            known = self._learn(owner, self.store.get(_key(owner, LIMITS_SK)))
             limits = self.limits_of(owner, admission.defaults)
         table = self.store.table_name
         parts: list[tuple[Part, dict[str, Any]]] = []
@@ -518,15 +512,10 @@ class Budgets:
         changed it. No reservation (the turn started with no limit on, or it expired): nothing to do."""
         drop_entry = True
         for attempt in range(SETTLE_ATTEMPTS):
-            raw = call(
-                self.store.client.get_item,
-                TableName=self.store.table_name,
-                Key=ser(reservation_key(session_id, turn)),
-                ConsistentRead=True,
-            ).get("Item")
-            if raw is None:
+            item = self.store.get(reservation_key(session_id, turn))
+            if item is None:
                 return False
-            reservation = Reservation.from_item(deser(raw))
+            reservation = Reservation.from_item(item)
             if reservation.basis >= charge.basis:
                 return False
             parts = self._settlement(session_id, turn, reservation, charge, drop_entry=drop_entry)
@@ -624,7 +613,7 @@ class Budgets:
             "tokens": _key(owner, f"TPD#{day_of(now_ms)}"),
             ACTIVE_SK: _key(owner, ACTIVE_SK),
         }
-        found = self._batch_get(keys.values())
+        found = self.store.batch_get(keys.values())
         items = {name: found.get((key["pk"], key["sk"])) for name, key in keys.items()}
         overrides = self._learn(owner, items[LIMITS_SK])
         limits = defaults if overrides is None else overrides.over(defaults)
@@ -644,7 +633,7 @@ class Budgets:
             keys["tokens"] = _key(owner, f"TPD#{day_of(now_ms)}")
         if not keys:
             return None
-        found = self._batch_get(keys.values())
+        found = self.store.batch_get(keys.values())
         items = {name: found.get((key["pk"], key["sk"])) for name, key in keys.items()}
         return self._standing(limits, items, now_ms, turns_running=0)
 
@@ -661,34 +650,12 @@ class Budgets:
             day_reset_ms=_day_end_ms(now_ms) - now_ms,
         )
 
-    def _batch_get(self, keys: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-        pending: list[Any] = [ser(key) for key in keys]
-        found: dict[tuple[str, str], dict[str, Any]] = {}
-        for attempt in range(self.store.max_attempts):
-            response = call(
-                self.store.client.batch_get_item,
-                RequestItems={self.store.table_name: {"Keys": pending, "ConsistentRead": True}},
-            )
-            for raw in response.get("Responses", {}).get(self.store.table_name, []):
-                item = deser(raw)
-                found[(str(item["pk"]), str(item["sk"]))] = item
-            pending = list(response.get("UnprocessedKeys", {}).get(self.store.table_name, {}).get("Keys", []))
-            if not pending:
-                return found
-            self.store.sleep(self.store.backoff.delay(attempt))
-        raise Throttled(f"{len(pending)} keys still unprocessed after {self.store.max_attempts} attempts")
-
     # ------------------------------------------------------------------------ operator
 
     def overrides(self, owner: str) -> Overrides | None:
         """``owner``'s overrides, or None."""
-        raw = call(
-            self.store.client.get_item,
-            TableName=self.store.table_name,
-            Key=ser(_key(owner, LIMITS_SK)),
-            ConsistentRead=True,
-        ).get("Item")
-        return None if raw is None else Overrides.from_item(deser(raw))
+        item = self.store.get(_key(owner, LIMITS_SK))
+        return None if item is None else Overrides.from_item(item)
 
     def set_overrides(self, owner: str, values: Mapping[LimitKind, int | None]) -> Overrides:
         """Set ``owner``'s overrides in ``values`` (None: back to the deployment's default), keep the others; the

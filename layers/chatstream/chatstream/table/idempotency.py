@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import ChatstreamError
-from chatstream.table.dynamodb import call, deser, ser
+from chatstream.table.dynamodb import ser
 from chatstream.table.store import owner_pk
 
 if TYPE_CHECKING:
@@ -100,12 +100,7 @@ class IdempotencyKeys:
 
     def get(self, owner: str, key: str) -> KeyRecord | None:
         """The key's record, or None (none, or expired)."""
-        raw = call(
-            self.store.client.get_item,
-            TableName=self.store.table_name,
-            Key=ser({"pk": owner_pk(owner), "sk": key_sk(key)}),
-            ConsistentRead=True,
-        ).get("Item")
-        if raw is None or self.store.expired(item := deser(raw)):
+        item = self.store.get({"pk": owner_pk(owner), "sk": key_sk(key)})
+        if item is None or self.store.expired(item):
             return None
         return KeyRecord.from_item(item)

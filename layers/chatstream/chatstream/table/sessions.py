@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatstream.errors import SessionNotFound
-from chatstream.table.dynamodb import call, deser, ser
+from chatstream.table.dynamodb import call, ser
 from chatstream.table.store import BATCH_WRITE_MAX, pk, session_key
 
 if TYPE_CHECKING:
@@ -68,16 +68,8 @@ class Sessions:
 
     def get(self, session_id: str) -> Session | None:
         """The session, or None (none, or expired)."""
-        raw = call(
-            self.store.client.get_item,
-            TableName=self.store.table_name,
-            Key=ser(session_key(session_id)),
-            ConsistentRead=True,
-        ).get("Item")
-        if raw is None:
-            return None
-        item = deser(raw)
-        if self.store.expired(item):
+        item = self.store.get(session_key(session_id))
+        if item is None or self.store.expired(item):
             return None
         return Session(
             session_id=session_id,

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from chatstream.backoff import Backoff
 from chatstream.config import TTL_DAYS_DEFAULT
 from chatstream.errors import Throttled
-from chatstream.table.dynamodb import call, deser
+from chatstream.table.dynamodb import call, deser, ser
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -68,6 +68,32 @@ class Store:
     sleep: Callable[[float], None] = time.sleep
     max_attempts: int = 6
     backoff: Backoff = field(default_factory=Backoff)
+
+    def get(self, key: Mapping[str, Any], **params: Any) -> dict[str, Any] | None:
+        """The item at ``key`` as a consistent GetItem reads it, or None; ``params`` add to the call (a projection)."""
+        raw = call(self.client.get_item, TableName=self.table_name, Key=ser(key), ConsistentRead=True, **params).get(
+            "Item"
+        )
+        return None if raw is None else deser(raw)
+
+    def batch_get(self, keys: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """The items at ``keys`` that exist, by ``(pk, sk)``, as a consistent BatchGetItem reads them, its unprocessed
+        keys asked again with backoff; :class:`Throttled` when some are still unprocessed after ``max_attempts``."""
+        pending: list[Any] = [ser(key) for key in keys]
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for attempt in range(self.max_attempts):
+            response = call(
+                self.client.batch_get_item,
+                RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}},
+            )
+            for raw in response.get("Responses", {}).get(self.table_name, []):
+                item = deser(raw)
+                found[(str(item["pk"]), str(item["sk"]))] = item
+            pending = list(response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", []))
+            if not pending:
+                return found
+            self.sleep(self.backoff.delay(attempt))
+        raise Throttled(f"{len(pending)} keys still unprocessed after {self.max_attempts} attempts")
 
     def query(self, single_page: bool = False, **params: Any) -> Iterator[dict[str, Any]]:
         """The items a consistent Query finds, every page of them (the first only, ``single_page``)."""

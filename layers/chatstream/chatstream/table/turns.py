@@ -209,13 +209,8 @@ class Turns:
     def get(self, session_id: str, turn: int, *, texts: bool = True) -> Turn | None:
         """The turn, or None. ``texts=False``: without the reply and reasoning of a turn whose texts did not fit in
         its item (a read for its status or outcome only, which then needs no Query of its records)."""
-        raw = call(
-            self.store.client.get_item,
-            TableName=self.store.table_name,
-            Key=ser(turn_key(session_id, turn)),
-            ConsistentRead=True,
-        ).get("Item")
-        if raw is None or self.store.expired(item := deser(raw)):
+        item = self.store.get(turn_key(session_id, turn))
+        if item is None or self.store.expired(item):
             return None
         return self._with_texts(session_id, item) if texts else _turn_from_item(session_id, item)
 
@@ -229,14 +224,8 @@ class Turns:
 
     def cancel_requested(self, session_id: str, turn: int) -> bool:
         """Whether the turn's cancel flag is set (:meth:`request_cancel`)."""
-        raw = call(
-            self.store.client.get_item,
-            TableName=self.store.table_name,
-            Key=ser(turn_key(session_id, turn)),
-            ConsistentRead=True,
-            ProjectionExpression="cancel_requested",
-        ).get("Item")
-        return bool(raw and deser(raw).get("cancel_requested"))
+        item = self.store.get(turn_key(session_id, turn), ProjectionExpression="cancel_requested")
+        return bool(item and item.get("cancel_requested"))
 
     # ------------------------------------------------------------------------- starts
 
