@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +132,13 @@ def queue_url(moto: None, template: Template) -> str:
 def start_stack(aws_env: None) -> Iterator[Callable[..., LocalStack]]:
     """Start local stacks (port 0, model delay 0 by default; ``log`` gets the stack's log lines); every one is
     stopped at teardown."""
+    with _stacks() as start:
+        yield start
+
+
+@contextlib.contextmanager
+def _stacks() -> Iterator[Callable[..., LocalStack]]:
+    """What starts a local stack with the tests' defaults (port 0, model delay 0), every one stopped on the way out."""
     stacks: list[LocalStack] = []
 
     def start(log: Callable[[str, str], None] | None = None, **settings: Any) -> LocalStack:
@@ -140,9 +148,11 @@ def start_stack(aws_env: None) -> Iterator[Callable[..., LocalStack]]:
         stacks.append(stack)
         return stack.start()
 
-    yield start
-    for stack in stacks:
-        stack.stop()
+    try:
+        yield start
+    finally:
+        for stack in stacks:
+            stack.stop()
 
 
 @pytest.fixture(scope="module")
@@ -150,17 +160,7 @@ def start_module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cal
     """``start_stack`` for stacks a module's tests share (a stack takes seconds to start): the same defaults, under
     ``isolate_aws`` for the module's tests, every stack stopped after the last of them. The tests that share one use
     sessions of their own, so none sees another's; one that reads the whole table counts what it added."""
-    stacks: list[LocalStack] = []
     with pytest.MonkeyPatch.context() as patch:
         isolate_aws(patch, tmp_path_factory.mktemp("aws"))
-
-        def start(log: Callable[[str, str], None] | None = None, **settings: Any) -> LocalStack:
-            settings.setdefault("port", 0)
-            settings.setdefault("model_delay_ms", 0)
-            stack = LocalStack(StackSettings(**settings), log=log)
-            stacks.append(stack)
-            return stack.start()
-
-        yield start
-        for stack in stacks:
-            stack.stop()
+        with _stacks() as start:
+            yield start

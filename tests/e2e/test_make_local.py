@@ -65,6 +65,15 @@ class RunningStack:
         self.url = url
         self.output = output
 
+    def line(self, prefix: str, timeout_s: float = 30) -> str:
+        """The first line of the stack's output that starts with ``prefix``, once it has printed it (the lines after
+        the ready line come a moment later)."""
+        deadline = time.monotonic() + timeout_s
+        while not (lines := [line for line in self.output if line.startswith(prefix)]):
+            assert time.monotonic() < deadline, self.output
+            time.sleep(0.1)
+        return lines[0]
+
 
 def start_make_local(args: str = "") -> RunningStack:
     """`make local` on a free port, with a fast model (``args``: its ``ARGS``); waits for the ready line.
@@ -268,11 +277,7 @@ def test_curl_head_gets_what_get_would_without_the_body(make_local: RunningStack
 
 def test_the_local_aws_services_answer_tools_but_no_browser_page(make_local: RunningStack) -> None:
     # GIVEN moto's URL, region and chat table, as the stack prints them at start
-    deadline = time.monotonic() + 30  # the line after the ready line
-    while not (lines := [line for line in make_local.output if line.startswith("local AWS services at ")]):
-        assert time.monotonic() < deadline, make_local.output
-        time.sleep(0.1)
-    line = lines[0]
+    line = make_local.line("local AWS services at ")
     printed = re.search(r"at (http://127\.0\.0\.1:(\d+)) \(region (\S+)\).* ChatTable (\S+),", line)
     assert printed is not None
     moto_url, port, region, table = printed.groups()

@@ -7,7 +7,6 @@ import json
 import signal
 import socket
 import subprocess
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -31,11 +30,7 @@ def jwt_local() -> Iterator[RunningStack]:
 
 def issuer_of(stack: RunningStack) -> str:
     """The issuer the stack prints on the line after its ready line."""
-    deadline = time.monotonic() + 30
-    while not (lines := [line for line in stack.output if line.startswith(ISSUER_LINE)]):
-        assert time.monotonic() < deadline, stack.output
-        time.sleep(0.1)
-    return lines[0][len(ISSUER_LINE) :].split(" ", 1)[0]
+    return stack.line(ISSUER_LINE)[len(ISSUER_LINE) :].split(" ", 1)[0]
 
 
 def make_token(stack: RunningStack, sub: str, *settings: str) -> str:

@@ -329,18 +329,24 @@ CONVERSE_EVENTS = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(CONVERSE_EVENTS, max_size=12), st.booleans())
-def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(events: list[Any], fail: bool) -> None:
-    # GIVEN a model stream of arbitrary events (malformed ones included), maybe failing at its end
-    writer = _Writer()
-    generation = Generation(
+def _generation(events: list[Any], fail: bool, writer: _Writer) -> Generation:
+    """A generation of turn 1 of session s1 reading ``events`` from the model (failing at their end, ``fail``) and
+    writing its records to ``writer``."""
+    return Generation(
         turn=Turn("s1", 1, "hello", TurnStatus.IN_PROGRESS),
         bedrock=_Bedrock(events, fail),  # type: ignore[arg-type]
         writer=writer,  # type: ignore[arg-type]
         table=_Table(),  # type: ignore[arg-type]
         settings=GenerationSettings(model_id="local", flush_interval_ms=0),
     )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(CONVERSE_EVENTS, max_size=12), st.booleans())
+def test_a_generation_always_ends_with_one_terminal_record_after_every_delta(events: list[Any], fail: bool) -> None:
+    # GIVEN a model stream of arbitrary events (malformed ones included), maybe failing at its end
+    writer = _Writer()
+    generation = _generation(events, fail, writer)
 
     # WHEN the generation runs
     result = generation.run()
@@ -449,13 +455,7 @@ def test_a_generation_with_tool_calls_ends_with_one_terminal_record_and_exact_ca
     events, calls, clean = stream
     # GIVEN a model stream with tool calls (maybe malformed, maybe mixed with anything), maybe failing at its end
     writer = _Writer()
-    generation = Generation(
-        turn=Turn("s1", 1, "hello", TurnStatus.IN_PROGRESS),
-        bedrock=_Bedrock(events, fail),  # type: ignore[arg-type]
-        writer=writer,  # type: ignore[arg-type]
-        table=_Table(),  # type: ignore[arg-type]
-        settings=GenerationSettings(model_id="local", flush_interval_ms=0),
-    )
+    generation = _generation(events, fail, writer)
     # WHEN the generation runs
     result = generation.run()
     # THEN start, then records with contiguous seq, then exactly one terminal record, last; each one readable
