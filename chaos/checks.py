@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from chatstream.records import TokenRecord
     from chatstream.table import Turn
     from chatstream.tools import ToolCall
-    from chatstream_ops.redrive import MessageResult, RedriveReport
+    from chatstream_ops.redrive import RedriveReport
 
 # How a stream whose generation was lost may end: the reaper's error from ProxyFailureQueue, or the relay's
 # stale-turn timeout when it came first.
@@ -304,10 +304,6 @@ class DlqCounts:
     unexpected_dlq: int = 0
     onfailure_redriven: int = 0  # on-failure pointers the redrive re-read from the stream (and deleted)
     problems: tuple[str, ...] = ()  # what the redrive could not restore
-
-
-def _redriven_pointer(result: MessageResult) -> bool:
-    return result.kind == DlqKind.ON_FAILURE and result.status is RedriveStatus.REDRIVEN
 
 
 def check_dlq(bodies: Iterable[str], poisoned: Sequence[bytes], redrive: RedriveReport) -> DlqCounts:

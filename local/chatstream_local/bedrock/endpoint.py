@@ -308,12 +308,6 @@ class LocalModelServer:
         with self._lock:
             return tuple(self._model_ids)
 
-    @property
-    def open_streams(self) -> int:
-        """Streams being written right now."""
-        with self._lock:
-            return self._open_streams
-
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no stream is being written (e.g. after a client hung up); False on timeout."""
         with self._idle:
